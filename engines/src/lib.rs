@@ -1,0 +1,324 @@
+//! # cadence-engines
+//!
+//! The neural networks whose cost cadence's keyframe strides save, behind small traits that work
+//! on plain host buffers ([`Batch`]), so callers need no candle types.
+//!
+//! | engine | type | trait | input -> output |
+//! |---|---|---|---|
+//! | MuseTalk UNet (diffusers `UNet2DConditionModel`, candle-transformers) | [`MuseTalkUnet`] | [`KeyframeModel`] | (B,8,32,32) + audio (B,50,384) -> (B,4,32,32) |
+//! | TAESD decoder (hand-written, not in candle) | [`Taesd`] | [`LatentDecoder`] | (B,4,h,w) -> (B,3,8h,8w), about [0,1] |
+//! | TAESD encoder | [`Taesd`] | [`ImageEncoder`] | (B,3,H,W) in [0,1] -> (B,4,H/8,W/8) |
+//! | SD VAE decoder (sd-vae-ft-mse, candle-transformers `AutoEncoderKL`) | [`SdVae`] | [`LatentDecoder`] | latents / 0.18215 decoded, [-1,1] |
+//! | SD VAE encoder | [`SdVae`] | [`ImageEncoder`] | (B,3,H,W) in [-1,1] -> posterior mean x 0.18215 |
+//! | whisper-tiny encoder + MuseTalk windows | [`WhisperAudio`] | [`AudioEncoder`] | 16 kHz mono -> (frames, 50, 384) |
+//!
+//! ## Weights
+//! [`WeightsSource::Synthetic`] builds seeded deterministic weights (He/LeCun-normal, residual
+//! outputs scaled down, norms 1, biases 0) for the exact expected name -> shape table, and then loads
+//! them through the same `VarBuilder::from_tensors` path as a file. [`WeightsSource::File`] reads a
+//! safetensors file and checks every expected tensor up front: a missing name, a wrong shape or a
+//! non-float dtype is an [`EngineError`] naming the tensor. [`resolve_weights`] finds conventional
+//! file names in `$CADENCE_MODELS` (see [`ModelKind::file_name`]). Every engine reports
+//! [`Engine::weights_label`] (`synthetic(seed=N)` or `real(<file>)`) and [`Engine::profile`].
+//!
+//! ## Profiles
+//! [`Profile::Full`] is the published architecture; [`Profile::Cpu`] keeps the topology and divides
+//! channel widths so the main experiment runs on two CPU cores in about two minutes (numbers in
+//! the docs of [`Profile::Cpu`] and in engines/README.md).
+//!
+//! ## Devices
+//! Constructors take a [`Device`] (re-exported from candle): `Device::Cpu` by default; with the
+//! `cuda` feature, `Device::new_cuda(0)`. The `tensorrt` feature adds [`trt::TensorRtUnet`] and
+//! [`trt::TensorRtDecoder`] which run serialized TensorRT engines behind the same traits.
+//!
+//! ## Benchmarks
+//! [`bench::bench_decoder`], [`bench::bench_keyframe`], [`bench::bench_audio`] time engines
+//! (median frames/s, GFLOP/s); [`bench::matmul_probe`] measures the CPU's large-matmul rate in the
+//! same run so the achieved fraction can be reported.
+
+pub mod bench;
+pub mod error;
+mod flops;
+pub mod sd_vae;
+pub mod taesd;
+#[cfg(feature = "tensorrt")]
+pub mod trt;
+pub mod unet;
+pub mod weights;
+pub mod whisper;
+
+pub use candle_core::Device;
+pub use error::{EngineError, Result};
+pub use sd_vae::SdVae;
+pub use taesd::Taesd;
+pub use unet::MuseTalkUnet;
+pub use whisper::WhisperAudio;
+
+use candle_core::Tensor;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Architecture size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// Exact published sizes (TAESD 64 channels, UNet [320,640,1280,1280], VAE [128,256,512,512],
+    /// whisper-tiny d=384). Real weights need this profile.
+    Full,
+    /// Reduced widths, same topology, for CPU runs:
+    /// TAESD 16 channels (1/4), UNet [32,64,128,128] (1/10), SD VAE [32,64,128,128] (1/4) with 32
+    /// norm groups kept, whisper-tiny unchanged (it is cheap: one 30 s window per 30 s of audio).
+    ///
+    /// Measured on this project's CI machine (2 vCPU AMD EPYC, AVX2/FMA, candle 0.11.1 CPU, f32,
+    /// batch 8, release build): see engines/README.md for the full table.
+    Cpu,
+}
+
+impl Profile {
+    /// The default profile for a device: `Full` on CUDA, `Cpu` on the CPU.
+    pub fn default_for(device: &Device) -> Profile {
+        if device.is_cpu() {
+            Profile::Cpu
+        } else {
+            Profile::Full
+        }
+    }
+    pub fn parse(s: &str) -> Result<Profile> {
+        match s {
+            "full" => Ok(Profile::Full),
+            "cpu" | "cpu-reduced" => Ok(Profile::Cpu),
+            _ => Err(EngineError::BadInput(format!("unknown profile `{s}` (expected full or cpu-reduced)"))),
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Profile::Full => "full",
+            Profile::Cpu => "cpu-reduced",
+        })
+    }
+}
+
+/// Where an engine's weights come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightsSource {
+    /// Seeded deterministic synthetic weights (same seed -> bit-identical weights).
+    Synthetic { seed: u64 },
+    /// A safetensors file in the model's original state-dict layout.
+    File(PathBuf),
+}
+
+impl WeightsSource {
+    pub fn label(&self) -> String {
+        match self {
+            WeightsSource::Synthetic { seed } => format!("synthetic(seed={seed})"),
+            WeightsSource::File(p) => format!("real({})", p.display()),
+        }
+    }
+}
+
+/// Default seed of synthetic weights when nothing else is given.
+pub const DEFAULT_SEED: u64 = 0x00CA_DE0C;
+
+/// The networks of this crate (one per weights file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelKind {
+    TaesdDecoder,
+    TaesdEncoder,
+    SdVaeDecoder,
+    SdVaeEncoder,
+    MuseTalkUnet,
+    WhisperTiny,
+}
+
+impl ModelKind {
+    /// Conventional file name inside `$CADENCE_MODELS`:
+    /// - `taesd_decoder.safetensors`: madebyollin/taesd `taesd_decoder.pth` as safetensors
+    ///   (keys `1.weight` ... `19.bias`);
+    /// - `taesd_encoder.safetensors`: `taesd_encoder.pth` as safetensors (keys `0.weight` ... `14.bias`);
+    /// - `sd_vae_ft_mse.safetensors`: stabilityai/sd-vae-ft-mse `diffusion_pytorch_model.safetensors`
+    ///   (both VAE engines read it);
+    /// - `musetalk_unet.safetensors`: MuseTalk `musetalk/pytorch_model.bin` as safetensors (diffusers
+    ///   UNet keys, optionally prefixed `unet.`);
+    /// - `whisper_tiny.safetensors`: openai/whisper-tiny `model.safetensors` (Hugging Face layout,
+    ///   `model.encoder.*`; the decoder's tensors are ignored).
+    pub fn file_name(self) -> &'static str {
+        match self {
+            ModelKind::TaesdDecoder => "taesd_decoder.safetensors",
+            ModelKind::TaesdEncoder => "taesd_encoder.safetensors",
+            ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => "sd_vae_ft_mse.safetensors",
+            ModelKind::MuseTalkUnet => "musetalk_unet.safetensors",
+            ModelKind::WhisperTiny => "whisper_tiny.safetensors",
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::TaesdDecoder => "taesd-decoder",
+            ModelKind::TaesdEncoder => "taesd-encoder",
+            ModelKind::SdVaeDecoder => "sd-vae-decoder",
+            ModelKind::SdVaeEncoder => "sd-vae-encoder",
+            ModelKind::MuseTalkUnet => "musetalk-unet",
+            ModelKind::WhisperTiny => "whisper-tiny",
+        }
+    }
+}
+
+impl fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Name of the environment variable holding the models directory.
+pub const MODELS_ENV: &str = "CADENCE_MODELS";
+
+/// Picks the weights of `model`: an explicit path wins; else `$CADENCE_MODELS/<file_name>` if that
+/// file exists; else synthetic weights with [`DEFAULT_SEED`].
+pub fn resolve_weights(model: ModelKind, explicit: Option<&Path>) -> WeightsSource {
+    resolve_weights_in(model, explicit, std::env::var_os(MODELS_ENV).map(PathBuf::from).as_deref())
+}
+
+/// [`resolve_weights`] with the models directory given (testable without touching the environment).
+pub fn resolve_weights_in(model: ModelKind, explicit: Option<&Path>, models_dir: Option<&Path>) -> WeightsSource {
+    if let Some(p) = explicit {
+        return WeightsSource::File(p.to_path_buf());
+    }
+    if let Some(dir) = models_dir {
+        let p = dir.join(model.file_name());
+        if p.is_file() {
+            return WeightsSource::File(p);
+        }
+    }
+    WeightsSource::Synthetic { seed: DEFAULT_SEED }
+}
+
+/// A dense f32 tensor on the host, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl Batch {
+    /// Checks that `data.len()` equals the product of `shape`.
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Batch> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(EngineError::BadInput(format!("shape {shape:?} needs {n} values, got {}", data.len())));
+        }
+        Ok(Batch { shape, data })
+    }
+    pub fn zeros(shape: Vec<usize>) -> Batch {
+        let n = shape.iter().product();
+        Batch { shape, data: vec![0.0; n] }
+    }
+    /// Size of the first dimension.
+    pub fn batch_size(&self) -> usize {
+        self.shape.first().copied().unwrap_or(0)
+    }
+    pub(crate) fn to_tensor(&self, device: &Device) -> Result<Tensor> {
+        Ok(Tensor::from_slice(&self.data, self.shape.as_slice(), device)?)
+    }
+    pub(crate) fn from_tensor(t: &Tensor) -> Result<Batch> {
+        let shape = t.dims().to_vec();
+        let data = t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        Ok(Batch { shape, data })
+    }
+    /// Checks rank and the fixed (non-`None`) dimensions.
+    pub(crate) fn expect(&self, what: &str, dims: &[Option<usize>]) -> Result<()> {
+        let ok = self.shape.len() == dims.len()
+            && self.shape.iter().zip(dims).all(|(s, d)| d.is_none_or(|d| d == *s));
+        if !ok || self.data.len() != self.shape.iter().product::<usize>() {
+            let want: Vec<String> = dims.iter().map(|d| d.map_or("_".into(), |d| d.to_string())).collect();
+            return Err(EngineError::BadInput(format!(
+                "{what}: expected shape ({}), got {:?} with {} values",
+                want.join(","),
+                self.shape,
+                self.data.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What every engine reports.
+pub trait Engine: Send + Sync {
+    fn model(&self) -> ModelKind;
+    fn profile(&self) -> Profile;
+    /// `synthetic(seed=N)` or `real(<file>)`.
+    fn weights_label(&self) -> String;
+    /// Number of scalar parameters the architecture has (from its expected table).
+    fn num_params(&self) -> usize;
+    /// Floating-point operations (2 x multiply-adds of convolutions, linears and attention
+    /// matmuls; norms and activations not counted) for one batch element.
+    fn flops_per_frame(&self) -> f64;
+}
+
+/// MuseTalk's single-step UNet.
+pub trait KeyframeModel: Engine {
+    /// `latents`: (B, 8, 32, 32) = concat[masked latent, reference latent] along channels;
+    /// `audio`: (B, 50, 384) windows *before* the positional encoding (the engine adds the
+    /// sinusoidal PE, d=384, as MuseTalk does right before its UNet call). Returns (B, 4, 32, 32),
+    /// the UNet's raw output at timestep 0.
+    fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch>;
+}
+
+/// A latent -> RGB decoder.
+pub trait LatentDecoder: Engine {
+    /// (B, 4, h, w) -> (B, 3, 8h, 8w), exactly as the network computes it (no clamping).
+    fn decode(&self, latents: &Batch) -> Result<Batch>;
+    /// Nominal range of the output: (0, 1) for TAESD, (-1, 1) for the SD VAE.
+    fn output_range(&self) -> (f32, f32);
+}
+
+/// An RGB -> latent encoder (used once per render for the reference face).
+pub trait ImageEncoder: Engine {
+    /// (B, 3, H, W) with H, W multiples of 8 -> (B, 4, H/8, W/8) in the UNet's latent scale.
+    fn encode(&self, images: &Batch) -> Result<Batch>;
+    /// Range the input images are expected in: (0, 1) for TAESD, (-1, 1) for the SD VAE.
+    fn input_range(&self) -> (f32, f32);
+}
+
+/// Audio -> per-video-frame features.
+pub trait AudioEncoder: Engine {
+    /// 16 kHz mono samples -> (frames, 50, 384) windows (before positional encoding), one per
+    /// video frame at `fps`; `frames = ceil(len * fps / 16000)`.
+    fn encode_audio(&self, samples: &[f32], fps: f32) -> Result<Batch>;
+}
+
+/// Synthetic weights of a model written to a safetensors file (the same tensors
+/// `WeightsSource::Synthetic { seed }` would use), e.g. to test the file path end to end.
+pub fn write_synthetic_weights(model: ModelKind, profile: Profile, seed: u64, path: &Path) -> Result<()> {
+    let tensors = match model {
+        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => taesd::synthetic_weights(model, profile, seed)?,
+        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => sd_vae::synthetic_weights(profile, seed)?,
+        ModelKind::MuseTalkUnet => unet::synthetic_weights(profile, seed)?,
+        ModelKind::WhisperTiny => whisper::synthetic_weights(profile, seed)?,
+    };
+    weights::save_tensors(&tensors, path)
+}
+
+/// Expected parameter table (names and shapes) of a model at a profile.
+pub fn param_table(model: ModelKind, profile: Profile) -> Result<weights::ParamTable> {
+    match model {
+        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => taesd::param_table(model, profile),
+        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => sd_vae::param_table(profile),
+        ModelKind::MuseTalkUnet => unet::param_table(profile),
+        ModelKind::WhisperTiny => whisper::param_table(profile),
+    }
+}
+
+/// Loads tensors for `table` from `source` (synthetic or checked file).
+pub(crate) fn obtain_tensors(
+    table: &weights::ParamTable,
+    source: &WeightsSource,
+    rule: &dyn Fn(&str, &[usize]) -> weights::Init,
+    normalize: &dyn Fn(&str) -> Option<String>,
+    device: &Device,
+) -> Result<std::collections::HashMap<String, Tensor>> {
+    match source {
+        WeightsSource::Synthetic { seed } => weights::synthetic_tensors(table, *seed, rule, device),
+        WeightsSource::File(p) => weights::load_checked(p, table, normalize, device),
+    }
+}

@@ -1,0 +1,360 @@
+//! TAESD (madebyollin/taesd), decoder and encoder.
+//!
+//! Hand-written on candle ops because candle-transformers has no TAESD. The layer list mirrors
+//! the original `nn.Sequential` exactly, so the original state-dict keys load unchanged:
+//!
+//! decoder: `0` Clamp (tanh(x/3)*3), `1` conv 4->C, `2` ReLU, `3..5` Block, `6` Upsample x2,
+//! `7` conv (no bias), `8..10` Block, `11` Upsample, `12` conv (no bias), `13..15` Block,
+//! `16` Upsample, `17` conv (no bias), `18` Block, `19` conv C->3.
+//!
+//! encoder: `0` conv 3->C, `1` Block, `2` conv stride 2 (no bias), `3..5` Block, `6` conv s2,
+//! `7..9` Block, `10` conv s2, `11..13` Block, `14` conv C->4.
+//!
+//! Block(C): conv3x3, ReLU, conv3x3, ReLU, conv3x3 (keys `N.conv.0`, `N.conv.2`, `N.conv.4`), add
+//! the input, ReLU. All convs are 3x3 with padding 1. C = 64 at [`Profile::Full`] (1,222,531
+//! decoder parameters, 1,222,532 encoder parameters), 16 at [`Profile::Cpu`].
+
+use crate::weights::{self, default_init, fan_in, Init, ParamTable};
+use crate::{Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, WeightsSource};
+use candle_core::{Module, Tensor};
+use candle_nn::VarBuilder;
+use std::collections::HashMap;
+
+/// Channel width of a profile.
+pub fn channels(profile: Profile) -> usize {
+    match profile {
+        Profile::Full => 64,
+        Profile::Cpu => 16,
+    }
+}
+
+/// One 3x3 convolution (padding 1).
+#[derive(Debug, Clone)]
+pub(crate) struct Conv3x3 {
+    w: Tensor,
+    /// Bias reshaped to (1, C, 1, 1) for broadcasting.
+    b: Option<Tensor>,
+    stride: usize,
+}
+
+impl Conv3x3 {
+    fn load(vb: &VarBuilder, key: &str, cin: usize, cout: usize, bias: bool, stride: usize) -> candle_core::Result<Self> {
+        let w = vb.get((cout, cin, 3, 3), &format!("{key}.weight"))?;
+        let b = if bias { Some(vb.get(cout, &format!("{key}.bias"))?.reshape((1, cout, 1, 1))?) } else { None };
+        Ok(Conv3x3 { w, b, stride })
+    }
+    fn flops(&self, out_h: usize, out_w: usize) -> f64 {
+        2.0 * self.w.elem_count() as f64 * (out_h * out_w) as f64
+    }
+}
+
+impl Module for Conv3x3 {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = x.conv2d(&self.w, 1, self.stride, 1, 1)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// TAESD residual block.
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    c0: Conv3x3,
+    c2: Conv3x3,
+    c4: Conv3x3,
+}
+
+impl Block {
+    fn load(vb: &VarBuilder, idx: usize, c: usize) -> candle_core::Result<Self> {
+        Ok(Block {
+            c0: Conv3x3::load(vb, &format!("{idx}.conv.0"), c, c, true, 1)?,
+            c2: Conv3x3::load(vb, &format!("{idx}.conv.2"), c, c, true, 1)?,
+            c4: Conv3x3::load(vb, &format!("{idx}.conv.4"), c, c, true, 1)?,
+        })
+    }
+}
+
+impl Module for Block {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let h = self.c0.forward(x)?.relu()?;
+        let h = self.c2.forward(&h)?.relu()?;
+        let h = self.c4.forward(&h)?;
+        (h + x)?.relu()
+    }
+}
+
+/// tanh(x / 3) * 3, TAESD's latent clamp.
+pub(crate) fn clamp(x: &Tensor) -> candle_core::Result<Tensor> {
+    ((x / 3.0)?.tanh()? * 3.0)
+}
+
+/// Nearest-neighbour x2 upsampling.
+pub(crate) fn upsample2(x: &Tensor) -> candle_core::Result<Tensor> {
+    let (_, _, h, w) = x.dims4()?;
+    x.upsample_nearest2d(2 * h, 2 * w)
+}
+
+#[derive(Debug, Clone)]
+enum Layer {
+    Clamp,
+    Conv(Conv3x3),
+    Relu,
+    Block(Block),
+    Upsample,
+}
+
+/// Layer plan: (kind, conv in/out, bias, stride) per sequence index.
+#[derive(Clone, Copy)]
+enum Plan {
+    Clamp,
+    Conv { cin: usize, cout: usize, bias: bool, stride: usize },
+    Relu,
+    Block,
+    Up,
+}
+
+fn plan(kind: ModelKind, c: usize) -> Vec<Plan> {
+    use Plan::*;
+    let conv = |cin, cout, bias, stride| Conv { cin, cout, bias, stride };
+    match kind {
+        ModelKind::TaesdDecoder => vec![
+            Clamp, conv(4, c, true, 1), Relu,
+            Block, Block, Block, Up, conv(c, c, false, 1),
+            Block, Block, Block, Up, conv(c, c, false, 1),
+            Block, Block, Block, Up, conv(c, c, false, 1),
+            Block, conv(c, 3, true, 1),
+        ],
+        _ => vec![
+            conv(3, c, true, 1), Block,
+            conv(c, c, false, 2), Block, Block, Block,
+            conv(c, c, false, 2), Block, Block, Block,
+            conv(c, c, false, 2), Block, Block, Block,
+            conv(c, 4, true, 1),
+        ],
+    }
+}
+
+fn build_layers(vb: &VarBuilder, kind: ModelKind, c: usize) -> candle_core::Result<Vec<Layer>> {
+    plan(kind, c)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            Ok(match p {
+                Plan::Clamp => Layer::Clamp,
+                Plan::Relu => Layer::Relu,
+                Plan::Up => Layer::Upsample,
+                Plan::Block => Layer::Block(Block::load(vb, i, c)?),
+                Plan::Conv { cin, cout, bias, stride } => Layer::Conv(Conv3x3::load(vb, &i.to_string(), cin, cout, bias, stride)?),
+            })
+        })
+        .collect()
+}
+
+fn check_kind(kind: ModelKind) -> Result<()> {
+    match kind {
+        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => Ok(()),
+        other => Err(EngineError::BadInput(format!("{other} is not a TAESD model"))),
+    }
+}
+
+/// Expected state-dict table of the TAESD decoder or encoder.
+pub fn param_table(kind: ModelKind, profile: Profile) -> Result<ParamTable> {
+    check_kind(kind)?;
+    weights::record_table(|vb| build_layers(&vb, kind, channels(profile)))
+}
+
+/// Synthetic init: He-normal convs; the last conv of each Block scaled by 0.2 so the residual
+/// stream stays O(1) through 10 blocks; the output conv small (decoder: bias 0.5 so images sit
+/// around mid-grey in [0,1]; encoder: LeCun gain so latents are O(1)).
+fn init_rule(kind: ModelKind) -> impl Fn(&str, &[usize]) -> Init {
+    let last = if kind == ModelKind::TaesdDecoder { "19" } else { "14" };
+    move |name: &str, shape: &[usize]| {
+        let he = (2.0 / fan_in(shape) as f32).sqrt();
+        if name.ends_with(".conv.4.weight") {
+            Init::Normal(0.2 * he)
+        } else if name == format!("{last}.weight") {
+            let gain = if kind == ModelKind::TaesdDecoder { 0.1 } else { 0.7 };
+            Init::Normal(gain * he)
+        } else if kind == ModelKind::TaesdDecoder && name == format!("{last}.bias") {
+            Init::Const(0.5)
+        } else {
+            default_init(name, shape)
+        }
+    }
+}
+
+/// Accepts the original keys, optionally prefixed `decoder.`/`encoder.` or `first_stage_model.`.
+fn normalize(key: &str) -> Option<String> {
+    let k = key
+        .strip_prefix("first_stage_model.")
+        .unwrap_or(key);
+    let k = k.strip_prefix("decoder.").or_else(|| k.strip_prefix("encoder.")).unwrap_or(k);
+    Some(k.to_string())
+}
+
+pub(crate) fn synthetic_weights(kind: ModelKind, profile: Profile, seed: u64) -> Result<HashMap<String, Tensor>> {
+    let table = param_table(kind, profile)?;
+    weights::synthetic_tensors(&table, seed, &init_rule(kind), &Device::Cpu)
+}
+
+/// TAESD decoder or encoder.
+#[derive(Debug)]
+pub struct Taesd {
+    kind: ModelKind,
+    profile: Profile,
+    label: String,
+    num_params: usize,
+    layers: Vec<Layer>,
+    device: Device,
+}
+
+impl Taesd {
+    /// TAESD decoder: (B,4,h,w) -> (B,3,8h,8w).
+    pub fn decoder(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
+        Self::new(ModelKind::TaesdDecoder, profile, weights, device)
+    }
+    /// TAESD encoder: (B,3,H,W) in [0,1] -> (B,4,H/8,W/8).
+    pub fn encoder(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
+        Self::new(ModelKind::TaesdEncoder, profile, weights, device)
+    }
+    fn new(kind: ModelKind, profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
+        let table = param_table(kind, profile)?;
+        let tensors = crate::obtain_tensors(&table, weights, &init_rule(kind), &normalize, device)?;
+        let c = channels(profile);
+        let layers = weights::build_from_tensors(tensors, device, kind.name(), |vb| build_layers(&vb, kind, c))?;
+        Ok(Taesd { kind, profile, label: weights.label(), num_params: table.num_params(), layers, device: device.clone() })
+    }
+
+    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let mut x = x.clone();
+        for l in &self.layers {
+            x = match l {
+                Layer::Clamp => clamp(&x)?,
+                Layer::Conv(c) => c.forward(&x)?,
+                Layer::Relu => x.relu()?,
+                Layer::Block(b) => b.forward(&x)?,
+                Layer::Upsample => upsample2(&x)?,
+            };
+        }
+        Ok(x)
+    }
+
+    /// FLOPs of one batch element with an input of spatial size (h, w).
+    pub fn flops_for(&self, h: usize, w: usize) -> f64 {
+        let (mut h, mut w) = (h, w);
+        let mut total = 0.0;
+        let conv_flops = |c: &Conv3x3, h: &mut usize, w: &mut usize| {
+            if c.stride == 2 {
+                *h = h.div_ceil(2);
+                *w = w.div_ceil(2);
+            }
+            c.flops(*h, *w)
+        };
+        for l in &self.layers {
+            match l {
+                Layer::Conv(c) => total += conv_flops(c, &mut h, &mut w),
+                Layer::Block(b) => {
+                    for c in [&b.c0, &b.c2, &b.c4] {
+                        total += conv_flops(c, &mut h, &mut w);
+                    }
+                }
+                Layer::Upsample => {
+                    h *= 2;
+                    w *= 2;
+                }
+                _ => {}
+            }
+        }
+        total
+    }
+
+    fn run(&self, x: &Batch) -> Result<Batch> {
+        let t = x.to_tensor(&self.device)?;
+        Batch::from_tensor(&self.forward(&t)?)
+    }
+}
+
+impl Engine for Taesd {
+    fn model(&self) -> ModelKind {
+        self.kind
+    }
+    fn profile(&self) -> Profile {
+        self.profile
+    }
+    fn weights_label(&self) -> String {
+        self.label.clone()
+    }
+    fn num_params(&self) -> usize {
+        self.num_params
+    }
+    fn flops_per_frame(&self) -> f64 {
+        match self.kind {
+            ModelKind::TaesdDecoder => self.flops_for(32, 32),
+            _ => self.flops_for(256, 256),
+        }
+    }
+}
+
+impl LatentDecoder for Taesd {
+    fn decode(&self, latents: &Batch) -> Result<Batch> {
+        if self.kind != ModelKind::TaesdDecoder {
+            return Err(EngineError::BadInput("this TAESD engine is an encoder; use encode()".into()));
+        }
+        latents.expect("TAESD decoder input", &[None, Some(4), None, None])?;
+        self.run(latents)
+    }
+    fn output_range(&self) -> (f32, f32) {
+        (0.0, 1.0)
+    }
+}
+
+impl ImageEncoder for Taesd {
+    fn encode(&self, images: &Batch) -> Result<Batch> {
+        if self.kind != ModelKind::TaesdEncoder {
+            return Err(EngineError::BadInput("this TAESD engine is a decoder; use decode()".into()));
+        }
+        images.expect("TAESD encoder input", &[None, Some(3), None, None])?;
+        if images.shape[2] % 8 != 0 || images.shape[3] % 8 != 0 {
+            return Err(EngineError::BadInput(format!("TAESD encoder: H and W must be multiples of 8, got {:?}", images.shape)));
+        }
+        self.run(images)
+    }
+    fn input_range(&self) -> (f32, f32) {
+        (0.0, 1.0)
+    }
+}
+
+/// The layer operations used by [`Taesd`], on host buffers, for known-answer tests.
+pub mod ops {
+    use super::*;
+
+    fn t(b: &Batch) -> Result<Tensor> {
+        b.to_tensor(&Device::Cpu)
+    }
+
+    /// 3x3 convolution, padding 1: x (B,Ci,H,W), w (Co,Ci,3,3), b (Co).
+    pub fn conv3x3(x: &Batch, w: &Batch, b: Option<&Batch>, stride: usize) -> Result<Batch> {
+        let co = w.shape[0];
+        let conv = Conv3x3 { w: t(w)?, b: b.map(|b| t(b)?.reshape((1, co, 1, 1)).map_err(Into::into)).transpose()?, stride };
+        Batch::from_tensor(&conv.forward(&t(x)?)?)
+    }
+    /// Nearest x2 upsampling of (B,C,H,W).
+    pub fn upsample_nearest2(x: &Batch) -> Result<Batch> {
+        Batch::from_tensor(&upsample2(&t(x)?)?)
+    }
+    /// tanh(x/3)*3.
+    pub fn tanh_clamp(x: &Batch) -> Result<Batch> {
+        Batch::from_tensor(&clamp(&t(x)?)?)
+    }
+    /// TAESD Block with weights (w0,b0), (w2,b2), (w4,b4).
+    pub fn block(x: &Batch, w: [&Batch; 3], b: [&Batch; 3]) -> Result<Batch> {
+        let mk = |w: &Batch, b: &Batch| -> Result<Conv3x3> {
+            let co = w.shape[0];
+            Ok(Conv3x3 { w: t(w)?, b: Some(t(b)?.reshape((1, co, 1, 1))?), stride: 1 })
+        };
+        let blk = Block { c0: mk(w[0], b[0])?, c2: mk(w[1], b[1])?, c4: mk(w[2], b[2])? };
+        Batch::from_tensor(&blk.forward(&t(x)?)?)
+    }
+}
