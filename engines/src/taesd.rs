@@ -87,7 +87,7 @@ impl Module for Block {
 
 /// tanh(x / 3) * 3, TAESD's latent clamp.
 pub(crate) fn clamp(x: &Tensor) -> candle_core::Result<Tensor> {
-    ((x / 3.0)?.tanh()? * 3.0)
+    (x / 3.0)?.tanh()? * 3.0
 }
 
 /// Nearest-neighbour x2 upsampling.
@@ -337,7 +337,11 @@ pub mod ops {
     /// 3x3 convolution, padding 1: x (B,Ci,H,W), w (Co,Ci,3,3), b (Co).
     pub fn conv3x3(x: &Batch, w: &Batch, b: Option<&Batch>, stride: usize) -> Result<Batch> {
         let co = w.shape[0];
-        let conv = Conv3x3 { w: t(w)?, b: b.map(|b| t(b)?.reshape((1, co, 1, 1)).map_err(Into::into)).transpose()?, stride };
+        let b = match b {
+            Some(b) => Some(t(b)?.reshape((1, co, 1, 1))?),
+            None => None,
+        };
+        let conv = Conv3x3 { w: t(w)?, b, stride };
         Batch::from_tensor(&conv.forward(&t(x)?)?)
     }
     /// Nearest x2 upsampling of (B,C,H,W).

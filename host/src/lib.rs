@@ -1,1 +1,15 @@
+//! cadence host library: backends (CUDA through cudarc, CPU through rayon), the kernels'
+//! launches and CPU paths, keyframe schedules, and array I/O. The `cadence` binary is its CLI.
 
+pub mod backend;
+pub mod cpu;
+pub mod cuda;
+pub mod elem;
+pub mod hardware;
+pub mod npy;
+pub mod ptx;
+pub mod schedule;
+
+pub use backend::{Backend, BackendChoice};
+pub use elem::{ColorMatrix, Dtype, Elem, Method, RgbLayout, RgbRange};
+pub use schedule::KeyframeSchedule;

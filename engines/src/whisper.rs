@@ -1,0 +1,365 @@
+//! Audio features as MuseTalk builds them: whisper-tiny encoder hidden states at 50 Hz, windowed
+//! per video frame.
+//!
+//! Front end: 80-bin log-mel, 400-point FFT, hop 160, at 16 kHz, through candle-transformers'
+//! `whisper::audio::pcm_to_mel`, with two adjustments so the result equals openai-whisper's
+//! `log_mel_spectrogram` (which MuseTalk calls): the signal is reflect-padded by 200 samples in front
+//! (torch.stft `center=True`), and the mel filter weights of FFT bins 1..=199 are halved because
+//! candle's power spectrum adds the mirrored bin (whisper.cpp convention). The Slaney mel filter bank
+//! (librosa `mel(sr=16000, n_fft=400, n_mels=80)`, whisper's `mel_filters.npz`) is computed in code
+//! ([`mel_filters`]) instead of being downloaded.
+//!
+//! Encoder: hand-written from candle-nn layers because candle-transformers' `AudioEncoder` only
+//! returns the final (post-LayerNorm) output while MuseTalk needs every hidden state: the embedding
+//! output (conv1-GELU-conv2-GELU + sinusoidal positions) and the output of each of the 4 blocks,
+//! before `ln_post` (MuseTalk's modified whisper `AudioEncoder.forward(include_embeddings=True)`).
+//! That is 5 x 384 per 20 ms step. Exact GELU (erf), as PyTorch's `nn.GELU()`.
+//!
+//! Windows (MuseTalk `Audio2Feature.get_sliced_feature`, audio_feat_length [2, 2]): video frame i
+//! at `fps` takes steps `c-4 .. c+6` with `c = floor(i * 50 / fps)`, indices clamped to the valid
+//! range, giving 10 steps x 5 layers x 384 = (50, 384) (row = step * 5 + layer).
+//!
+//! Long audio: the encoder sees fixed, non-overlapping 30 s windows (3000 mel frames, padding from
+//! the zero-padded signal as whisper does), and the first floor(frames / 2) positions of each are
+//! kept. MuseTalk v1 gets segment boundaries from whisper's `transcribe`, which depends on decoded
+//! timestamps (no text decoder here); for audio up to 30 s both give the same single window.
+
+use crate::weights::{self, default_init, fan_in, Init, ParamTable};
+use crate::{AudioEncoder, Batch, Device, Engine, EngineError, ModelKind, Profile, Result, WeightsSource};
+use candle_core::{Module, Tensor};
+use candle_nn::{Conv1d, Conv1dConfig, LayerNorm, Linear, VarBuilder};
+use std::collections::HashMap;
+
+pub const SAMPLE_RATE: usize = 16000;
+pub const N_FFT: usize = 400;
+pub const HOP: usize = 160;
+pub const N_MELS: usize = 80;
+/// Mel frames per encoder window (30 s).
+pub const WINDOW_FRAMES: usize = 3000;
+/// whisper-tiny sizes.
+pub const D_MODEL: usize = 384;
+pub const N_HEADS: usize = 6;
+pub const N_LAYERS: usize = 4;
+/// Hidden states per step (embedding output + each layer).
+pub const N_HIDDEN: usize = N_LAYERS + 1;
+/// 50 Hz steps per window on each side of the centre (MuseTalk audio_feat_length [2,2]).
+pub const STEPS_LEFT: usize = 4;
+pub const STEPS_RIGHT: usize = 6;
+
+fn hz_to_mel(f: f64) -> f64 {
+    let f_sp = 200.0 / 3.0;
+    let min_log_hz = 1000.0;
+    let min_log_mel = min_log_hz / f_sp;
+    let logstep = (6.4f64).ln() / 27.0;
+    if f >= min_log_hz {
+        min_log_mel + (f / min_log_hz).ln() / logstep
+    } else {
+        f / f_sp
+    }
+}
+
+fn mel_to_hz(m: f64) -> f64 {
+    let f_sp = 200.0 / 3.0;
+    let min_log_hz = 1000.0;
+    let min_log_mel = min_log_hz / f_sp;
+    let logstep = (6.4f64).ln() / 27.0;
+    if m >= min_log_mel {
+        min_log_hz * (logstep * (m - min_log_mel)).exp()
+    } else {
+        f_sp * m
+    }
+}
+
+/// Slaney-style mel filter bank, (n_mels, 1 + n_fft/2) row-major, as librosa
+/// `filters.mel(sr, n_fft, n_mels)` (htk=False, norm="slaney") computes it.
+pub fn mel_filters(sr: usize, n_fft: usize, n_mels: usize) -> Vec<f32> {
+    let n_freq = 1 + n_fft / 2;
+    let fftfreqs: Vec<f64> = (0..n_freq).map(|k| k as f64 * sr as f64 / n_fft as f64).collect();
+    let (mmin, mmax) = (hz_to_mel(0.0), hz_to_mel(sr as f64 / 2.0));
+    let mel_f: Vec<f64> = (0..n_mels + 2)
+        .map(|i| mel_to_hz(mmin + (mmax - mmin) * i as f64 / (n_mels + 1) as f64))
+        .collect();
+    let mut w = vec![0f32; n_mels * n_freq];
+    for i in 0..n_mels {
+        let enorm = 2.0 / (mel_f[i + 2] - mel_f[i]);
+        for (k, &f) in fftfreqs.iter().enumerate() {
+            let lower = (f - mel_f[i]) / (mel_f[i + 1] - mel_f[i]);
+            let upper = (mel_f[i + 2] - f) / (mel_f[i + 2] - mel_f[i + 1]);
+            w[i * n_freq + k] = (lower.min(upper).max(0.0) * enorm) as f32;
+        }
+    }
+    w
+}
+
+/// openai-whisper log-mel spectrogram of `samples` (16 kHz mono), (80, n_frames) row-major with
+/// `n_frames >= min_frames`; frame t is centred on sample 160 t. Values are whisper-normalised:
+/// max(log10(power), global_max - 8) / 4 + 1.
+pub fn log_mel(samples: &[f32], min_frames: usize) -> (Vec<f32>, usize) {
+    let mut filters = mel_filters(SAMPLE_RATE, N_FFT, N_MELS);
+    let n_freq = 1 + N_FFT / 2;
+    for m in 0..N_MELS {
+        for k in 1..N_FFT / 2 {
+            filters[m * n_freq + k] *= 0.5; // candle doubles bins 1..199 (see module docs)
+        }
+    }
+    let pad = N_FFT / 2;
+    let mut x = Vec::with_capacity(samples.len() + pad + min_frames * HOP);
+    for i in 0..pad {
+        // reflect padding (edge sample excluded), zeros if the signal is shorter than the pad
+        x.push(samples.get(pad - i).copied().unwrap_or(0.0));
+    }
+    x.extend_from_slice(samples);
+    let want = (min_frames * HOP).max(x.len());
+    x.resize(want, 0.0);
+    let cfg = candle_transformers::models::whisper::Config {
+        num_mel_bins: N_MELS,
+        max_source_positions: 1500,
+        d_model: D_MODEL,
+        encoder_attention_heads: N_HEADS,
+        encoder_layers: N_LAYERS,
+        vocab_size: 51865,
+        max_target_positions: 448,
+        decoder_attention_heads: N_HEADS,
+        decoder_layers: N_LAYERS,
+        suppress_tokens: vec![],
+    };
+    let mel = candle_transformers::models::whisper::audio::pcm_to_mel(&cfg, &x, &filters);
+    let n = mel.len() / N_MELS;
+    (mel, n)
+}
+
+struct Layer {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    ln1: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    ln2: LayerNorm,
+}
+
+struct Encoder {
+    conv1: Conv1d,
+    conv2: Conv1d,
+    layers: Vec<Layer>,
+    d: usize,
+    heads: usize,
+}
+
+fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Encoder> {
+    let _ = profile; // whisper-tiny is cheap enough on CPU: both profiles use its full size
+    let d = D_MODEL;
+    let c1 = Conv1dConfig { padding: 1, stride: 1, ..Default::default() };
+    let c2 = Conv1dConfig { padding: 1, stride: 2, ..Default::default() };
+    let conv1 = candle_nn::conv1d(N_MELS, d, 3, c1, vb.pp("conv1"))?;
+    let conv2 = candle_nn::conv1d(d, d, 3, c2, vb.pp("conv2"))?;
+    let ln = |vb: VarBuilder| candle_nn::layer_norm(d, 1e-5, vb);
+    let layers = (0..N_LAYERS)
+        .map(|i| {
+            let vb = vb.pp(format!("layers.{i}"));
+            let a = vb.pp("self_attn");
+            Ok(Layer {
+                q: candle_nn::linear(d, d, a.pp("q_proj"))?,
+                k: candle_nn::linear_no_bias(d, d, a.pp("k_proj"))?,
+                v: candle_nn::linear(d, d, a.pp("v_proj"))?,
+                o: candle_nn::linear(d, d, a.pp("out_proj"))?,
+                ln1: ln(vb.pp("self_attn_layer_norm"))?,
+                fc1: candle_nn::linear(d, 4 * d, vb.pp("fc1"))?,
+                fc2: candle_nn::linear(4 * d, d, vb.pp("fc2"))?,
+                ln2: ln(vb.pp("final_layer_norm"))?,
+            })
+        })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    Ok(Encoder { conv1, conv2, layers, d, heads: N_HEADS })
+}
+
+/// Whisper's sinusoidal position table (length, channels): [sin | cos] halves.
+fn sinusoids(length: usize, channels: usize) -> Vec<f32> {
+    let inc = (10000f64).ln() / (channels / 2 - 1) as f64;
+    let mut out = vec![0f32; length * channels];
+    for t in 0..length {
+        for i in 0..channels / 2 {
+            let a = t as f64 * (-(i as f64) * inc).exp();
+            out[t * channels + i] = a.sin() as f32;
+            out[t * channels + channels / 2 + i] = a.cos() as f32;
+        }
+    }
+    out
+}
+
+impl Encoder {
+    /// mel (B, 80, 3000) -> hidden states (B, T=1500, 5, d).
+    fn hidden_states(&self, mel: &Tensor) -> candle_core::Result<Tensor> {
+        let x = self.conv1.forward(mel)?.gelu_erf()?;
+        let x = self.conv2.forward(&x)?.gelu_erf()?;
+        let mut x = x.transpose(1, 2)?.contiguous()?; // (B, T, d)
+        let (b, t, d) = x.dims3()?;
+        let pos = Tensor::from_vec(sinusoids(t, d), (1, t, d), x.device())?;
+        x = x.broadcast_add(&pos)?;
+        let mut hs = vec![x.clone()];
+        let hd = self.d / self.heads;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for l in &self.layers {
+            let h = l.ln1.forward(&x)?;
+            let split = |y: Tensor| y.reshape((b, t, self.heads, hd))?.transpose(1, 2)?.contiguous();
+            let q = split((l.q.forward(&h)? * scale)?)?;
+            let k = split(l.k.forward(&h)?)?;
+            let v = split(l.v.forward(&h)?)?;
+            let p = candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?)?;
+            let a = p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, self.d))?;
+            x = (x + l.o.forward(&a)?)?;
+            let m = l.fc2.forward(&l.fc1.forward(&l.ln2.forward(&x)?)?.gelu_erf()?)?;
+            x = (x + m)?;
+            hs.push(x.clone());
+        }
+        Tensor::stack(&hs, 2)
+    }
+}
+
+/// Expected table (canonical names: Hugging Face encoder keys without the `model.encoder.`
+/// prefix; the positional table is computed, `layer_norm` (ln_post) is not used).
+pub fn param_table(profile: Profile) -> Result<ParamTable> {
+    weights::record_table(|vb| build(vb, profile))
+}
+
+fn init_rule(name: &str, shape: &[usize]) -> Init {
+    if name.ends_with("fc2.weight") || name.ends_with("out_proj.weight") {
+        Init::Normal(0.2 * (1.0 / fan_in(shape) as f32).sqrt())
+    } else {
+        default_init(name, shape)
+    }
+}
+
+/// Accepts Hugging Face keys (`model.encoder.*`, `encoder.*`), openai-whisper keys
+/// (`encoder.blocks.N.attn.query` ...), or bare canonical names; drops decoder keys.
+fn normalize(key: &str) -> Option<String> {
+    let k = if let Some(k) = key.strip_prefix("model.encoder.") {
+        k
+    } else if let Some(k) = key.strip_prefix("encoder.") {
+        k
+    } else if key.starts_with("model.") || key.starts_with("decoder.") || key.starts_with("proj_out") {
+        return None;
+    } else {
+        key
+    };
+    let mut k = k.to_string();
+    if k.starts_with("blocks.") {
+        for (a, b) in [
+            ("blocks.", "layers."),
+            (".attn.query.", ".self_attn.q_proj."),
+            (".attn.key.", ".self_attn.k_proj."),
+            (".attn.value.", ".self_attn.v_proj."),
+            (".attn.out.", ".self_attn.out_proj."),
+            (".attn_ln.", ".self_attn_layer_norm."),
+            (".mlp.0.", ".fc1."),
+            (".mlp.2.", ".fc2."),
+            (".mlp_ln.", ".final_layer_norm."),
+        ] {
+            k = k.replacen(a, b, 1);
+        }
+    }
+    Some(k)
+}
+
+pub(crate) fn synthetic_weights(profile: Profile, seed: u64) -> Result<HashMap<String, Tensor>> {
+    let table = param_table(profile)?;
+    weights::synthetic_tensors(&table, seed, &init_rule, &Device::Cpu)
+}
+
+/// Index list of MuseTalk's window for video frame `i` over `n_steps` 50 Hz steps.
+pub fn window_indices(i: usize, fps: f32, n_steps: usize) -> Vec<usize> {
+    let c = (i as f64 * 50.0 / fps as f64).floor() as i64;
+    (c - STEPS_LEFT as i64..c + STEPS_RIGHT as i64)
+        .map(|j| j.clamp(0, n_steps.saturating_sub(1) as i64) as usize)
+        .collect()
+}
+
+/// whisper-tiny encoder + MuseTalk windowing.
+pub struct WhisperAudio {
+    profile: Profile,
+    label: String,
+    num_params: usize,
+    flops_window: f64,
+    enc: Encoder,
+    device: Device,
+}
+
+impl WhisperAudio {
+    pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<WhisperAudio> {
+        let table = param_table(profile)?;
+        let tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
+        let enc = weights::build_from_tensors(tensors, device, "whisper-tiny", |vb| build(vb, profile))?;
+        let t = (WINDOW_FRAMES / 2) as f64;
+        let flops_window = crate::flops::weight_flops(&table, |name| {
+            Some(if name.starts_with("conv1") { WINDOW_FRAMES as f64 } else { t })
+        }) + N_LAYERS as f64 * crate::flops::attention_flops(t, t, D_MODEL as f64);
+        Ok(WhisperAudio { profile, label: weights.label(), num_params: table.num_params(), flops_window, enc, device: device.clone() })
+    }
+
+    /// 50 Hz hidden states of the whole signal: (steps, 5, 384).
+    pub fn hidden_states(&self, samples: &[f32]) -> Result<Batch> {
+        let content_frames = samples.len() / HOP;
+        let windows = content_frames.div_ceil(WINDOW_FRAMES).max(1);
+        let (mel, n) = log_mel(samples, windows * WINDOW_FRAMES);
+        let mel = Tensor::from_vec(mel, (N_MELS, n), &Device::Cpu)?;
+        let chunks = (0..windows)
+            .map(|w| mel.narrow(1, w * WINDOW_FRAMES, WINDOW_FRAMES))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let batch = Tensor::stack(&chunks, 0)?.to_device(&self.device)?;
+        let hs = self.enc.hidden_states(&batch)?; // (W, 1500, 5, d)
+        let mut parts = Vec::new();
+        let mut left = (content_frames / 2).max(1);
+        for w in 0..windows {
+            let take = left.min(WINDOW_FRAMES / 2);
+            parts.push(hs.get(w)?.narrow(0, 0, take)?);
+            left -= take;
+            if left == 0 {
+                break;
+            }
+        }
+        Batch::from_tensor(&Tensor::cat(&parts, 0)?)
+    }
+}
+
+impl Engine for WhisperAudio {
+    fn model(&self) -> ModelKind {
+        ModelKind::WhisperTiny
+    }
+    fn profile(&self) -> Profile {
+        self.profile
+    }
+    fn weights_label(&self) -> String {
+        self.label.clone()
+    }
+    fn num_params(&self) -> usize {
+        self.num_params
+    }
+    /// FLOPs of one 30 s window divided by its 750 video frames at 25 fps.
+    fn flops_per_frame(&self) -> f64 {
+        self.flops_window / 750.0
+    }
+}
+
+impl AudioEncoder for WhisperAudio {
+    fn encode_audio(&self, samples: &[f32], fps: f32) -> Result<Batch> {
+        if !(fps > 0.0 && fps.is_finite()) {
+            return Err(EngineError::BadInput(format!("fps must be positive, got {fps}")));
+        }
+        if samples.is_empty() {
+            return Err(EngineError::BadInput("no audio samples".into()));
+        }
+        let hs = self.hidden_states(samples)?;
+        let steps = hs.shape[0];
+        let per_step = N_HIDDEN * D_MODEL;
+        let frames = ((samples.len() as f64 * fps as f64) / SAMPLE_RATE as f64).ceil() as usize;
+        let win = (STEPS_LEFT + STEPS_RIGHT) * per_step;
+        let mut data = Vec::with_capacity(frames * win);
+        for i in 0..frames {
+            for j in window_indices(i, fps, steps) {
+                data.extend_from_slice(&hs.data[j * per_step..(j + 1) * per_step]);
+            }
+        }
+        Batch::new(vec![frames, (STEPS_LEFT + STEPS_RIGHT) * N_HIDDEN, D_MODEL], data)
+    }
+}

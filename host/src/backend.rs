@@ -1,0 +1,125 @@
+//! One backend per run: CUDA when asked for or available, else the CPU. Every operation has
+//! both paths; callers do not care which runs.
+
+use crate::cpu;
+use crate::cuda::{self, CudaBackend};
+use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::schedule::KeyframeSchedule;
+use anyhow::{Context, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum BackendChoice {
+    /// CUDA if a driver and GPU are usable, else the CPU (with a one-line notice).
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+pub enum Backend {
+    Cpu,
+    Cuda(Box<CudaBackend>),
+}
+
+impl Backend {
+    pub fn select(choice: BackendChoice) -> Result<Backend> {
+        match choice {
+            BackendChoice::Cpu => Ok(Backend::Cpu),
+            BackendChoice::Cuda => Ok(Backend::Cuda(Box::new(
+                CudaBackend::new(0).context("--backend cuda was requested but CUDA is not usable")?,
+            ))),
+            BackendChoice::Auto => match CudaBackend::new(0) {
+                Ok(c) => Ok(Backend::Cuda(Box::new(c))),
+                Err(e) => {
+                    eprintln!("cadence: {e:#}; using the CPU backend");
+                    Ok(Backend::Cpu)
+                }
+            },
+        }
+    }
+
+    /// Every backend usable here: the CPU always, CUDA when present (used by tests and benches
+    /// that run one body per device).
+    pub fn all_available() -> Vec<Backend> {
+        let mut v = vec![Backend::Cpu];
+        if cuda::driver_present() {
+            if let Ok(c) = CudaBackend::new(0) {
+                v.push(Backend::Cuda(Box::new(c)));
+            }
+        }
+        v
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Backend::Cuda(_))
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Cuda(_) => "cuda",
+        }
+    }
+
+    /// Human-readable: kind, device, and for the CPU its model and thread count.
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Cpu => format!("cpu ({}, {} threads)", crate::hardware::cpu_model(), rayon::current_num_threads()),
+            Backend::Cuda(c) => c.describe(),
+        }
+    }
+
+    pub fn expand<T: Elem>(&self, keys: &[T], schedule: &KeyframeSchedule, dim: usize, method: Method) -> Result<Vec<T>> {
+        anyhow::ensure!(dim > 0, "frames have no elements");
+        anyhow::ensure!(
+            keys.len() == schedule.count() * dim,
+            "{} keyframes given, the schedule has {}",
+            keys.len() / dim,
+            schedule.count()
+        );
+        match self {
+            Backend::Cpu => {
+                let mut out = vec![T::default(); schedule.n_frames() * dim];
+                cpu::expand(keys, schedule, dim, method, &mut out);
+                Ok(out)
+            }
+            Backend::Cuda(c) => c.expand(keys, schedule, dim, method),
+        }
+    }
+
+    pub fn slerp_pairs<T: Elem>(&self, v0: &[T], v1: &[T], alphas: &[f32], dim: usize, method: Method) -> Result<Vec<T>> {
+        anyhow::ensure!(dim > 0 && v0.len() == alphas.len() * dim && v1.len() == v0.len(), "mismatched pair sizes");
+        match self {
+            Backend::Cpu => {
+                let mut out = vec![T::default(); v0.len()];
+                cpu::slerp_pairs(v0, v1, alphas, dim, method, &mut out);
+                Ok(out)
+            }
+            Backend::Cuda(c) => c.slerp_pairs(v0, v1, alphas, dim, method),
+        }
+    }
+
+    /// Silence easing in place (see [`cpu::ease`]).
+    pub fn ease<T: Elem>(&self, frames: &mut [T], rest: &[T], distance: &[u32], ramp: u32) -> Result<()> {
+        anyhow::ensure!(!rest.is_empty() && frames.len() == distance.len() * rest.len(), "mismatched easing sizes");
+        match self {
+            Backend::Cpu => {
+                cpu::ease(frames, rest, distance, ramp);
+                Ok(())
+            }
+            Backend::Cuda(c) => c.ease(frames, rest, distance, ramp),
+        }
+    }
+
+    pub fn rgb_to_nv12<T: Elem>(&self, rgb: &[T], layout: RgbLayout, matrix: ColorMatrix, range: RgbRange) -> Result<Vec<u8>> {
+        layout.validate(rgb.len())?;
+        match self {
+            Backend::Cpu => {
+                let mut out = vec![0u8; layout.frames * layout.nv12_frame_bytes()];
+                cpu::rgb_to_nv12(rgb, layout, matrix, range, &mut out);
+                Ok(out)
+            }
+            Backend::Cuda(c) => c.rgb_to_nv12(rgb, layout, matrix, range),
+        }
+    }
+}

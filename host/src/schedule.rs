@@ -1,0 +1,117 @@
+//! Keyframe schedules: which frames the neural engine evaluates. A schedule is a value (the
+//! sorted keyframe list over N frames), whatever produced it: a fixed stride, an explicit or
+//! adaptive list.
+
+use anyhow::{bail, ensure, Result};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyframeSchedule {
+    n_frames: usize,
+    keys: Vec<u32>,
+}
+
+impl KeyframeSchedule {
+    /// Frames 0, k, 2k, ... and, when N-1 is not among them, N-1 as a last keyframe so the tail
+    /// is interpolated rather than held (the source document's rule). The count is the true one:
+    /// at N = 640 that is 640, 321, 214 keyframes for k = 1, 2, 3 (not 320 at k = 2 as the
+    /// source's table prints).
+    pub fn fixed_stride(n_frames: usize, stride: usize) -> Result<Self> {
+        ensure!(stride > 0, "stride must be at least 1 (got 0)");
+        ensure!(n_frames > 0, "the video has no frames");
+        ensure!(n_frames <= u32::MAX as usize, "too many frames ({n_frames})");
+        let mut keys: Vec<u32> = (0..n_frames).step_by(stride).map(|f| f as u32).collect();
+        if *keys.last().unwrap() as usize != n_frames - 1 {
+            keys.push((n_frames - 1) as u32);
+        }
+        Ok(Self { n_frames, keys })
+    }
+
+    /// Any strictly increasing list of frame indices below N. Frames before the first keyframe
+    /// hold it, frames after the last hold the last.
+    pub fn explicit(n_frames: usize, keys: &[usize]) -> Result<Self> {
+        ensure!(n_frames > 0, "the video has no frames");
+        ensure!(!keys.is_empty(), "the keyframe list is empty");
+        for w in keys.windows(2) {
+            if w[1] <= w[0] {
+                bail!("keyframes must be strictly increasing: {} is followed by {}", w[0], w[1]);
+            }
+        }
+        let last = *keys.last().unwrap();
+        ensure!(last < n_frames, "keyframe {last} is outside the video (frames 0..{})", n_frames - 1);
+        Ok(Self { n_frames, keys: keys.iter().map(|&k| k as u32).collect() })
+    }
+
+    /// Parses "0,3,6,9" (spaces allowed).
+    pub fn parse_list(n_frames: usize, list: &str) -> Result<Self> {
+        let keys = list
+            .split(',')
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<usize>().map_err(|_| anyhow::anyhow!("keyframe list: '{s}' is not a frame index")))
+            .collect::<Result<Vec<_>>>()?;
+        Self::explicit(n_frames, &keys)
+    }
+
+    pub fn n_frames(&self) -> usize {
+        self.n_frames
+    }
+    pub fn keyframes(&self) -> &[u32] {
+        &self.keys
+    }
+    pub fn count(&self) -> usize {
+        self.keys.len()
+    }
+    /// Fraction of frames the neural engine evaluates.
+    pub fn duty_cycle(&self) -> f64 {
+        self.keys.len() as f64 / self.n_frames as f64
+    }
+    /// Number of keyframe pairs (intervals); 0 with a single keyframe.
+    pub fn n_intervals(&self) -> usize {
+        self.keys.len() - 1
+    }
+
+    /// For each frame, the interval that writes it and its alpha inside that interval, with the
+    /// same ownership as the device kernel (interval 0 also writes the frames before the first
+    /// keyframe, the last interval the frames after the last).
+    pub fn frame_positions(&self) -> Vec<(usize, f32)> {
+        let mut out = Vec::with_capacity(self.n_frames);
+        if self.keys.len() == 1 {
+            out.resize(self.n_frames, (0, 0.0));
+            return out;
+        }
+        let mut j = 0;
+        for f in 0..self.n_frames as u32 {
+            while j + 2 < self.keys.len() && f >= self.keys[j + 1] {
+                j += 1;
+            }
+            out.push((j, cadence_kernels::slerp::interval_alpha(f, self.keys[j], self.keys[j + 1])));
+        }
+        out
+    }
+}
+
+/// Distance in frames from each frame to the nearest speech frame (u32::MAX when there is none):
+/// the input of the silence easing, whose weight is h(1 - distance/ramp).
+pub fn speech_distance(speech: &[bool]) -> Vec<u32> {
+    let n = speech.len();
+    let mut d = vec![u32::MAX; n];
+    let mut last: Option<usize> = None;
+    for i in 0..n {
+        if speech[i] {
+            last = Some(i);
+        }
+        if let Some(l) = last {
+            d[i] = (i - l) as u32;
+        }
+    }
+    last = None;
+    for i in (0..n).rev() {
+        if speech[i] {
+            last = Some(i);
+        }
+        if let Some(l) = last {
+            d[i] = d[i].min((l - i) as u32);
+        }
+    }
+    d
+}
