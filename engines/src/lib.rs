@@ -37,6 +37,7 @@
 //! same run so the achieved fraction can be reported.
 
 pub mod bench;
+pub mod cpu_conv;
 pub mod error;
 mod flops;
 pub mod sd_vae;

@@ -14,6 +14,7 @@
 //! the input, ReLU. All convs are 3x3 with padding 1. C = 64 at [`Profile::Full`] (1,222,531
 //! decoder parameters, 1,222,532 encoder parameters), 16 at [`Profile::Cpu`].
 
+use crate::cpu_conv::{self, Nhwc, PackedConv};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, WeightsSource};
 use candle_core::{Module, Tensor};
@@ -199,6 +200,46 @@ pub(crate) fn synthetic_weights(kind: ModelKind, profile: Profile, seed: u64) ->
     weights::synthetic_tensors(&table, seed, &init_rule(kind), &Device::Cpu)
 }
 
+/// One step of the CPU fast path (see [`crate::cpu_conv`]).
+#[derive(Debug, Clone)]
+enum FastOp {
+    Clamp,
+    Conv { conv: PackedConv, upsample: bool, relu: bool },
+    Block([PackedConv; 3]),
+}
+
+fn pack(c: &Conv3x3) -> candle_core::Result<PackedConv> {
+    let (co, ci, _, _) = c.w.dims4()?;
+    let w = c.w.flatten_all()?.to_vec1::<f32>()?;
+    let b = c.b.as_ref().map(|b| b.flatten_all()?.to_vec1::<f32>()).transpose()?;
+    Ok(PackedConv::new(co, ci, &w, b, c.stride))
+}
+
+/// Folds ReLU into the preceding conv and Upsample into the following conv.
+fn fast_plan(layers: &[Layer]) -> candle_core::Result<Vec<FastOp>> {
+    let mut ops = Vec::new();
+    let mut up = false;
+    for (i, l) in layers.iter().enumerate() {
+        match l {
+            Layer::Clamp => ops.push(FastOp::Clamp),
+            Layer::Upsample => up = true,
+            Layer::Relu => {} // folded below
+            Layer::Conv(c) => {
+                let relu = matches!(layers.get(i + 1), Some(Layer::Relu));
+                ops.push(FastOp::Conv { conv: pack(c)?, upsample: up, relu });
+                up = false;
+            }
+            Layer::Block(b) => {
+                if up {
+                    candle_core::bail!("TAESD plan: upsample must be followed by a conv");
+                }
+                ops.push(FastOp::Block([pack(&b.c0)?, pack(&b.c2)?, pack(&b.c4)?]));
+            }
+        }
+    }
+    Ok(ops)
+}
+
 /// TAESD decoder or encoder.
 #[derive(Debug)]
 pub struct Taesd {
@@ -207,6 +248,8 @@ pub struct Taesd {
     label: String,
     num_params: usize,
     layers: Vec<Layer>,
+    /// CPU fast path (None on other devices, which use the candle layers).
+    fast: Option<Vec<FastOp>>,
     device: Device,
 }
 
@@ -224,7 +267,35 @@ impl Taesd {
         let tensors = crate::obtain_tensors(&table, weights, &init_rule(kind), &normalize, device)?;
         let c = channels(profile);
         let layers = weights::build_from_tensors(tensors, device, kind.name(), |vb| build_layers(&vb, kind, c))?;
-        Ok(Taesd { kind, profile, label: weights.label(), num_params: table.num_params(), layers, device: device.clone() })
+        let fast = if device.is_cpu() { Some(fast_plan(&layers)?) } else { None };
+        Ok(Taesd { kind, profile, label: weights.label(), num_params: table.num_params(), layers, fast, device: device.clone() })
+    }
+
+    /// The same network through candle's layers (used on CUDA; on the CPU it is the reference the
+    /// fast path is tested against).
+    pub fn forward_candle(&self, x: &Batch) -> Result<Batch> {
+        let t = x.to_tensor(&self.device)?;
+        Batch::from_tensor(&self.forward(&t)?)
+    }
+
+    fn forward_fast(ops: &[FastOp], x: &Batch) -> Batch {
+        let (n, c, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+        let mut a = Nhwc::from_nchw(n, c, h, w, &x.data);
+        for op in ops {
+            a = match op {
+                FastOp::Clamp => {
+                    a.data.iter_mut().for_each(|v| *v = (*v / 3.0).tanh() * 3.0);
+                    a
+                }
+                FastOp::Conv { conv, upsample, relu } => cpu_conv::conv3x3(&a, conv, *upsample, None, *relu),
+                FastOp::Block([c0, c2, c4]) => {
+                    let h = cpu_conv::conv3x3(&a, c0, false, None, true);
+                    let h = cpu_conv::conv3x3(&h, c2, false, None, true);
+                    cpu_conv::conv3x3(&h, c4, false, Some(&a), true)
+                }
+            };
+        }
+        Batch { shape: vec![a.n, a.c, a.h, a.w], data: a.to_nchw() }
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -271,8 +342,10 @@ impl Taesd {
     }
 
     fn run(&self, x: &Batch) -> Result<Batch> {
-        let t = x.to_tensor(&self.device)?;
-        Batch::from_tensor(&self.forward(&t)?)
+        match &self.fast {
+            Some(ops) => Ok(Self::forward_fast(ops, x)),
+            None => self.forward_candle(x),
+        }
     }
 }
 
@@ -343,6 +416,28 @@ pub mod ops {
         };
         let conv = Conv3x3 { w: t(w)?, b, stride };
         Batch::from_tensor(&conv.forward(&t(x)?)?)
+    }
+    /// The CPU fast path's conv3x3 (NHWC, packed weights, fused epilogue), optionally with the
+    /// nearest x2 upsampling folded in, ReLU applied if `relu`.
+    pub fn conv3x3_fast(x: &Batch, w: &Batch, b: Option<&Batch>, stride: usize, upsample: bool, relu: bool) -> Result<Batch> {
+        let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+        let p = PackedConv::new(w.shape[0], w.shape[1], &w.data, b.map(|b| b.data.clone()), stride);
+        let y = cpu_conv::conv3x3(&Nhwc::from_nchw(n, c, h, wd, &x.data), &p, upsample, None, relu);
+        Ok(Batch { shape: vec![y.n, y.c, y.h, y.w], data: y.to_nchw() })
+    }
+    /// The CPU fast path's Block (three fused convs, residual in the last epilogue).
+    pub fn block_fast(x: &Batch, w: [&Batch; 3], b: [&Batch; 3]) -> Result<Batch> {
+        let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+        let pk = |i: usize| PackedConv::new(w[i].shape[0], w[i].shape[1], &w[i].data, Some(b[i].data.clone()), 1);
+        let op = FastOp::Block([pk(0), pk(1), pk(2)]);
+        let _ = (n, c, h, wd);
+        Ok(Taesd::forward_fast(std::slice::from_ref(&op), x))
+    }
+    /// The CPU fast path's NHWC nearest x2 upsampling.
+    pub fn upsample_nearest2_fast(x: &Batch) -> Result<Batch> {
+        let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+        let y = cpu_conv::upsample2(&Nhwc::from_nchw(n, c, h, wd, &x.data));
+        Ok(Batch { shape: vec![y.n, y.c, y.h, y.w], data: y.to_nchw() })
     }
     /// Nearest x2 upsampling of (B,C,H,W).
     pub fn upsample_nearest2(x: &Batch) -> Result<Batch> {

@@ -116,3 +116,73 @@ fn block_matches_naive_composition() {
     assert_close(&got, &want, 1e-5);
     assert!(want.data.iter().any(|&v| v == 0.0) && want.data.iter().any(|&v| v > 0.0), "test exercises the ReLU");
 }
+
+#[test]
+fn fast_conv3x3_matches_naive_loops() {
+    let x = test_input(vec![2, 5, 9, 7], 71);
+    let w = test_input(vec![6, 5, 3, 3], 72);
+    let b = test_input(vec![6], 73);
+    for stride in [1, 2] {
+        let got = ops::conv3x3_fast(&x, &w, Some(&b), stride, false, false).unwrap();
+        assert_close(&got, &naive_conv(&x, &w, Some(&b), stride), 1e-5);
+    }
+    // ReLU epilogue
+    let got = ops::conv3x3_fast(&x, &w, None, 1, false, true).unwrap();
+    let want = naive_conv(&x, &w, None, 1);
+    let want = Batch { shape: want.shape, data: want.data.into_iter().map(|v| v.max(0.0)).collect() };
+    assert_close(&got, &want, 1e-5);
+}
+
+#[test]
+fn fast_conv3x3_with_folded_upsample_matches_upsample_then_conv() {
+    // large enough that several GEMM tiles (256 output pixels each) are used
+    let x = test_input(vec![1, 4, 20, 24], 81);
+    let w = test_input(vec![3, 4, 3, 3], 82);
+    let up = {
+        let (c, h, wd) = (4, 20, 24);
+        let mut d = vec![0f32; c * 4 * h * wd];
+        for ch in 0..c {
+            for i in 0..2 * h {
+                for j in 0..2 * wd {
+                    d[(ch * 2 * h + i) * 2 * wd + j] = x.data[(ch * h + i / 2) * wd + j / 2];
+                }
+            }
+        }
+        Batch { shape: vec![1, c, 2 * h, 2 * wd], data: d }
+    };
+    let got = ops::conv3x3_fast(&x, &w, None, 1, true, false).unwrap();
+    assert_eq!(got.shape, vec![1, 3, 40, 48]);
+    assert_close(&got, &naive_conv(&up, &w, None, 1), 1e-5);
+    assert_eq!(ops::upsample_nearest2_fast(&x).unwrap(), up);
+}
+
+#[test]
+fn fast_block_matches_candle_block() {
+    let c = 8;
+    let x = test_input(vec![2, c, 17, 19], 91);
+    let ws: Vec<Batch> = (0..3).map(|i| test_input(vec![c, c, 3, 3], 92 + i)).collect();
+    let bs: Vec<Batch> = (0..3).map(|i| test_input(vec![c], 95 + i)).collect();
+    let a = ops::block(&x, [&ws[0], &ws[1], &ws[2]], [&bs[0], &bs[1], &bs[2]]).unwrap();
+    let b = ops::block_fast(&x, [&ws[0], &ws[1], &ws[2]], [&bs[0], &bs[1], &bs[2]]).unwrap();
+    assert_close(&b, &a, 1e-4);
+}
+
+#[test]
+fn taesd_cpu_fast_path_matches_candle_layers() {
+    use cadence_engines::*;
+    for kind in [ModelKind::TaesdDecoder, ModelKind::TaesdEncoder] {
+        let w = WeightsSource::Synthetic { seed: 12 };
+        let (m, x): (Taesd, Batch) = if kind == ModelKind::TaesdDecoder {
+            (Taesd::decoder(Profile::Cpu, &w, &Device::Cpu).unwrap(), test_input(vec![2, 4, 12, 10], 5))
+        } else {
+            (Taesd::encoder(Profile::Cpu, &w, &Device::Cpu).unwrap(), test_input(vec![2, 3, 48, 40], 6))
+        };
+        let fast = if kind == ModelKind::TaesdDecoder { m.decode(&x).unwrap() } else { m.encode(&x).unwrap() };
+        let reference = m.forward_candle(&x).unwrap();
+        assert_eq!(fast.shape, reference.shape);
+        let max = reference.data.iter().fold(0f32, |a, v| a.max(v.abs()));
+        for (a, b) in fast.data.iter().zip(&reference.data) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + max), "{kind}: {a} vs {b}");
+        }
+    }
+}

@@ -15,6 +15,10 @@
 //! - NaN anywhere in a frame propagates to the whole interpolated frame (the keyframes
 //!   themselves are copied exactly). The CLI and pipeline reject NaN input up front.
 //! - alpha = 0 and alpha = 1 return the keyframes exactly (c = (1, 0) and (0, 1)).
+//!
+//! Accuracy (f32 arithmetic, tests in host/tests/kernels.rs against f64): relative error of the
+//! frame and of its norm below 2e-5 and 1e-5 for well-separated pairs; near antipodal pairs the
+//! coefficients grow as 1/sin(theta) and partly cancel, so the error grows by that factor.
 
 use crate::math::{atan2_nonneg, sin_0_pi};
 use crate::prim::{max0, sqrt};
