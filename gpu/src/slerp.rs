@@ -132,8 +132,12 @@ impl PairGeometry {
         } else {
             (sin_0_pi(beta * self.theta) / self.sin_theta, sin_0_pi(alpha * self.theta) / self.sin_theta)
         };
-        // |w0 u0 + w1 u1|: 1 in exact arithmetic; dividing by it is the norm re-projection.
-        let r = sqrt(w0 * w0 + w1 * w1 + 2.0 * w0 * w1 * self.cos_theta);
+        // |w0 u0 + w1 u1| (1 in exact arithmetic; dividing by it is the norm re-projection),
+        // written as |(w0 + w1 cos, w1 sin)| in the plane of u0 and u1: a sum of squares, so
+        // it cannot cancel to zero or below near antipodal pairs as w0^2 + w1^2 + 2 w0 w1 cos can.
+        let x = w0 + w1 * self.cos_theta;
+        let y = w1 * self.sin_theta;
+        let r = sqrt(x * x + y * y);
         let target = beta * self.n0 + alpha * self.n1;
         let scale = target / r;
         (scale * w0 / self.n0, scale * w1 / self.n1)

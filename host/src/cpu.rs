@@ -96,22 +96,37 @@ pub fn slerp_pairs<T: Elem>(v0: &[T], v1: &[T], alphas: &[f32], dim: usize, meth
     );
 }
 
-/// Stride expansion: M keyframes (the schedule's, in order) to all N frames. Each interval's
-/// geometry is computed once (first pass, parallel over intervals), then every frame is one
-/// multiply-add pass (second pass, parallel over frames).
+/// Stride expansion: M keyframes (the schedule's, in order) to all N frames. One task per
+/// interval: it computes that pair's geometry once and then writes the interval's frames while
+/// the two keyframes are still in cache, so memory traffic stays close to one read of each
+/// keyframe and one write of each frame.
 pub fn expand<T: Elem>(keys: &[T], schedule: &KeyframeSchedule, dim: usize, method: Method, out: &mut [T]) {
     let m = schedule.count();
-    assert!(dim > 0 && keys.len() == m * dim && out.len() == schedule.n_frames() * dim);
+    let n = schedule.n_frames();
+    assert!(dim > 0 && keys.len() == m * dim && out.len() == n * dim);
     let key = |j: usize| &keys[j * dim..(j + 1) * dim];
-    let geometry: Vec<PairGeometry> =
-        (0..schedule.n_intervals()).into_par_iter().map(|j| geometry_for(method, key(j), key(j + 1))).collect();
-    let positions = schedule.frame_positions();
-    out.par_chunks_mut(dim).zip(positions.par_iter()).for_each(|(o, &(j, alpha))| {
-        if m == 1 {
-            o.copy_from_slice(key(0));
-        } else {
-            let (c0, c1) = geometry[j].coeffs(method.code(), alpha);
-            combine(key(j), key(j + 1), o, c0, c1);
+    if m == 1 {
+        out.par_chunks_mut(dim).for_each(|o| o.copy_from_slice(key(0)));
+        return;
+    }
+    // Split the output into the frame ranges each interval owns (the device kernel's ownership).
+    let kf = schedule.keyframes();
+    let mut parts = Vec::with_capacity(m - 1);
+    let mut rest = out;
+    for j in 0..m - 1 {
+        let end = if j + 2 == m { n } else { kf[j + 1] as usize };
+        let first = if j == 0 { 0 } else { kf[j] as usize };
+        let (mine, tail) = rest.split_at_mut((end - first) * dim);
+        parts.push((j, first, mine));
+        rest = tail;
+    }
+    parts.into_par_iter().for_each(|(j, first, frames)| {
+        let (a, b) = (key(j), key(j + 1));
+        let g = geometry_for(method, a, b);
+        for (i, o) in frames.chunks_mut(dim).enumerate() {
+            let alpha = cadence_kernels::slerp::interval_alpha((first + i) as u32, kf[j], kf[j + 1]);
+            let (c0, c1) = g.coeffs(method.code(), alpha);
+            combine(a, b, o, c0, c1);
         }
     });
 }

@@ -2,9 +2,11 @@
 //! launches and CPU paths, keyframe schedules, and array I/O. The `cadence` binary is its CLI.
 
 pub mod backend;
+pub mod bench;
 pub mod cpu;
 pub mod cuda;
 pub mod elem;
+pub mod gpucheck;
 pub mod hardware;
 pub mod npy;
 pub mod ptx;

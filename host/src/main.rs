@@ -26,6 +26,34 @@ enum Command {
     Expand(ExpandArgs),
     /// Toolchain, embedded PTX targets, and the backend and device this machine would use.
     Info,
+    /// Microbenchmark of the one-launch stride expansion against the copy bandwidth measured
+    /// in the same run (median of runs; CPU always, CUDA when present).
+    Bench {
+        #[arg(long, default_value_t = 640)]
+        frames: usize,
+        /// Comma-separated strides.
+        #[arg(long, default_value = "2,3", value_delimiter = ',')]
+        strides: Vec<usize>,
+        /// Elements per frame (4x32x32 latent = 4096).
+        #[arg(long, default_value_t = 4096)]
+        dim: usize,
+        #[arg(long, default_value_t = 21)]
+        reps: usize,
+        #[arg(long, value_enum, default_value = "slerp")]
+        method: Method,
+        /// Also write the rows as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// On a CUDA machine: every kernel's GPU output against the CPU path on random data, then
+    /// a timing table. Exits non-zero on any mismatch.
+    GpuCheck {
+        #[arg(long, default_value_t = 51)]
+        reps: usize,
+        /// Write the full report as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -60,6 +88,8 @@ fn main() {
         Command::Ptx { arch } => cmd_ptx(&arch),
         Command::Expand(a) => cmd_expand(a),
         Command::Info => cmd_info(),
+        Command::Bench { frames, strides, dim, reps, method, json } => cmd_bench(frames, &strides, dim, reps, method, json),
+        Command::GpuCheck { reps, json } => cadence::gpucheck::run(reps).and_then(|r| write_json(json, &r)),
     };
     if let Err(e) = result {
         eprintln!("cadence: error: {e:#}");
@@ -151,4 +181,27 @@ fn write_expanded<T: Elem + npyz::AutoSerialize>(
 ) -> Result<()> {
     let frames = backend.expand(keys, schedule, dim, method)?;
     npy::write(output, shape, &frames).with_context(|| format!("writing {}", output.display()))
+}
+
+fn write_json<T: serde::Serialize>(path: Option<PathBuf>, value: &T) -> Result<()> {
+    if let Some(p) = path {
+        npy::write_atomically(&p, |w| Ok(serde_json::to_writer_pretty(w, value)?))?;
+        eprintln!("cadence: wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn cmd_bench(frames: usize, strides: &[usize], dim: usize, reps: usize, method: Method, json: Option<PathBuf>) -> Result<()> {
+    anyhow::ensure!(reps > 0 && dim > 0 && frames > 0, "frames, dim and reps must be positive");
+    let mut rows = Vec::new();
+    for b in Backend::all_available() {
+        for &k in strides {
+            rows.push(cadence::bench::bench_expand::<f32>(&b, frames, k, dim, method, reps)?);
+        }
+    }
+    cadence::gpucheck::print_expand_table(&rows);
+    if !Backend::all_available().iter().any(|b| b.is_cuda()) {
+        println!("(no CUDA device here: CPU rows only)");
+    }
+    write_json(json, &rows)
 }

@@ -1,0 +1,138 @@
+//! `cadence gpu-check`: on a machine with a CUDA driver (no Rust needed), every kernel's CUDA
+//! output against the CPU path on fresh random data, then the timing table. Non-zero exit on
+//! any mismatch.
+
+use crate::bench::{bench_expand, median, test_data};
+use crate::cuda::CudaBackend;
+use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::{Backend, KeyframeSchedule};
+use anyhow::{bail, Result};
+use half::f16;
+
+#[derive(serde::Serialize)]
+pub struct Check {
+    pub kernel: String,
+    pub case: String,
+    /// max |gpu - cpu| over max |cpu| (for NV12: max difference in LSB).
+    pub max_err: f64,
+    pub tolerance: f64,
+    pub pass: bool,
+}
+
+fn rel_max<T: Elem>(gpu: &[T], cpu: &[T]) -> f64 {
+    let scale = cpu.iter().map(|x| x.to_f32().abs() as f64).fold(0.0, f64::max).max(1e-30);
+    let worst = gpu.iter().zip(cpu).map(|(a, b)| {
+        let (a, b) = (a.to_f32() as f64, b.to_f32() as f64);
+        if a.is_nan() || b.is_nan() { f64::INFINITY } else { (a - b).abs() }
+    }).fold(0.0, f64::max);
+    worst / scale
+}
+
+fn convert<T: Elem>(v: &[f32]) -> Vec<T> {
+    v.iter().map(|&x| T::from_f32(x)).collect()
+}
+
+fn checks_for<T: Elem>(cuda: &Backend, cpu: &Backend, seed: &mut u64, tol: f64, out: &mut Vec<Check>) -> Result<()> {
+    let mut next_seed = || {
+        *seed += 1;
+        *seed
+    };
+    let dt = T::DTYPE;
+    for &(n, k, dim) in &[(640usize, 2usize, 4096usize), (640, 3, 4096), (1, 3, 4096), (17, 40, 999), (101, 7, 33)] {
+        for method in [Method::Slerp, Method::Lerp] {
+            let s = KeyframeSchedule::fixed_stride(n, k)?;
+            let keys: Vec<T> = convert(&test_data(s.count() * dim, next_seed()));
+            let g = cuda.expand(&keys, &s, dim, method)?;
+            let c = cpu.expand(&keys, &s, dim, method)?;
+            let e = rel_max(&g, &c);
+            out.push(Check { kernel: format!("expand_{dt}"), case: format!("N={n} k={k} D={dim} {method:?}"), max_err: e, tolerance: tol, pass: e <= tol });
+        }
+    }
+    let (rows, dim) = (300, 4096);
+    let v0: Vec<T> = convert(&test_data(rows * dim, next_seed()));
+    let v1: Vec<T> = convert(&test_data(rows * dim, next_seed()));
+    let alphas: Vec<f32> = (0..rows).map(|i| i as f32 / (rows - 1) as f32).collect();
+    for method in [Method::Slerp, Method::Lerp] {
+        let e = rel_max(&cuda.slerp_pairs(&v0, &v1, &alphas, dim, method)?, &cpu.slerp_pairs(&v0, &v1, &alphas, dim, method)?);
+        out.push(Check { kernel: format!("slerp_pairs_{dt}"), case: format!("{rows} rows D={dim} {method:?}"), max_err: e, tolerance: tol, pass: e <= tol });
+    }
+    let speech: Vec<bool> = (0..200).map(|i| (i / 23) % 3 != 1).collect();
+    let distance = crate::schedule::speech_distance(&speech);
+    let rest: Vec<T> = convert(&test_data(dim, next_seed()));
+    let frames: Vec<T> = convert(&test_data(200 * dim, next_seed()));
+    let (mut a, mut b) = (frames.clone(), frames);
+    cuda.ease(&mut a, &rest, &distance, 4)?;
+    cpu.ease(&mut b, &rest, &distance, 4)?;
+    let e = rel_max(&a, &b);
+    out.push(Check { kernel: format!("ease_{dt}"), case: "200 frames, ramp 4".into(), max_err: e, tolerance: tol, pass: e <= tol });
+    for &(w, h, pitch, frames) in &[(256usize, 256usize, 256usize, 8usize), (1080, 1920, 1088, 2), (6, 4, 7, 3)] {
+        for (m, r) in [(ColorMatrix::Bt709, RgbRange::Unit), (ColorMatrix::Bt601, RgbRange::Signed)] {
+            let layout = RgbLayout { width: w, height: h, pitch, frames };
+            let rgb: Vec<T> = convert(&test_data(layout.len(), next_seed()).iter().map(|x| x * 0.3 + 0.5).collect::<Vec<_>>());
+            let g = cuda.rgb_to_nv12(&rgb, layout, m, r)?;
+            let c = cpu.rgb_to_nv12(&rgb, layout, m, r)?;
+            let e = g.iter().zip(&c).map(|(&x, &y)| (x as i32 - y as i32).abs()).max().unwrap_or(0) as f64;
+            out.push(Check { kernel: format!("rgb_to_nv12_{dt}"), case: format!("{w}x{h} pitch {pitch} x{frames} {m:?} {r:?}"), max_err: e, tolerance: 1.0, pass: e <= 1.0 });
+        }
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+pub struct Report {
+    pub device: String,
+    pub cpu: String,
+    pub checks: Vec<Check>,
+    pub expand: Vec<crate::bench::ExpandBench>,
+    pub nv12_1080x1920_ms: f64,
+    pub nv12_gbps: f64,
+}
+
+pub fn run(reps: usize) -> Result<Report> {
+    let cuda = Backend::Cuda(Box::new(CudaBackend::new(0)?));
+    let cpu = Backend::Cpu;
+    println!("device: {}", cuda.describe());
+    let mut checks = Vec::new();
+    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos() as u64;
+    // f32: both sides compute in f32 with different reduction orders; f16 outputs may differ
+    // by one f16 rounding step (2^-11 relative).
+    checks_for::<f32>(&cuda, &cpu, &mut seed, 1e-5, &mut checks)?;
+    checks_for::<f16>(&cuda, &cpu, &mut seed, 2e-3, &mut checks)?;
+    println!("{:<20} {:<40} {:>12} {:>10}  result", "kernel", "case", "max err", "tolerance");
+    for c in &checks {
+        println!("{:<20} {:<40} {:>12.3e} {:>10.1e}  {}", c.kernel, c.case, c.max_err, c.tolerance, if c.pass { "ok" } else { "MISMATCH" });
+    }
+    let mut expand = Vec::new();
+    for b in [&cpu, &cuda] {
+        for k in [2, 3] {
+            expand.push(bench_expand::<f32>(b, 640, k, 4096, Method::Slerp, reps)?);
+        }
+    }
+    print_expand_table(&expand);
+    let Backend::Cuda(c) = &cuda else { unreachable!() };
+    let layout = RgbLayout::packed(1080, 1920, 1);
+    let rgb = c.upload(&test_data(layout.len(), 3))?;
+    let mut out = c.alloc::<u8>(layout.nv12_frame_bytes())?;
+    let t = median(&c.time_ms(3, reps, || c.rgb_to_nv12_on_device(&rgb, layout, ColorMatrix::Bt709, RgbRange::Unit, &mut out))?);
+    let gbps = (layout.len() * 4 + layout.nv12_frame_bytes()) as f64 / (t * 1e-3) / 1e9;
+    println!("rgb_to_nv12_f32 1080x1920: {t:.4} ms median of {reps}, {gbps:.1} GB/s");
+    let failed = checks.iter().filter(|c| !c.pass).count();
+    let report = Report { device: cuda.describe(), cpu: cpu.describe(), checks, expand, nv12_1080x1920_ms: t, nv12_gbps: gbps };
+    if failed > 0 {
+        bail!("{failed} kernel checks failed (see the table above)");
+    }
+    Ok(report)
+}
+
+pub fn print_expand_table(rows: &[crate::bench::ExpandBench]) {
+    println!(
+        "{:<44} {:>6} {:>3} {:>5} {:>10} {:>10} {:>9} {:>10} {:>8}",
+        "backend", "N", "k", "keys", "median ms", "min ms", "GB/s", "copy GB/s", "ratio"
+    );
+    for r in rows {
+        println!(
+            "{:<44} {:>6} {:>3} {:>5} {:>10.4} {:>10.4} {:>9.1} {:>10.1} {:>8.2}",
+            r.backend, r.frames, r.stride, r.keyframes, r.median_ms, r.min_ms, r.gbps, r.copy_gbps, r.ratio_to_copy
+        );
+    }
+}

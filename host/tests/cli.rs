@@ -1,0 +1,121 @@
+//! The `cadence` binary end to end: outputs, and bad input (clear error, non-zero exit, no
+//! output file).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn cadence(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cadence")).args(args).output().expect("run cadence")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn expand_f32_and_f16_roundtrip() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.npy");
+    let out = dir.path().join("frames.npy");
+    // 10 frames at stride 3: keyframes 0 3 6 9.
+    let data: Vec<f32> = (0..4 * 2 * 3 * 5).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
+    cadence::npy::write(&keys, &[4, 2, 3, 5], &data).unwrap();
+    let o = cadence(&["expand", "--input", s(&keys), "--output", s(&out), "--frames", "10", "--stride", "3", "--backend", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let arr = cadence::npy::read(&out).unwrap();
+    assert_eq!(arr.shape(), &[10, 2, 3, 5]);
+    let cadence::npy::Array::F32 { data: frames, .. } = arr else { panic!("dtype changed") };
+    assert_eq!(&frames[3 * 30..4 * 30], &data[30..60]);
+
+    let data16: Vec<half::f16> = data.iter().map(|&x| half::f16::from_f32(x)).collect();
+    let keys16 = dir.path().join("keys16.npy");
+    let out16 = dir.path().join("frames16.npy");
+    cadence::npy::write(&keys16, &[4, 30], &data16).unwrap();
+    let o = cadence(&["expand", "--input", s(&keys16), "--output", s(&out16), "--frames", "10", "--keyframes", "0,3,6,9", "--method", "lerp"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let arr = cadence::npy::read(&out16).unwrap();
+    assert_eq!(arr.shape(), &[10, 30]);
+    assert_eq!(arr.dtype(), cadence::Dtype::F16);
+}
+
+#[test]
+fn expand_bad_inputs_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.npy");
+    let out = dir.path().join("frames.npy");
+    cadence::npy::write(&keys, &[4, 8], &vec![0.5f32; 32]).unwrap();
+    let mut nan = vec![0.5f32; 32];
+    nan[17] = f32::NAN;
+    let nan_keys = dir.path().join("nan.npy");
+    cadence::npy::write(&nan_keys, &[4, 8], &nan).unwrap();
+    let garbage = dir.path().join("garbage.npy");
+    std::fs::write(&garbage, b"not an npy file at all").unwrap();
+    let truncated = dir.path().join("truncated.npy");
+    let bytes = std::fs::read(&keys).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() - 9]).unwrap();
+    let ints = dir.path().join("ints.npy");
+    npyz::to_file_1d(&ints, vec![1i32, 2, 3, 4]).unwrap();
+
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--input", s(&keys), "--frames", "10", "--stride", "2"], "schedule"), // 6 keyframes needed
+        (vec!["--input", s(&keys), "--frames", "10", "--stride", "0"], "stride"),
+        (vec!["--input", s(&nan_keys), "--frames", "10", "--stride", "3"], "NaN at keyframe 2"),
+        (vec!["--input", s(&garbage), "--frames", "10", "--stride", "3"], "not a valid .npy"),
+        (vec!["--input", s(&truncated), "--frames", "10", "--stride", "3"], "truncated"),
+        (vec!["--input", s(&ints), "--frames", "10", "--stride", "3"], "dtype"),
+        (vec!["--input", "/nonexistent/keys.npy", "--frames", "10", "--stride", "3"], "cannot read"),
+        (vec!["--input", s(&keys), "--frames", "10", "--keyframes", "0,5,3,9"], "strictly increasing"),
+    ];
+    for (args, needle) in cases {
+        let mut full = vec!["expand", "--output", s(&out)];
+        full.extend(args.iter());
+        let o = cadence(&full);
+        assert!(!o.status.success(), "{full:?} should fail");
+        assert!(stderr(&o).contains(needle), "{full:?}: expected '{needle}' in: {}", stderr(&o));
+        assert!(!out.exists(), "{full:?} left an output file");
+    }
+    // No leftovers of partial writes either.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains("partial")).collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn existing_output_is_not_overwritten_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.npy");
+    let out = dir.path().join("frames.npy");
+    cadence::npy::write(&keys, &[2, 4], &[1.0f32, 0., 0., 0., 0., 1., 0., 0.]).unwrap();
+    std::fs::write(&out, b"precious").unwrap();
+    let args = ["expand", "--input", s(&keys), "--output", s(&out), "--frames", "5", "--stride", "4"];
+    let o = cadence(&args);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--force"));
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    assert!(cadence(&forced).status.success());
+    assert_eq!(cadence::npy::read(&out).unwrap().shape(), &[5, 4]);
+}
+
+#[test]
+fn ptx_info_and_help() {
+    for (arch, target) in [("sm_90", ".target sm_90"), ("sm_120", ".target sm_120"), ("portable", ".target sm_75")] {
+        let o = cadence(&["ptx", "--arch", arch]);
+        assert!(o.status.success());
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(target) && text.contains(".entry expand_f32("), "{arch}");
+    }
+    let o = cadence(&["ptx", "--arch", "sm_52"]);
+    assert!(!o.status.success() && stderr(&o).contains("available"));
+    let o = cadence(&["info"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("backend (auto)"));
+    for sub in ["ptx", "expand", "info"] {
+        let o = cadence(&[sub, "--help"]);
+        assert!(o.status.success() && !o.stdout.is_empty(), "{sub} --help");
+    }
+}
