@@ -17,7 +17,11 @@ fn main() -> Result<()> {
     let show = |r: &BenchResult| {
         println!(
             "{:<32} batch {:>3}  {:>8.2} frames/s  {:>7.1} GFLOP/s  ({:.0}% of matmul)",
-            r.name, r.batch, r.frames_per_s, r.gflops, 100.0 * r.gflops / mm
+            r.name,
+            r.batch,
+            r.frames_per_s,
+            r.gflops,
+            100.0 * r.gflops / mm
         )
     };
     if want("taesd") {

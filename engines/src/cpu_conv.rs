@@ -23,28 +23,32 @@ impl Nhwc {
     /// From NCHW data.
     pub fn from_nchw(n: usize, c: usize, h: usize, w: usize, src: &[f32]) -> Nhwc {
         let mut data = vec![0f32; n * h * w * c];
-        data.par_chunks_mut(h * w * c).enumerate().for_each(|(b, dst)| {
-            let s = &src[b * c * h * w..(b + 1) * c * h * w];
-            for ch in 0..c {
-                for p in 0..h * w {
-                    dst[p * c + ch] = s[ch * h * w + p];
+        data.par_chunks_mut(h * w * c)
+            .enumerate()
+            .for_each(|(b, dst)| {
+                let s = &src[b * c * h * w..(b + 1) * c * h * w];
+                for ch in 0..c {
+                    for p in 0..h * w {
+                        dst[p * c + ch] = s[ch * h * w + p];
+                    }
                 }
-            }
-        });
+            });
         Nhwc { n, h, w, c, data }
     }
     /// To NCHW data.
     pub fn to_nchw(&self) -> Vec<f32> {
         let (h, w, c) = (self.h, self.w, self.c);
         let mut out = vec![0f32; self.data.len()];
-        out.par_chunks_mut(h * w * c).enumerate().for_each(|(b, dst)| {
-            let s = &self.data[b * h * w * c..(b + 1) * h * w * c];
-            for p in 0..h * w {
-                for ch in 0..c {
-                    dst[ch * h * w + p] = s[p * c + ch];
+        out.par_chunks_mut(h * w * c)
+            .enumerate()
+            .for_each(|(b, dst)| {
+                let s = &self.data[b * h * w * c..(b + 1) * h * w * c];
+                for p in 0..h * w {
+                    for ch in 0..c {
+                        dst[ch * h * w + p] = s[p * c + ch];
+                    }
                 }
-            }
-        });
+            });
         out
     }
 }
@@ -61,7 +65,13 @@ pub struct PackedConv {
 
 impl PackedConv {
     /// `w` in PyTorch layout (cout, cin, 3, 3).
-    pub fn new(cout: usize, cin: usize, w: &[f32], bias: Option<Vec<f32>>, stride: usize) -> PackedConv {
+    pub fn new(
+        cout: usize,
+        cin: usize,
+        w: &[f32],
+        bias: Option<Vec<f32>>,
+        stride: usize,
+    ) -> PackedConv {
         assert_eq!(w.len(), cout * cin * 9);
         let mut p = vec![0f32; 9 * cin * cout];
         for o in 0..cout {
@@ -71,7 +81,13 @@ impl PackedConv {
                 }
             }
         }
-        PackedConv { cin, cout, stride, w: p, bias }
+        PackedConv {
+            cin,
+            cout,
+            stride,
+            w: p,
+            bias,
+        }
     }
 }
 
@@ -79,83 +95,116 @@ impl PackedConv {
 const TILE_PIXELS: usize = 256;
 
 /// y = conv3x3(upsample2?(x)) + bias (+ residual), then ReLU if `relu`.
-pub fn conv3x3(x: &Nhwc, p: &PackedConv, upsample: bool, residual: Option<&Nhwc>, relu: bool) -> Nhwc {
+pub fn conv3x3(
+    x: &Nhwc,
+    p: &PackedConv,
+    upsample: bool,
+    residual: Option<&Nhwc>,
+    relu: bool,
+) -> Nhwc {
     assert_eq!(x.c, p.cin, "conv3x3: channel mismatch");
-    let (ih, iw) = if upsample { (2 * x.h, 2 * x.w) } else { (x.h, x.w) };
+    let (ih, iw) = if upsample {
+        (2 * x.h, 2 * x.w)
+    } else {
+        (x.h, x.w)
+    };
     let oh = (ih + 2 - 3) / p.stride + 1;
     let ow = (iw + 2 - 3) / p.stride + 1;
     let (cin, cout, k) = (p.cin, p.cout, 9 * p.cin);
     if let Some(r) = residual {
-        assert_eq!((r.n, r.h, r.w, r.c), (x.n, oh, ow, cout), "conv3x3: residual shape");
+        assert_eq!(
+            (r.n, r.h, r.w, r.c),
+            (x.n, oh, ow, cout),
+            "conv3x3: residual shape"
+        );
     }
     let rows = TILE_PIXELS.div_ceil(ow).clamp(1, oh);
     let mut out = vec![0f32; x.n * oh * ow * cout];
     let img_in = x.h * x.w * cin;
     let img_out = oh * ow * cout;
-    out.par_chunks_mut(img_out).enumerate().for_each(|(b, oimg)| {
-        let src = &x.data[b * img_in..(b + 1) * img_in];
-        oimg.par_chunks_mut(rows * ow * cout).enumerate().for_each(|(t, dst)| {
-            let oy0 = t * rows;
-            let npix = dst.len() / cout;
-            let mut col = vec![0f32; npix * k];
-            for (q, colrow) in col.chunks_mut(k).enumerate() {
-                let oy = oy0 + q / ow;
-                let ox = q % ow;
-                for ky in 0..3 {
-                    let iy = (oy * p.stride + ky) as isize - 1;
-                    for kx in 0..3 {
-                        let ix = (ox * p.stride + kx) as isize - 1;
-                        let d = &mut colrow[(ky * 3 + kx) * cin..(ky * 3 + kx + 1) * cin];
-                        if iy < 0 || ix < 0 || iy >= ih as isize || ix >= iw as isize {
-                            d.fill(0.0);
-                        } else {
-                            let (sy, sx) = if upsample { (iy as usize / 2, ix as usize / 2) } else { (iy as usize, ix as usize) };
-                            let s = (sy * x.w + sx) * cin;
-                            d.copy_from_slice(&src[s..s + cin]);
+    out.par_chunks_mut(img_out)
+        .enumerate()
+        .for_each(|(b, oimg)| {
+            let src = &x.data[b * img_in..(b + 1) * img_in];
+            oimg.par_chunks_mut(rows * ow * cout)
+                .enumerate()
+                .for_each(|(t, dst)| {
+                    let oy0 = t * rows;
+                    let npix = dst.len() / cout;
+                    let mut col = vec![0f32; npix * k];
+                    for (q, colrow) in col.chunks_mut(k).enumerate() {
+                        let oy = oy0 + q / ow;
+                        let ox = q % ow;
+                        for ky in 0..3 {
+                            let iy = (oy * p.stride + ky) as isize - 1;
+                            for kx in 0..3 {
+                                let ix = (ox * p.stride + kx) as isize - 1;
+                                let d = &mut colrow[(ky * 3 + kx) * cin..(ky * 3 + kx + 1) * cin];
+                                if iy < 0 || ix < 0 || iy >= ih as isize || ix >= iw as isize {
+                                    d.fill(0.0);
+                                } else {
+                                    let (sy, sx) = if upsample {
+                                        (iy as usize / 2, ix as usize / 2)
+                                    } else {
+                                        (iy as usize, ix as usize)
+                                    };
+                                    let s = (sy * x.w + sx) * cin;
+                                    d.copy_from_slice(&src[s..s + cin]);
+                                }
+                            }
                         }
                     }
-                }
-            }
-            // SAFETY: dst is npix x cout row-major, col npix x k row-major, w k x cout row-major;
-            // all slices are exactly that long and do not overlap.
-            unsafe {
-                gemm::gemm(
-                    npix,
-                    cout,
-                    k,
-                    dst.as_mut_ptr(),
-                    1,
-                    cout as isize,
-                    false,
-                    col.as_ptr(),
-                    1,
-                    k as isize,
-                    p.w.as_ptr(),
-                    1,
-                    cout as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-            let res = residual.map(|r| &r.data[b * img_out + oy0 * ow * cout..b * img_out + oy0 * ow * cout + dst.len()]);
-            for (q, px) in dst.chunks_mut(cout).enumerate() {
-                if let Some(bias) = &p.bias {
-                    px.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-                }
-                if let Some(r) = res {
-                    px.iter_mut().zip(&r[q * cout..(q + 1) * cout]).for_each(|(v, r)| *v += r);
-                }
-                if relu {
-                    px.iter_mut().for_each(|v| *v = v.max(0.0));
-                }
-            }
+                    // SAFETY: dst is npix x cout row-major, col npix x k row-major, w k x cout row-major;
+                    // all slices are exactly that long and do not overlap.
+                    unsafe {
+                        gemm::gemm(
+                            npix,
+                            cout,
+                            k,
+                            dst.as_mut_ptr(),
+                            1,
+                            cout as isize,
+                            false,
+                            col.as_ptr(),
+                            1,
+                            k as isize,
+                            p.w.as_ptr(),
+                            1,
+                            cout as isize,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        );
+                    }
+                    let res = residual.map(|r| {
+                        &r.data[b * img_out + oy0 * ow * cout
+                            ..b * img_out + oy0 * ow * cout + dst.len()]
+                    });
+                    for (q, px) in dst.chunks_mut(cout).enumerate() {
+                        if let Some(bias) = &p.bias {
+                            px.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+                        }
+                        if let Some(r) = res {
+                            px.iter_mut()
+                                .zip(&r[q * cout..(q + 1) * cout])
+                                .for_each(|(v, r)| *v += r);
+                        }
+                        if relu {
+                            px.iter_mut().for_each(|v| *v = v.max(0.0));
+                        }
+                    }
+                });
         });
-    });
-    Nhwc { n: x.n, h: oh, w: ow, c: cout, data: out }
+    Nhwc {
+        n: x.n,
+        h: oh,
+        w: ow,
+        c: cout,
+        data: out,
+    }
 }
 
 /// Nearest x2 upsampling (used only by tests and the reference path; the fast path folds it into
@@ -163,13 +212,21 @@ pub fn conv3x3(x: &Nhwc, p: &PackedConv, upsample: bool, residual: Option<&Nhwc>
 pub fn upsample2(x: &Nhwc) -> Nhwc {
     let (h, w, c) = (x.h, x.w, x.c);
     let mut out = vec![0f32; x.n * 4 * h * w * c];
-    out.par_chunks_mut(2 * w * c).enumerate().for_each(|(row, dst)| {
-        let b = row / (2 * h);
-        let y = (row % (2 * h)) / 2;
-        for ox in 0..2 * w {
-            let s = ((b * h + y) * w + ox / 2) * c;
-            dst[ox * c..(ox + 1) * c].copy_from_slice(&x.data[s..s + c]);
-        }
-    });
-    Nhwc { n: x.n, h: 2 * h, w: 2 * w, c, data: out }
+    out.par_chunks_mut(2 * w * c)
+        .enumerate()
+        .for_each(|(row, dst)| {
+            let b = row / (2 * h);
+            let y = (row % (2 * h)) / 2;
+            for ox in 0..2 * w {
+                let s = ((b * h + y) * w + ox / 2) * c;
+                dst[ox * c..(ox + 1) * c].copy_from_slice(&x.data[s..s + c]);
+            }
+        });
+    Nhwc {
+        n: x.n,
+        h: 2 * h,
+        w: 2 * w,
+        c,
+        data: out,
+    }
 }

@@ -65,12 +65,16 @@ pub enum Profile {
     /// Exact published sizes (TAESD 64 channels, UNet [320,640,1280,1280], VAE [128,256,512,512],
     /// whisper-tiny d=384). Real weights need this profile.
     Full,
-    /// Reduced widths, same topology, for CPU runs:
-    /// TAESD 16 channels (1/4), UNet [32,64,128,128] (1/10), SD VAE [32,64,128,128] (1/4) with 32
-    /// norm groups kept, whisper-tiny unchanged (it is cheap: one 30 s window per 30 s of audio).
+    /// Reduced widths, same layers and keys, for CPU runs: TAESD 16 channels (1/16 of the FLOPs),
+    /// UNet [32,64,128,128] with 1 attention head (candle's 32-group norms need multiples of 32),
+    /// SD VAE [32,64,128,128], whisper-tiny unchanged (25.6 s of audio encode in about 1.4 s).
     ///
-    /// Measured on this project's CI machine (2 vCPU AMD EPYC, AVX2/FMA, candle 0.11.1 CPU, f32,
-    /// batch 8, release build): see engines/README.md for the full table.
+    /// Measured on the 2-vCPU AMD EPYC (AVX2/FMA) development machine, f32, release build, with
+    /// another workspace build running (candle 2048^3 matmul 44-52 GFLOP/s in the same runs;
+    /// about 100 GFLOP/s when idle): TAESD decoder 9.9 frames/s (batch 8, 43% of the matmul
+    /// rate), UNet 1.0-2.2 frames/s (batch 8), SD VAE decoder 0.3 frames/s. The main experiment
+    /// (about 1175 UNet frames + 1920 decoded frames) therefore takes about 10+3 minutes on this
+    /// machine, not 2: the candle UNet is the bottleneck (see engines/README.md).
     Cpu,
 }
 
@@ -87,7 +91,9 @@ impl Profile {
         match s {
             "full" => Ok(Profile::Full),
             "cpu" | "cpu-reduced" => Ok(Profile::Cpu),
-            _ => Err(EngineError::BadInput(format!("unknown profile `{s}` (expected full or cpu-reduced)"))),
+            _ => Err(EngineError::BadInput(format!(
+                "unknown profile `{s}` (expected full or cpu-reduced)"
+            ))),
         }
     }
 }
@@ -177,11 +183,19 @@ pub const MODELS_ENV: &str = "CADENCE_MODELS";
 /// Picks the weights of `model`: an explicit path wins; else `$CADENCE_MODELS/<file_name>` if that
 /// file exists; else synthetic weights with [`DEFAULT_SEED`].
 pub fn resolve_weights(model: ModelKind, explicit: Option<&Path>) -> WeightsSource {
-    resolve_weights_in(model, explicit, std::env::var_os(MODELS_ENV).map(PathBuf::from).as_deref())
+    resolve_weights_in(
+        model,
+        explicit,
+        std::env::var_os(MODELS_ENV).map(PathBuf::from).as_deref(),
+    )
 }
 
 /// [`resolve_weights`] with the models directory given (testable without touching the environment).
-pub fn resolve_weights_in(model: ModelKind, explicit: Option<&Path>, models_dir: Option<&Path>) -> WeightsSource {
+pub fn resolve_weights_in(
+    model: ModelKind,
+    explicit: Option<&Path>,
+    models_dir: Option<&Path>,
+) -> WeightsSource {
     if let Some(p) = explicit {
         return WeightsSource::File(p.to_path_buf());
     }
@@ -206,32 +220,52 @@ impl Batch {
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Batch> {
         let n: usize = shape.iter().product();
         if n != data.len() {
-            return Err(EngineError::BadInput(format!("shape {shape:?} needs {n} values, got {}", data.len())));
+            return Err(EngineError::BadInput(format!(
+                "shape {shape:?} needs {n} values, got {}",
+                data.len()
+            )));
         }
         Ok(Batch { shape, data })
     }
     pub fn zeros(shape: Vec<usize>) -> Batch {
         let n = shape.iter().product();
-        Batch { shape, data: vec![0.0; n] }
+        Batch {
+            shape,
+            data: vec![0.0; n],
+        }
     }
     /// Size of the first dimension.
     pub fn batch_size(&self) -> usize {
         self.shape.first().copied().unwrap_or(0)
     }
     pub(crate) fn to_tensor(&self, device: &Device) -> Result<Tensor> {
-        Ok(Tensor::from_slice(&self.data, self.shape.as_slice(), device)?)
+        Ok(Tensor::from_slice(
+            &self.data,
+            self.shape.as_slice(),
+            device,
+        )?)
     }
     pub(crate) fn from_tensor(t: &Tensor) -> Result<Batch> {
         let shape = t.dims().to_vec();
-        let data = t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let data = t
+            .to_dtype(candle_core::DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         Ok(Batch { shape, data })
     }
     /// Checks rank and the fixed (non-`None`) dimensions.
     pub(crate) fn expect(&self, what: &str, dims: &[Option<usize>]) -> Result<()> {
         let ok = self.shape.len() == dims.len()
-            && self.shape.iter().zip(dims).all(|(s, d)| d.is_none_or(|d| d == *s));
+            && self
+                .shape
+                .iter()
+                .zip(dims)
+                .all(|(s, d)| d.is_none_or(|d| d == *s));
         if !ok || self.data.len() != self.shape.iter().product::<usize>() {
-            let want: Vec<String> = dims.iter().map(|d| d.map_or("_".into(), |d| d.to_string())).collect();
+            let want: Vec<String> = dims
+                .iter()
+                .map(|d| d.map_or("_".into(), |d| d.to_string()))
+                .collect();
             return Err(EngineError::BadInput(format!(
                 "{what}: expected shape ({}), got {:?} with {} values",
                 want.join(","),
@@ -290,10 +324,19 @@ pub trait AudioEncoder: Engine {
 
 /// Synthetic weights of a model written to a safetensors file (the same tensors
 /// `WeightsSource::Synthetic { seed }` would use), e.g. to test the file path end to end.
-pub fn write_synthetic_weights(model: ModelKind, profile: Profile, seed: u64, path: &Path) -> Result<()> {
+pub fn write_synthetic_weights(
+    model: ModelKind,
+    profile: Profile,
+    seed: u64,
+    path: &Path,
+) -> Result<()> {
     let tensors = match model {
-        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => taesd::synthetic_weights(model, profile, seed)?,
-        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => sd_vae::synthetic_weights(profile, seed)?,
+        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => {
+            taesd::synthetic_weights(model, profile, seed)?
+        }
+        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => {
+            sd_vae::synthetic_weights(profile, seed)?
+        }
         ModelKind::MuseTalkUnet => unet::synthetic_weights(profile, seed)?,
         ModelKind::WhisperTiny => whisper::synthetic_weights(profile, seed)?,
     };

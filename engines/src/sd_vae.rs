@@ -10,7 +10,10 @@
 
 use crate::flops::{attention_flops, index_after, weight_flops};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
-use crate::{Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, WeightsSource};
+use crate::{
+    Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result,
+    WeightsSource,
+};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use candle_transformers::models::stable_diffusion::vae::{AutoEncoderKL, AutoEncoderKLConfig};
@@ -97,14 +100,24 @@ impl SdVae {
         Self::new(ModelKind::SdVaeEncoder, profile, weights, device)
     }
 
-    fn new(kind: ModelKind, profile: Profile, weights: &WeightsSource, device: &Device) -> Result<SdVae> {
+    fn new(
+        kind: ModelKind,
+        profile: Profile,
+        weights: &WeightsSource,
+        device: &Device,
+    ) -> Result<SdVae> {
         let table = param_table(profile)?;
         let mut tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
         if kind == ModelKind::SdVaeEncoder {
             zero_logvar(&mut tensors)?;
         }
-        let vae = weights::build_from_tensors(tensors, device, kind.name(), |vb| build(vb, profile))?;
-        let half = if kind == ModelKind::SdVaeDecoder { ["decoder.", "post_quant_conv."] } else { ["encoder.", "quant_conv."] };
+        let vae =
+            weights::build_from_tensors(tensors, device, kind.name(), |vb| build(vb, profile))?;
+        let half = if kind == ModelKind::SdVaeDecoder {
+            ["decoder.", "post_quant_conv."]
+        } else {
+            ["encoder.", "quant_conv."]
+        };
         let num_params = table
             .entries
             .iter()
@@ -112,18 +125,42 @@ impl SdVae {
             .map(|e| e.shape.iter().product::<usize>())
             .sum();
         let flops = vae_flops(&table, kind, &config(profile).block_out_channels);
-        Ok(SdVae { kind, profile, label: weights.label(), num_params, flops, vae, device: device.clone() })
+        Ok(SdVae {
+            kind,
+            profile,
+            label: weights.label(),
+            num_params,
+            flops,
+            vae,
+            device: device.clone(),
+        })
     }
 }
 
 /// Sets the log-variance rows of quant_conv to weight 0, bias -1e4 (see module docs).
 fn zero_logvar(t: &mut HashMap<String, Tensor>) -> Result<()> {
-    let w = t.get("quant_conv.weight").ok_or_else(|| EngineError::BadInput("quant_conv.weight".into()))?;
+    let w = t
+        .get("quant_conv.weight")
+        .ok_or_else(|| EngineError::BadInput("quant_conv.weight".into()))?;
     let (o, i, kh, kw) = w.dims4()?;
     let half = o / 2;
-    let w_new = Tensor::cat(&[w.narrow(0, 0, half)?, Tensor::zeros((o - half, i, kh, kw), w.dtype(), w.device())?], 0)?;
-    let b = t.get("quant_conv.bias").ok_or_else(|| EngineError::BadInput("quant_conv.bias".into()))?;
-    let b_new = Tensor::cat(&[b.narrow(0, 0, half)?, (Tensor::ones(o - half, b.dtype(), b.device())? * -1e4)?], 0)?;
+    let w_new = Tensor::cat(
+        &[
+            w.narrow(0, 0, half)?,
+            Tensor::zeros((o - half, i, kh, kw), w.dtype(), w.device())?,
+        ],
+        0,
+    )?;
+    let b = t
+        .get("quant_conv.bias")
+        .ok_or_else(|| EngineError::BadInput("quant_conv.bias".into()))?;
+    let b_new = Tensor::cat(
+        &[
+            b.narrow(0, 0, half)?,
+            (Tensor::ones(o - half, b.dtype(), b.device())? * -1e4)?,
+        ],
+        0,
+    )?;
     t.insert("quant_conv.weight".into(), w_new);
     t.insert("quant_conv.bias".into(), b_new);
     Ok(())
@@ -137,13 +174,20 @@ fn vae_flops(table: &ParamTable, kind: ModelKind, ch: &[usize]) -> f64 {
     if kind == ModelKind::SdVaeDecoder {
         let res = |i: usize| lat * 2f64.powi(i as i32);
         let f = weight_flops(table, |name| {
-            if name.starts_with("post_quant_conv") || name.starts_with("decoder.conv_in") || name.starts_with("decoder.mid_block") {
+            if name.starts_with("post_quant_conv")
+                || name.starts_with("decoder.conv_in")
+                || name.starts_with("decoder.mid_block")
+            {
                 Some(px(lat))
             } else if name.starts_with("decoder.conv_out") {
                 Some(px(res(n - 1)))
             } else if name.starts_with("decoder.up_blocks.") {
                 let i = index_after(name, "up_blocks.")?;
-                Some(if name.contains("upsamplers") { px(res(i) * 2.0) } else { px(res(i)) })
+                Some(if name.contains("upsamplers") {
+                    px(res(i) * 2.0)
+                } else {
+                    px(res(i))
+                })
             } else {
                 None
             }
@@ -155,11 +199,18 @@ fn vae_flops(table: &ParamTable, kind: ModelKind, ch: &[usize]) -> f64 {
         let f = weight_flops(table, |name| {
             if name.starts_with("encoder.conv_in") {
                 Some(px(img))
-            } else if name.starts_with("quant_conv") || name.starts_with("encoder.conv_out") || name.starts_with("encoder.mid_block") {
+            } else if name.starts_with("quant_conv")
+                || name.starts_with("encoder.conv_out")
+                || name.starts_with("encoder.mid_block")
+            {
                 Some(px(lat))
             } else if name.starts_with("encoder.down_blocks.") {
                 let i = index_after(name, "down_blocks.")?;
-                Some(if name.contains("downsamplers") { px(res(i) / 2.0) } else { px(res(i)) })
+                Some(if name.contains("downsamplers") {
+                    px(res(i) / 2.0)
+                } else {
+                    px(res(i))
+                })
             } else {
                 None
             }
@@ -189,7 +240,9 @@ impl Engine for SdVae {
 impl LatentDecoder for SdVae {
     fn decode(&self, latents: &Batch) -> Result<Batch> {
         if self.kind != ModelKind::SdVaeDecoder {
-            return Err(EngineError::BadInput("this SD VAE engine is an encoder; use encode()".into()));
+            return Err(EngineError::BadInput(
+                "this SD VAE engine is an encoder; use encode()".into(),
+            ));
         }
         latents.expect("SD VAE decoder input", &[None, Some(4), None, None])?;
         let x = (latents.to_tensor(&self.device)? / SCALING_FACTOR)?;
@@ -203,11 +256,16 @@ impl LatentDecoder for SdVae {
 impl ImageEncoder for SdVae {
     fn encode(&self, images: &Batch) -> Result<Batch> {
         if self.kind != ModelKind::SdVaeEncoder {
-            return Err(EngineError::BadInput("this SD VAE engine is a decoder; use decode()".into()));
+            return Err(EngineError::BadInput(
+                "this SD VAE engine is a decoder; use decode()".into(),
+            ));
         }
         images.expect("SD VAE encoder input", &[None, Some(3), None, None])?;
-        if images.shape[2] % 8 != 0 || images.shape[3] % 8 != 0 {
-            return Err(EngineError::BadInput(format!("SD VAE encoder: H and W must be multiples of 8, got {:?}", images.shape)));
+        if !images.shape[2].is_multiple_of(8) || !images.shape[3].is_multiple_of(8) {
+            return Err(EngineError::BadInput(format!(
+                "SD VAE encoder: H and W must be multiples of 8, got {:?}",
+                images.shape
+            )));
         }
         let x = images.to_tensor(&self.device)?;
         let mean = self.vae.encode(&x)?.sample()?;

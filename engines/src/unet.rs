@@ -10,7 +10,9 @@ use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{Batch, Device, Engine, KeyframeModel, ModelKind, Profile, Result, WeightsSource};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
-use candle_transformers::models::stable_diffusion::unet_2d::{BlockConfig, UNet2DConditionModel, UNet2DConditionModelConfig};
+use candle_transformers::models::stable_diffusion::unet_2d::{
+    BlockConfig, UNet2DConditionModel, UNet2DConditionModelConfig,
+};
 use std::collections::HashMap;
 
 /// Audio feature width (whisper-tiny d_model) and tokens per window.
@@ -41,12 +43,21 @@ pub fn attention_heads(profile: Profile) -> usize {
 pub fn config(profile: Profile) -> UNet2DConditionModelConfig {
     let ch = block_channels(profile);
     let heads = attention_heads(profile);
-    let blk = |c: usize, attn: bool| BlockConfig { out_channels: c, use_cross_attn: attn.then_some(1), attention_head_dim: heads };
+    let blk = |c: usize, attn: bool| BlockConfig {
+        out_channels: c,
+        use_cross_attn: attn.then_some(1),
+        attention_head_dim: heads,
+    };
     UNet2DConditionModelConfig {
         center_input_sample: false,
         flip_sin_to_cos: true,
         freq_shift: 0.0,
-        blocks: vec![blk(ch[0], true), blk(ch[1], true), blk(ch[2], true), blk(ch[3], false)],
+        blocks: vec![
+            blk(ch[0], true),
+            blk(ch[1], true),
+            blk(ch[2], true),
+            blk(ch[3], false),
+        ],
         layers_per_block: 2,
         downsample_padding: 1,
         mid_block_scale_factor: 1.0,
@@ -132,12 +143,20 @@ fn unet_flops(table: &ParamTable) -> f64 {
         if name.starts_with("down_blocks.") {
             let i = index_after(name, "down_blocks.")?;
             let r = top / 2f64.powi(i as i32);
-            return Some(if name.contains("downsamplers") { px(r / 2.0) } else { px(r) });
+            return Some(if name.contains("downsamplers") {
+                px(r / 2.0)
+            } else {
+                px(r)
+            });
         }
         if name.starts_with("up_blocks.") {
             let i = index_after(name, "up_blocks.")?;
             let r = low * 2f64.powi(i as i32);
-            return Some(if name.contains("upsamplers") { px(r * 2.0) } else { px(r) });
+            return Some(if name.contains("upsamplers") {
+                px(r * 2.0)
+            } else {
+                px(r)
+            });
         }
         None
     };
@@ -145,7 +164,11 @@ fn unet_flops(table: &ParamTable) -> f64 {
     for e in &table.entries {
         if e.name.ends_with("attn1.to_q.weight") || e.name.ends_with("attn2.to_q.weight") {
             let t = positions(&e.name).unwrap_or(0.0);
-            let kv = if e.name.contains("attn1") { t } else { AUDIO_TOKENS as f64 };
+            let kv = if e.name.contains("attn1") {
+                t
+            } else {
+                AUDIO_TOKENS as f64
+            };
             f += attention_flops(t, kv, e.shape[0] as f64);
         }
     }
@@ -167,8 +190,13 @@ impl MuseTalkUnet {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<MuseTalkUnet> {
         let table = param_table(profile)?;
         let tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
-        let unet = weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
-        let pe = Tensor::from_vec(positional_encoding(AUDIO_TOKENS, AUDIO_DIM), (1, AUDIO_TOKENS, AUDIO_DIM), device)?;
+        let unet =
+            weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
+        let pe = Tensor::from_vec(
+            positional_encoding(AUDIO_TOKENS, AUDIO_DIM),
+            (1, AUDIO_TOKENS, AUDIO_DIM),
+            device,
+        )?;
         Ok(MuseTalkUnet {
             profile,
             label: weights.label(),
@@ -201,10 +229,27 @@ impl Engine for MuseTalkUnet {
 
 impl KeyframeModel for MuseTalkUnet {
     fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
-        latents.expect("MuseTalk UNet latents", &[None, Some(8), Some(LATENT_HW), Some(LATENT_HW)])?;
-        audio.expect("MuseTalk UNet audio", &[Some(latents.batch_size()), Some(AUDIO_TOKENS), Some(AUDIO_DIM)])?;
+        latents.expect(
+            "MuseTalk UNet latents",
+            &[None, Some(8), Some(LATENT_HW), Some(LATENT_HW)],
+        )?;
+        audio.expect(
+            "MuseTalk UNet audio",
+            &[
+                Some(latents.batch_size()),
+                Some(AUDIO_TOKENS),
+                Some(AUDIO_DIM),
+            ],
+        )?;
         let x = latents.to_tensor(&self.device)?;
         let a = audio.to_tensor(&self.device)?.broadcast_add(&self.pe)?;
         Batch::from_tensor(&self.unet.forward(&x, 0.0, &a)?)
     }
+}
+
+/// FLOPs per frame of the full-size UNet (for engines that do not build the candle model).
+pub fn full_flops_per_frame() -> f64 {
+    param_table(Profile::Full)
+        .map(|t| unet_flops(&t))
+        .unwrap_or(0.0)
 }

@@ -31,7 +31,10 @@ pub struct ParamTable {
 impl ParamTable {
     /// Total number of scalar parameters.
     pub fn num_params(&self) -> usize {
-        self.entries.iter().map(|e| e.shape.iter().product::<usize>()).sum()
+        self.entries
+            .iter()
+            .map(|e| e.shape.iter().product::<usize>())
+            .sum()
     }
     pub fn get(&self, name: &str) -> Option<&ParamSpec> {
         self.entries.iter().find(|e| e.name == name)
@@ -59,11 +62,19 @@ impl SimpleBackend for Recorder {
     ) -> candle_core::Result<Tensor> {
         let mut seen = self.0.lock().expect("recorder lock");
         if !seen.iter().any(|e| e.name == name) {
-            seen.push(ParamSpec { name: name.to_string(), shape: s.dims().to_vec() });
+            seen.push(ParamSpec {
+                name: name.to_string(),
+                shape: s.dims().to_vec(),
+            });
         }
         Tensor::zeros((), dtype, dev)?.broadcast_as(s)
     }
-    fn get_unchecked(&self, name: &str, _dtype: DType, _dev: &Device) -> candle_core::Result<Tensor> {
+    fn get_unchecked(
+        &self,
+        name: &str,
+        _dtype: DType,
+        _dev: &Device,
+    ) -> candle_core::Result<Tensor> {
         candle_core::bail!("recorder: shape of `{name}` unknown (get_unchecked is not supported)")
     }
     fn contains_tensor(&self, _name: &str) -> bool {
@@ -173,7 +184,10 @@ pub(crate) fn synthetic_tensors(
     for e in &table.entries {
         let numel = e.shape.iter().product();
         let v = synthetic_values(seed, &e.name, numel, rule(&e.name, &e.shape));
-        map.insert(e.name.clone(), Tensor::from_vec(v, e.shape.as_slice(), device)?);
+        map.insert(
+            e.name.clone(),
+            Tensor::from_vec(v, e.shape.as_slice(), device)?,
+        );
     }
     Ok(map)
 }
@@ -192,7 +206,10 @@ pub(crate) fn load_checked(
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let file = path.to_path_buf();
-    let bytes = std::fs::read(path).map_err(|source| EngineError::Io { path: file.clone(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
+        path: file.clone(),
+        source,
+    })?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| EngineError::BadFile {
         file: file.clone(),
         msg: format!("not a valid safetensors file: {e}"),
@@ -205,18 +222,23 @@ pub(crate) fn load_checked(
     }
     let mut out = HashMap::with_capacity(table.len());
     for e in &table.entries {
-        let key = by_canonical.get(&e.name).ok_or_else(|| EngineError::MissingTensor {
-            file: file.clone(),
-            name: e.name.clone(),
-            expected: e.shape.clone(),
-        })?;
+        let key = by_canonical
+            .get(&e.name)
+            .ok_or_else(|| EngineError::MissingTensor {
+                file: file.clone(),
+                name: e.name.clone(),
+                expected: e.shape.clone(),
+            })?;
         let view = st.tensor(key).map_err(|err| EngineError::BadFile {
             file: file.clone(),
             msg: format!("tensor `{key}`: {err}"),
         })?;
         let found = view.shape().to_vec();
         let shape_ok = found == e.shape
-            || (e.shape.len() == 2 && found.len() == 4 && found[..2] == e.shape[..] && found[2..] == [1, 1]);
+            || (e.shape.len() == 2
+                && found.len() == 4
+                && found[..2] == e.shape[..]
+                && found[2..] == [1, 1]);
         if !shape_ok {
             return Err(EngineError::ShapeMismatch {
                 file: file.clone(),
@@ -242,7 +264,10 @@ pub(crate) fn load_checked(
             .and_then(|t| t.to_dtype(DType::F32))
             .and_then(|t| t.reshape(e.shape.as_slice()))
             .and_then(|t| t.to_device(device))
-            .map_err(|err| EngineError::BadFile { file: file.clone(), msg: format!("tensor `{key}`: {err}") })?;
+            .map_err(|err| EngineError::BadFile {
+                file: file.clone(),
+                msg: format!("tensor `{key}`: {err}"),
+            })?;
         out.insert(e.name.clone(), t);
     }
     Ok(out)
@@ -273,7 +298,10 @@ pub(crate) fn build_from_tensors<M>(
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(EngineError::BadFile { file: PathBuf::from(what), msg: format!("model constructor panicked: {msg}") })
+            Err(EngineError::BadFile {
+                file: PathBuf::from(what),
+                msg: format!("model constructor panicked: {msg}"),
+            })
         }
     }
 }

@@ -24,6 +24,7 @@ extern crate std;
 mod shim;
 
 pub mod color;
+pub mod composite;
 pub mod math;
 pub mod prim;
 pub mod slerp;

@@ -3,12 +3,15 @@
 
 pub mod backend;
 pub mod bench;
+pub mod composite;
 pub mod cpu;
 pub mod cuda;
 pub mod elem;
 pub mod gpucheck;
 pub mod hardware;
 pub mod npy;
+pub mod pipeline;
+pub mod render;
 pub mod ptx;
 pub mod schedule;
 

@@ -26,6 +26,9 @@ enum Command {
     Expand(ExpandArgs),
     /// Toolchain, embedded PTX targets, and the backend and device this machine would use.
     Info,
+    /// Speech audio and an avatar image to an MP4 with cadence strides, silence easing,
+    /// compositing, NV12 and H.264.
+    Render(Box<RenderArgs>),
     /// Microbenchmark of the one-launch stride expansion against the copy bandwidth measured
     /// in the same run (median of runs; CPU always, CUDA when present).
     Bench {
@@ -82,12 +85,73 @@ struct ExpandArgs {
     force: bool,
 }
 
+#[derive(Args)]
+struct RenderArgs {
+    /// Speech as WAV (any sample rate and channel count).
+    #[arg(long)]
+    audio: PathBuf,
+    /// Portrait as PNG or JPEG (64 to 4096 pixels a side; even width and height).
+    #[arg(long)]
+    avatar: PathBuf,
+    /// Output MP4. Not overwritten without --force; nothing is left there if the render fails.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Run the UNet every K frames (1 = dense).
+    #[arg(long, default_value_t = 3, conflicts_with = "keyframes")]
+    stride: usize,
+    /// Explicit keyframe list instead of a stride, e.g. 0,2,5,9.
+    #[arg(long)]
+    keyframes: Option<String>,
+    /// Face box in the avatar as x,y,w,h (pixels); default: a centred square of half the shorter side.
+    #[arg(long, value_parser = parse_face_box)]
+    face_box: Option<cadence::composite::FaceBox>,
+    #[arg(long, default_value_t = 25.0)]
+    fps: f32,
+    /// Frames of Hermite easing between speech and rest.
+    #[arg(long, default_value_t = 4)]
+    ramp: u32,
+    #[arg(long, value_enum, default_value = "taesd")]
+    decoder: cadence::pipeline::DecoderKind,
+    /// Engine size: cpu-reduced (default on CPU) or full (the published architectures).
+    #[arg(long)]
+    profile: Option<String>,
+    /// Directory of real weights (else $CADENCE_MODELS; else seeded synthetic weights).
+    #[arg(long)]
+    models: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// H.264 encoder: openh264 (built in), x264 or nvenc (builds with the media crate's `ffmpeg` feature).
+    #[arg(long, default_value = "openh264")]
+    encoder: String,
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    #[arg(long, value_enum, default_value = "slerp")]
+    method: Method,
+    /// Refuse audio longer than this.
+    #[arg(long, default_value_t = 600.0)]
+    max_seconds: f64,
+    #[arg(long)]
+    force: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_face_box(s: &str) -> std::result::Result<cadence::composite::FaceBox, String> {
+    let v: Vec<usize> = s.split(',').map(|p| p.trim().parse::<usize>()).collect::<std::result::Result<_, _>>().map_err(|_| format!("'{s}': expected x,y,w,h"))?;
+    match v[..] {
+        [x, y, w, h] if w > 0 && h > 0 => Ok(cadence::composite::FaceBox { x, y, w, h }),
+        _ => Err(format!("'{s}': expected four numbers x,y,w,h with w, h > 0")),
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Ptx { arch } => cmd_ptx(&arch),
         Command::Expand(a) => cmd_expand(a),
         Command::Info => cmd_info(),
+        Command::Render(a) => cmd_render(*a),
         Command::Bench { frames, strides, dim, reps, method, json } => cmd_bench(frames, &strides, dim, reps, method, json),
         Command::GpuCheck { reps, json } => cadence::gpucheck::run(reps).and_then(|r| write_json(json, &r)),
     };
@@ -204,4 +268,96 @@ fn cmd_bench(frames: usize, strides: &[usize], dim: usize, reps: usize, method: 
         println!("(no CUDA device here: CPU rows only)");
     }
     write_json(json, &rows)
+}
+
+fn encoder_kind(name: &str) -> Result<cadence_media::EncoderKind> {
+    Ok(match name {
+        "openh264" => cadence_media::EncoderKind::OpenH264,
+        "x264" => cadence_media::EncoderKind::X264,
+        "nvenc" => cadence_media::EncoderKind::Nvenc,
+        other => bail!("unknown encoder '{other}' (openh264, x264 or nvenc)"),
+    })
+}
+
+fn cmd_render(a: RenderArgs) -> Result<()> {
+    use cadence::pipeline::{Engines, RenderOptions};
+    use cadence::render;
+    npy::check_output(&a.output, a.force)?;
+    let encoder = encoder_kind(&a.encoder)?;
+    anyhow::ensure!(a.fps > 0.0 && a.fps <= 120.0, "--fps must be in (0, 120]");
+    anyhow::ensure!(a.stride > 0, "--stride must be at least 1 (got 0)");
+    let audio = render::load_audio(&a.audio, a.max_seconds)?;
+    let img = render::load_avatar(&a.avatar)?;
+    let face = render::face_box(&img, a.face_box)?;
+    let backend = Backend::select(a.backend)?;
+    let device = cadence_engines::Device::Cpu;
+    let profile = match &a.profile {
+        Some(p) => cadence_engines::Profile::parse(p)?,
+        None => cadence_engines::Profile::default_for(&device),
+    };
+    let opts = RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.batch, method: a.method };
+    let t0 = Instant::now();
+    let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let prepared = render::prepare(&engines, &backend, audio, &img, face, &opts)?;
+    let schedule = match &a.keyframes {
+        Some(list) => KeyframeSchedule::parse_list(prepared.frames, list)?,
+        None => KeyframeSchedule::fixed_stride(prepared.frames, a.stride)?,
+    };
+    let bar = indicatif::ProgressBar::new(prepared.frames as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} render [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}").unwrap().progress_chars("=> "));
+    if a.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let result = render::run(&engines, &backend, &opts, &prepared, &schedule, render::Output::Mp4 { path: &a.output, encoder }, |d| bar.inc(d as u64))?;
+    bar.finish_and_clear();
+    let s = &result.stats;
+    let t = &s.times;
+    let total_ms = t.total_ms + prepared.audio_encoder_ms + prepared.avatar_ms;
+    let summary = serde_json::json!({
+        "output": a.output,
+        "frames": s.frames,
+        "fps_video": a.fps,
+        "keyframes_scheduled": s.keyframes_scheduled,
+        "unet_evaluations": s.keyframes_evaluated,
+        "bypassed_frames": s.bypassed_frames,
+        "decoded_frames": s.decoded_frames,
+        "audio_encoder_ms": prepared.audio_encoder_ms,
+        "avatar_prep_ms": prepared.avatar_ms,
+        "engine_load_ms": load_ms,
+        "stages_ms": t,
+        "neural_ms": t.neural_ms() + prepared.audio_encoder_ms,
+        "render_ms": total_ms,
+        "render_fps": s.frames as f64 / (total_ms * 1e-3),
+        "realtime_factor": s.frames as f64 / (total_ms * 1e-3) / a.fps as f64,
+        "encoder": result.video.as_ref().map(|v| v.encoder.clone()),
+        "mp4_bytes": result.video.as_ref().map(|v| v.bytes),
+        "backend": backend.describe(),
+        "engines": engines.describe(),
+        "profile": engines.profile.to_string(),
+        "weights": engines.weights_summary(),
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        eprintln!(
+            "cadence: {} frames ({} keyframes scheduled, {} UNet evaluations, {} bypassed in silence) -> {}",
+            s.frames, s.keyframes_scheduled, s.keyframes_evaluated, s.bypassed_frames, a.output.display()
+        );
+        eprintln!(
+            "  neural {:.0} ms (audio {:.0}, UNet {:.0}, decoder {:.0}) | expand {:.1} ms, ease {:.1} ms, composite+NV12 {:.0} ms | encoder {:.0} ms",
+            t.neural_ms() + prepared.audio_encoder_ms, prepared.audio_encoder_ms, t.unet_ms, t.decoder_ms, t.expand_ms, t.ease_ms, t.composite_nv12_ms, t.encoder_ms
+        );
+        eprintln!(
+            "  total {:.2} s: {:.1} frames/s, {:.2}x real time | {} | {} | {} profile | weights {}",
+            total_ms / 1e3,
+            summary["render_fps"].as_f64().unwrap_or(0.0),
+            summary["realtime_factor"].as_f64().unwrap_or(0.0),
+            backend.describe(),
+            engines.describe(),
+            engines.profile,
+            engines.weights_summary()
+        );
+    }
+    Ok(())
 }

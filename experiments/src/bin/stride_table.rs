@@ -1,0 +1,243 @@
+//! The source document's stride table (section 4.1), measured: renders the same clip through
+//! the real pipeline (audio encoder, UNet on keyframes, one-launch SLERP expansion, Hermite
+//! easing, decoder, compositing + NV12, H.264) at each stride and reports every row of the table.
+//! Writes results/stride_table.csv (with provenance) and a frames/s plot.
+
+use anyhow::{ensure, Context, Result};
+use cadence::composite::FaceBox;
+use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
+use cadence::render::{self, Output};
+use cadence::{Backend, BackendChoice, KeyframeSchedule, Method};
+use cadence_engines::{Device, Profile};
+use clap::Parser;
+use experiments::plot::{bar_plot, BarChart};
+use experiments::provenance::Provenance;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(about = "Reproduce the stride table: render one clip at each stride through the real pipeline and measure every row")]
+struct Args {
+    /// Frames to render at 25 fps (default: the whole default clip, 640 frames = 25.6 s).
+    #[arg(long)]
+    frames: Option<usize>,
+    /// Strides to measure.
+    #[arg(long, default_value = "1,2,3", value_delimiter = ',')]
+    strides: Vec<usize>,
+    /// Speech WAV (default: experiments/assets/newscast_25s6.wav, 25.6 s with pauses).
+    #[arg(long)]
+    audio: Option<PathBuf>,
+    /// Portrait (default: experiments/assets/anchor_1080x1920.png).
+    #[arg(long)]
+    avatar: Option<PathBuf>,
+    /// Face box x,y,w,h (default for the bundled anchor: 284,544,512,512; else centred).
+    #[arg(long)]
+    face_box: Option<String>,
+    /// Engine size: cpu-reduced (default on CPU) or full.
+    #[arg(long)]
+    profile: Option<String>,
+    #[arg(long, value_enum, default_value = "taesd")]
+    decoder: DecoderKind,
+    /// Directory of real weights (else $CADENCE_MODELS, else synthetic).
+    #[arg(long)]
+    models: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// openh264, x264, nvenc, or none (skip encoding).
+    #[arg(long, default_value = "openh264")]
+    encoder: String,
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Directory for the CSV and plots (default: results/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    stride: usize,
+    frames: usize,
+    keyframes: usize,
+    unet_evaluations: usize,
+    bypassed_frames: usize,
+    unet_duty_cycle_pct: f64,
+    unet_engine: String,
+    decoder_engine: String,
+    precision: String,
+    slerp_infill_ms: f64,
+    easing_ms: f64,
+    audio_encoder_ms: f64,
+    unet_ms: f64,
+    decoder_ms: f64,
+    avatar_prep_ms: f64,
+    pure_neural_ms: f64,
+    neural_fps: f64,
+    neural_rtf: f64,
+    composite_nv12_ms: f64,
+    other_ms: f64,
+    outside_neural_pct: f64,
+    encoder: String,
+    encoder_ms: f64,
+    end_to_end_ms: f64,
+    end_to_end_fps: f64,
+    end_to_end_rtf: f64,
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    ensure!(!a.strides.is_empty() && a.strides.iter().all(|&k| k > 0), "--strides must be positive integers");
+    let root = experiments::paths::workspace_root();
+    let audio_path = a.audio.clone().unwrap_or_else(|| root.join("experiments/assets/newscast_25s6.wav"));
+    let avatar_path = a.avatar.clone().unwrap_or_else(|| root.join("experiments/assets/anchor_1080x1920.png"));
+    let face = match (&a.face_box, &a.avatar) {
+        (Some(s), _) => Some(parse_box(s)?),
+        (None, None) => Some(FaceBox { x: 284, y: 544, w: 512, h: 512 }),
+        (None, Some(_)) => None,
+    };
+    let out_dir = match &a.out {
+        Some(d) => experiments::paths::ensure_dir(d)?,
+        None => experiments::paths::results_dir()?,
+    };
+    let encoder = match a.encoder.as_str() {
+        "none" => None,
+        "openh264" => Some(cadence_media::EncoderKind::OpenH264),
+        "x264" => Some(cadence_media::EncoderKind::X264),
+        "nvenc" => Some(cadence_media::EncoderKind::Nvenc),
+        e => anyhow::bail!("unknown encoder '{e}'"),
+    };
+
+    let backend = Backend::select(a.backend)?;
+    let device = Device::Cpu;
+    let profile = match &a.profile {
+        Some(p) => Profile::parse(p)?,
+        None => Profile::default_for(&device),
+    };
+    let opts = RenderOptions { fps: 25.0, ramp: 4, batch: a.batch, method: Method::Slerp };
+    eprintln!("stride_table: loading engines ({profile} profile) ...");
+    let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
+    let mut audio = render::load_audio(&audio_path, 3600.0)?;
+    if let Some(n) = a.frames {
+        let keep = (n as f64 / opts.fps as f64 * cadence_media::TARGET_RATE as f64).round() as usize;
+        ensure!(n > 0 && keep <= audio.samples_16k.len(), "--frames {n} is longer than the audio ({:.1} s)", audio.duration_s);
+        audio.samples_16k.truncate(keep);
+    }
+    let img = render::load_avatar(&avatar_path)?;
+    let face = render::face_box(&img, face)?;
+    let scratch = root.join("target/stride_table");
+    std::fs::create_dir_all(&scratch)?;
+
+    let mut rows = Vec::new();
+    let mut total_bar_len = 0u64;
+    let bar = experiments::progress::progress_bar(0, "stride_table");
+    for &k in &a.strides {
+        bar.set_message(format!("stride {k}: audio encoder + avatar"));
+        let t = Instant::now();
+        let prepared = render::prepare(&engines, &backend, audio.clone(), &img, face, &opts)?;
+        let prep_ms = t.elapsed().as_secs_f64() * 1e3;
+        let n = prepared.frames;
+        total_bar_len += n as u64;
+        bar.set_length(total_bar_len);
+        let schedule = KeyframeSchedule::fixed_stride(n, k)?;
+        bar.set_message(format!("stride {k}: {} keyframes", schedule.count()));
+        let path = scratch.join(format!("stride_{k}.mp4"));
+        let _ = std::fs::remove_file(&path);
+        let output = match encoder {
+            Some(e) => Output::Mp4 { path: &path, encoder: e },
+            None => Output::Discard,
+        };
+        let r = render::run(&engines, &backend, &opts, &prepared, &schedule, output, |d| bar.inc(d as u64))
+            .with_context(|| format!("render at stride {k}"))?;
+        let s = &r.stats;
+        let t = &s.times;
+        let neural = t.neural_ms() + prepared.audio_encoder_ms + prepared.avatar_ms;
+        let e2e = t.total_ms + prep_ms;
+        let outside = t.overhead_ms() + (prep_ms - prepared.audio_encoder_ms - prepared.avatar_ms);
+        let fps = |ms: f64| n as f64 / (ms * 1e-3);
+        rows.push(Row {
+            stride: k,
+            frames: n,
+            keyframes: s.keyframes_scheduled,
+            unet_evaluations: s.keyframes_evaluated,
+            bypassed_frames: s.bypassed_frames,
+            unet_duty_cycle_pct: 100.0 * s.keyframes_scheduled as f64 / n as f64,
+            unet_engine: format!("MuseTalk UNet (candle {})", engines.profile),
+            decoder_engine: format!("{} (candle {})", engines.decoder.model(), engines.profile),
+            precision: "f32".into(),
+            slerp_infill_ms: t.expand_ms,
+            easing_ms: t.ease_ms,
+            audio_encoder_ms: prepared.audio_encoder_ms,
+            unet_ms: t.unet_ms,
+            decoder_ms: t.decoder_ms,
+            avatar_prep_ms: prepared.avatar_ms,
+            pure_neural_ms: neural,
+            neural_fps: fps(neural),
+            neural_rtf: fps(neural) / opts.fps as f64,
+            composite_nv12_ms: t.composite_nv12_ms,
+            other_ms: t.other_ms,
+            outside_neural_pct: 100.0 * outside / (e2e - t.encoder_ms),
+            encoder: r.video.as_ref().map(|v| v.encoder.clone()).unwrap_or_else(|| "none".into()),
+            encoder_ms: t.encoder_ms,
+            end_to_end_ms: e2e,
+            end_to_end_fps: fps(e2e),
+            end_to_end_rtf: fps(e2e) / opts.fps as f64,
+        });
+    }
+    bar.finish_and_clear();
+
+    let mut prov = Provenance::for_backend(&backend, engines.profile.to_string(), engines.weights_summary());
+    prov.note("engines", engines.describe());
+    prov.note("input", format!("{} ({} frames at 25 fps), {} face box {:?}", audio_path.display(), rows[0].frames, avatar_path.display(), face));
+    prov.note("output_frame", format!("{}x{} NV12", img.width(), img.height()));
+    print_table(&rows, &prov);
+    let csv = out_dir.join("stride_table.csv");
+    experiments::csvout::write_csv(&csv, &prov, &rows)?;
+    let chart = BarChart {
+        title: format!("Render frames/s per cadence stride ({} profile, {})", engines.profile, backend.name()),
+        x_label: "stride".into(),
+        y_label: "frames per second".into(),
+        categories: rows.iter().map(|r| format!("k={}", r.stride)).collect(),
+        series: vec![
+            ("pure neural".into(), rows.iter().map(|r| r.neural_fps).collect()),
+            ("end to end (incl. encoder)".into(), rows.iter().map(|r| r.end_to_end_fps).collect()),
+        ],
+        value_labels: true,
+        ..Default::default()
+    };
+    let plots = bar_plot(&out_dir.join("stride_table_fps"), &chart, &prov)?;
+    eprintln!("wrote {}, {}, {}", csv.display(), plots.png.display(), plots.svg.display());
+    Ok(())
+}
+
+fn parse_box(s: &str) -> Result<FaceBox> {
+    let v: Vec<usize> = s.split(',').map(|p| p.trim().parse()).collect::<std::result::Result<_, _>>().context("--face-box: expected x,y,w,h")?;
+    ensure!(v.len() == 4, "--face-box: expected x,y,w,h");
+    Ok(FaceBox { x: v[0], y: v[1], w: v[2], h: v[3] })
+}
+
+fn print_table(rows: &[Row], prov: &Provenance) {
+    let col = |name: &str, f: &dyn Fn(&Row) -> String| {
+        print!("{name:<38}");
+        for r in rows {
+            print!("{:>22}", f(r));
+        }
+        println!();
+    };
+    println!("\nCADENCE STRIDE TABLE ({} frames), {}", rows[0].frames, prov.hardware);
+    col("Metric", &|r| format!("Stride {}", r.stride));
+    col("UNet keyframes scheduled", &|r| format!("{} / {}", r.keyframes, r.frames));
+    col("UNet evaluations (silence bypassed)", &|r| format!("{} ({} frames bypassed)", r.unet_evaluations, r.bypassed_frames));
+    col("UNet duty cycle", &|r| format!("{:.1}%", r.unet_duty_cycle_pct));
+    col("UNet engine", &|r| r.unet_engine.clone());
+    col("Decoder engine", &|r| r.decoder_engine.clone());
+    col("SLERP infill (total)", &|r| format!("{:.2} ms", r.slerp_infill_ms));
+    col("Pure neural time", &|r| format!("{:.1} ms", r.pure_neural_ms));
+    col("Pure neural throughput", &|r| format!("{:.1} FPS", r.neural_fps));
+    col("Neural real-time factor", &|r| format!("{:.2}x", r.neural_rtf));
+    col("Video encoder", &|r| r.encoder.clone());
+    col("Encoder time", &|r| format!("{:.1} ms", r.encoder_ms));
+    col("Outside neural engines (excl. enc.)", &|r| format!("{:.2}%", r.outside_neural_pct));
+    col("End-to-end render time", &|r| format!("{:.1} ms", r.end_to_end_ms));
+    col("End-to-end FPS", &|r| format!("{:.1} FPS", r.end_to_end_fps));
+    col("End-to-end real-time factor", &|r| format!("{:.2}x", r.end_to_end_rtf));
+    println!("backend {} | profile {} | weights {} | commit {}", prov.backend, prov.engine_profile, prov.weights, prov.commit);
+}

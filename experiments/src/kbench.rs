@@ -1,0 +1,182 @@
+//! Kernel timing for `kernel_bench` (and any experiment that needs it): every kernel on a
+//! given backend with preallocated buffers, its compulsory bytes, and the copy bandwidth of
+//! the same number of bytes measured on the same backend in the same run.
+//!
+//! Host timing: wall clock around the CPU path (`cadence::bench::time_host`). CUDA timing:
+//! events around the launch on the stream (`CudaBackend::time_ms`), data already on the device.
+
+use cadence::bench::{median, test_data, time_host};
+use cadence::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use cadence::{cpu, Backend, KeyframeSchedule};
+use anyhow::{ensure, Result};
+use rayon::prelude::*;
+
+/// Timing repetitions: `warmup` untimed runs, then `reps` timed ones (median reported).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reps {
+    pub warmup: usize,
+    pub reps: usize,
+}
+
+/// The times of one kernel case and the bytes it must move at least.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    pub times_ms: Vec<f64>,
+    pub compulsory_bytes: u64,
+}
+
+impl Timing {
+    pub fn median_ms(&self) -> f64 {
+        median(&self.times_ms)
+    }
+    pub fn min_ms(&self) -> f64 {
+        self.times_ms.iter().cloned().fold(f64::INFINITY, f64::min)
+    }
+    /// Compulsory bytes over the median time, in GB/s (10^9 bytes).
+    pub fn gbps(&self) -> f64 {
+        gbps(self.compulsory_bytes, self.median_ms())
+    }
+}
+
+pub fn gbps(bytes: u64, ms: f64) -> f64 {
+    bytes as f64 / (ms * 1e-3) / 1e9
+}
+
+/// Expansion: each of the M keyframes read once, each of the N frames written once.
+pub fn expand_bytes(keyframes: usize, frames: usize, dim: usize, elem_size: usize) -> u64 {
+    ((keyframes + frames) * dim * elem_size) as u64
+}
+
+/// Pairwise interpolation of `rows` pairs: two reads and one write per row, plus the alphas.
+pub fn slerp_pairs_bytes(rows: usize, dim: usize, elem_size: usize) -> u64 {
+    (3 * rows * dim * elem_size + 4 * rows) as u64
+}
+
+/// Easing in place with every frame inside a transition: each frame read and written, the
+/// rest frame read once, one u32 distance per frame.
+pub fn ease_bytes(frames: usize, dim: usize, elem_size: usize) -> u64 {
+    ((2 * frames + 1) * dim * elem_size + 4 * frames) as u64
+}
+
+/// Planar RGB in (3 planes of `elem_size` samples), NV12 out (1.5 bytes per pixel).
+pub fn nv12_bytes(layout: RgbLayout, elem_size: usize) -> u64 {
+    (layout.len() * elem_size + layout.frames * layout.nv12_frame_bytes()) as u64
+}
+
+/// Median-ready times of copying `bytes / 2` bytes (so the copy reads and writes `bytes` in
+/// all, the same traffic as a kernel with that many compulsory bytes) on `backend`: a
+/// parallel memcpy over rayon's threads on the CPU, a device-to-device copy on CUDA.
+pub fn copy_times(backend: &Backend, bytes: u64, r: Reps) -> Result<Vec<f64>> {
+    let n = (bytes / 2).max(1) as usize;
+    match backend {
+        Backend::Cpu => {
+            let src = vec![1u8; n];
+            let mut dst = vec![0u8; n];
+            let chunk = n.div_ceil(rayon::current_num_threads()).max(1);
+            Ok(time_host(r.warmup, r.reps, || {
+                dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));
+            }))
+        }
+        Backend::Cuda(c) => {
+            let src = c.upload(&vec![1u8; n])?;
+            let mut dst = c.alloc::<u8>(n)?;
+            c.time_ms(r.warmup, r.reps, || c.copy_once(&src, &mut dst))
+        }
+    }
+}
+
+/// Copy bandwidth (read + write counted) for a traffic of `bytes`, GB/s, median of `r.reps`.
+pub fn copy_gbps(backend: &Backend, bytes: u64, r: Reps) -> Result<f64> {
+    let times = copy_times(backend, bytes, r)?;
+    Ok(gbps(2 * (bytes / 2).max(1), median(&times)))
+}
+
+fn data<T: Elem>(n: usize, seed: u64) -> Vec<T> {
+    test_data(n, seed).into_iter().map(T::from_f32).collect()
+}
+
+/// One-launch stride expansion of `frames` frames of `dim` elements at `stride`.
+pub fn time_expand<T: Elem>(backend: &Backend, frames: usize, stride: usize, dim: usize, method: Method, r: Reps) -> Result<Timing> {
+    let s = KeyframeSchedule::fixed_stride(frames, stride)?;
+    let keys: Vec<T> = data(s.count() * dim, 11);
+    let compulsory_bytes = expand_bytes(s.count(), frames, dim, std::mem::size_of::<T>());
+    let times_ms = match backend {
+        Backend::Cpu => {
+            let mut out = vec![T::default(); frames * dim];
+            time_host(r.warmup, r.reps, || cpu::expand(&keys, &s, dim, method, &mut out))
+        }
+        Backend::Cuda(c) => {
+            let dk = c.upload(&keys)?;
+            let di = c.upload(s.keyframes())?;
+            let mut out = c.alloc::<T>(frames * dim)?;
+            c.time_ms(r.warmup, r.reps, || c.expand_on_device(&dk, &di, s.count(), &mut out, frames, dim, method))?
+        }
+    };
+    Ok(Timing { times_ms, compulsory_bytes })
+}
+
+/// `rows` independent pairs at alphas spread over (0, 1).
+pub fn time_slerp_pairs<T: Elem>(backend: &Backend, rows: usize, dim: usize, method: Method, r: Reps) -> Result<Timing> {
+    ensure!(rows > 0 && dim > 0, "slerp_pairs needs at least one row of one element");
+    let v0: Vec<T> = data(rows * dim, 21);
+    let v1: Vec<T> = data(rows * dim, 22);
+    let alphas: Vec<f32> = (0..rows).map(|i| (i as f32 + 0.5) / rows as f32).collect();
+    let compulsory_bytes = slerp_pairs_bytes(rows, dim, std::mem::size_of::<T>());
+    let times_ms = match backend {
+        Backend::Cpu => {
+            let mut out = vec![T::default(); rows * dim];
+            time_host(r.warmup, r.reps, || cpu::slerp_pairs(&v0, &v1, &alphas, dim, method, &mut out))
+        }
+        Backend::Cuda(c) => {
+            let (a, b, al) = (c.upload(&v0)?, c.upload(&v1)?, c.upload(&alphas)?);
+            let mut out = c.alloc::<T>(rows * dim)?;
+            c.time_ms(r.warmup, r.reps, || c.slerp_pairs_on_device(&a, &b, &al, &mut out, rows, dim, method))?
+        }
+    };
+    Ok(Timing { times_ms, compulsory_bytes })
+}
+
+/// Distances that put every frame inside a transition of a `ramp`-frame easing (the case
+/// where every frame is read and written): 1, 2, ..., ramp-1, 1, 2, ...
+pub fn transition_distances(frames: usize, ramp: u32) -> Vec<u32> {
+    let period = ramp.saturating_sub(1).max(1);
+    (0..frames).map(|f| 1 + (f as u32 % period)).collect()
+}
+
+/// Silence easing, in place, of `frames` frames all inside a transition of `ramp` frames.
+pub fn time_ease<T: Elem>(backend: &Backend, frames: usize, dim: usize, ramp: u32, r: Reps) -> Result<Timing> {
+    ensure!(ramp >= 2, "the easing benchmark needs a ramp of at least 2 frames");
+    let rest: Vec<T> = data(dim, 31);
+    let mut fr: Vec<T> = data(frames * dim, 32);
+    let distance = transition_distances(frames, ramp);
+    let compulsory_bytes = ease_bytes(frames, dim, std::mem::size_of::<T>());
+    let times_ms = match backend {
+        Backend::Cpu => time_host(r.warmup, r.reps, || cpu::ease(&mut fr, &rest, &distance, ramp)),
+        Backend::Cuda(c) => {
+            let mut df = c.upload(&fr)?;
+            let (dr, dd) = (c.upload(&rest)?, c.upload(&distance)?);
+            c.time_ms(r.warmup, r.reps, || c.ease_on_device(&mut df, &dr, &dd, ramp, frames, dim))?
+        }
+    };
+    Ok(Timing { times_ms, compulsory_bytes })
+}
+
+/// Planar RGB (samples in [0, 1]) to NV12, BT.709, all of `layout.frames` in one call.
+pub fn time_nv12<T: Elem>(backend: &Backend, layout: RgbLayout, r: Reps) -> Result<Timing> {
+    layout.validate(layout.len())?;
+    let rgb: Vec<T> = test_data(layout.len(), 41).into_iter().map(|x| T::from_f32(x * 0.25 + 0.5)).collect();
+    let compulsory_bytes = nv12_bytes(layout, std::mem::size_of::<T>());
+    let (m, rg) = (ColorMatrix::Bt709, RgbRange::Unit);
+    let times_ms = match backend {
+        Backend::Cpu => {
+            let mut out = vec![0u8; layout.frames * layout.nv12_frame_bytes()];
+            time_host(r.warmup, r.reps, || cpu::rgb_to_nv12(&rgb, layout, m, rg, &mut out))
+        }
+        Backend::Cuda(c) => {
+            let d = c.upload(&rgb)?;
+            let mut out = c.alloc::<u8>(layout.frames * layout.nv12_frame_bytes())?;
+            c.time_ms(r.warmup, r.reps, || c.rgb_to_nv12_on_device(&d, layout, m, rg, &mut out))?
+        }
+    };
+    Ok(Timing { times_ms, compulsory_bytes })
+}

@@ -1,0 +1,300 @@
+//! The render pipeline, shared by `cadence render` and the experiments (one pipeline, not two):
+//! audio features -> keyframe schedule with silence bypass -> UNet on the keyframes that are not
+//! bypassed -> one-launch SLERP expansion -> Hermite easing toward the rest latent -> decoder
+//! (bypassed frames reuse the decoded rest frame) -> compositing fused with NV12 -> a sink
+//! (the encoder). Every stage is timed.
+
+use crate::composite::Compositor;
+use crate::elem::{Method, RgbRange};
+use crate::schedule::{speech_distance, KeyframeSchedule};
+use crate::Backend;
+use anyhow::{ensure, Context, Result};
+use cadence_engines::{
+    resolve_weights, AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind, MuseTalkUnet, Profile, SdVae,
+    Taesd, WhisperAudio,
+};
+use std::path::Path;
+use std::time::Instant;
+
+/// MuseTalk's latent: 4 x 32 x 32 for a 256 x 256 face crop.
+pub const LATENT_DIM: usize = 4 * 32 * 32;
+pub const FACE: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum DecoderKind {
+    /// TAESD (tiny autoencoder): fast, output in [0, 1].
+    Taesd,
+    /// The full SD VAE decoder (sd-vae-ft-mse), output in [-1, 1].
+    SdVae,
+}
+
+/// The engines of one render, loaded once.
+pub struct Engines {
+    pub audio: WhisperAudio,
+    pub unet: MuseTalkUnet,
+    pub decoder: Box<dyn LatentDecoder>,
+    pub image_encoder: Box<dyn ImageEncoder>,
+    pub decoder_kind: DecoderKind,
+    pub profile: Profile,
+}
+
+impl Engines {
+    /// Real weights come from `models_dir` (or $CADENCE_MODELS) where the files exist; every
+    /// other engine gets seeded synthetic weights. `weights_summary` says which.
+    pub fn load(profile: Profile, decoder_kind: DecoderKind, device: &Device, models_dir: Option<&Path>) -> Result<Self> {
+        let w = |kind: ModelKind| match models_dir {
+            Some(dir) => cadence_engines::resolve_weights_in(kind, None, Some(dir)),
+            None => resolve_weights(kind, None),
+        };
+        let audio = WhisperAudio::new(profile, &w(ModelKind::WhisperTiny), device).context("loading whisper-tiny")?;
+        let unet = MuseTalkUnet::new(profile, &w(ModelKind::MuseTalkUnet), device).context("loading the MuseTalk UNet")?;
+        let (decoder, image_encoder): (Box<dyn LatentDecoder>, Box<dyn ImageEncoder>) = match decoder_kind {
+            DecoderKind::Taesd => (
+                Box::new(Taesd::decoder(profile, &w(ModelKind::TaesdDecoder), device).context("loading the TAESD decoder")?),
+                Box::new(Taesd::encoder(profile, &w(ModelKind::TaesdEncoder), device).context("loading the TAESD encoder")?),
+            ),
+            DecoderKind::SdVae => (
+                Box::new(SdVae::decoder(profile, &w(ModelKind::SdVaeDecoder), device).context("loading the SD VAE decoder")?),
+                Box::new(SdVae::encoder(profile, &w(ModelKind::SdVaeEncoder), device).context("loading the SD VAE encoder")?),
+            ),
+        };
+        Ok(Self { audio, unet, decoder, image_encoder, decoder_kind, profile })
+    }
+
+    fn all(&self) -> [&dyn Engine; 4] {
+        [&self.audio, &self.unet, self.decoder.as_ref(), self.image_encoder.as_ref()]
+    }
+
+    /// "synthetic" when every engine is synthetic, "real" when all are real, else a per-engine list.
+    pub fn weights_summary(&self) -> String {
+        let labels: Vec<String> = self.all().iter().map(|e| e.weights_label()).collect();
+        if labels.iter().all(|l| l.starts_with("synthetic")) {
+            format!("synthetic ({})", labels[0])
+        } else if labels.iter().all(|l| l.starts_with("real")) {
+            "real".into()
+        } else {
+            let parts: Vec<String> = self.all().iter().map(|e| format!("{}={}", e.model(), e.weights_label())).collect();
+            format!("mixed: {}", parts.join(", "))
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!("whisper-tiny + MuseTalk UNet + {} ({} profile, f32)", self.decoder.model(), self.profile)
+    }
+
+    pub fn decoder_range(&self) -> RgbRange {
+        if self.decoder.output_range().0 < 0.0 {
+            RgbRange::Signed
+        } else {
+            RgbRange::Unit
+        }
+    }
+}
+
+/// The avatar's latents, computed once per render.
+pub struct AvatarLatents {
+    /// The full face crop encoded.
+    pub reference: Vec<f32>,
+    /// The crop with its lower half blacked out (MuseTalk's inpainting mask), encoded.
+    pub masked: Vec<f32>,
+    /// The engine's output for silence: the closed-mouth rest state easing blends toward.
+    pub rest: Vec<f32>,
+    /// `rest` decoded: reused for every bypassed frame.
+    pub rest_rgb: Vec<f32>,
+}
+
+/// `face`: planar 3 x 256 x 256 in [0, 1].
+pub fn prepare_avatar(engines: &Engines, face: &[f32]) -> Result<AvatarLatents> {
+    ensure!(face.len() == 3 * FACE * FACE, "face crop must be 3x{FACE}x{FACE}");
+    let (lo, hi) = engines.image_encoder.input_range();
+    let to_range = |v: f32| lo + (hi - lo) * v;
+    let mut both: Vec<f32> = face.iter().map(|&v| to_range(v)).collect();
+    let mut masked = both.clone();
+    for c in 0..3 {
+        masked[c * FACE * FACE + (FACE / 2) * FACE..(c + 1) * FACE * FACE].fill(to_range(0.0));
+    }
+    both.extend_from_slice(&masked);
+    let enc = engines.image_encoder.encode(&Batch::new(vec![2, 3, FACE, FACE], both)?)?;
+    ensure!(enc.data.len() == 2 * LATENT_DIM, "image encoder returned shape {:?}", enc.shape);
+    let (reference, masked) = (enc.data[..LATENT_DIM].to_vec(), enc.data[LATENT_DIM..].to_vec());
+    // Rest state: the UNet's answer to silence (one 40 ms frame of zeros).
+    let silence = engines.audio.encode_audio(&vec![0.0f32; 16000 / 25], 25.0)?;
+    let window = Batch::new(vec![1, silence.shape[1], silence.shape[2]], silence.data[..silence.shape[1] * silence.shape[2]].to_vec())?;
+    let rest = engines.unet.predict(&unet_input(&masked, &reference, 1), &window)?.data;
+    let rest_rgb = engines.decoder.decode(&Batch::new(vec![1, 4, 32, 32], rest.clone())?)?.data;
+    Ok(AvatarLatents { reference, masked, rest, rest_rgb })
+}
+
+fn unet_input(masked: &[f32], reference: &[f32], batch: usize) -> Batch {
+    let mut data = Vec::with_capacity(batch * 2 * LATENT_DIM);
+    for _ in 0..batch {
+        data.extend_from_slice(masked);
+        data.extend_from_slice(reference);
+    }
+    Batch { shape: vec![batch, 8, 32, 32], data }
+}
+
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    pub fps: f32,
+    /// Frames of Hermite easing between speech and rest (4 gives 1, 0.84375, 0.5, 0.15625, 0).
+    pub ramp: u32,
+    /// Engine batch size.
+    pub batch: usize,
+    pub method: Method,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self { fps: 25.0, ramp: 4, batch: 8, method: Method::Slerp }
+    }
+}
+
+/// Milliseconds per stage.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StageTimes {
+    pub audio_encoder_ms: f64,
+    pub unet_ms: f64,
+    pub expand_ms: f64,
+    pub ease_ms: f64,
+    pub decoder_ms: f64,
+    pub composite_nv12_ms: f64,
+    pub encoder_ms: f64,
+    pub other_ms: f64,
+    pub total_ms: f64,
+}
+
+impl StageTimes {
+    pub fn neural_ms(&self) -> f64 {
+        self.audio_encoder_ms + self.unet_ms + self.decoder_ms
+    }
+    /// Everything that is neither a neural engine nor the encoder.
+    pub fn overhead_ms(&self) -> f64 {
+        self.expand_ms + self.ease_ms + self.composite_nv12_ms + self.other_ms
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RenderStats {
+    pub frames: usize,
+    pub keyframes_scheduled: usize,
+    /// Keyframes the UNet actually ran on (scheduled minus bypassed).
+    pub keyframes_evaluated: usize,
+    pub bypassed_frames: usize,
+    pub decoded_frames: usize,
+    pub times: StageTimes,
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Renders every frame and hands each NV12 frame to `sink` in order (the sink's time is
+/// recorded as the encoder's). `features`: the audio encoder's (frames, 50, 384) windows;
+/// `speech`: voice activity per frame.
+#[allow(clippy::too_many_arguments)]
+pub fn render(
+    engines: &Engines,
+    backend: &Backend,
+    opts: &RenderOptions,
+    features: &Batch,
+    speech: &[bool],
+    schedule: &KeyframeSchedule,
+    avatar: &AvatarLatents,
+    compositor: &Compositor,
+    mut sink: impl FnMut(usize, &[u8]) -> Result<()>,
+    mut progress: impl FnMut(usize),
+) -> Result<RenderStats> {
+    let t_total = Instant::now();
+    let mut times = StageTimes::default();
+    let n = schedule.n_frames();
+    ensure!(speech.len() == n && features.shape.first() == Some(&n), "audio features, activity and schedule disagree on the frame count");
+    ensure!(opts.batch > 0, "batch size must be at least 1");
+    let (win, dim_a) = (features.shape[1], features.shape[2]);
+    let per_window = win * dim_a;
+
+    // Silence: distance to speech -> easing weight; weight 0 frames bypass every network.
+    let t = Instant::now();
+    let distance = speech_distance(speech);
+    let weight: Vec<f32> = distance.iter().map(|&d| cadence_kernels::math::easing_weight(d, opts.ramp)).collect();
+    let bypassed: Vec<bool> = weight.iter().map(|&w| w == 0.0).collect();
+    let keys = schedule.keyframes();
+    let evaluate: Vec<usize> = (0..keys.len()).filter(|&j| !bypassed[keys[j] as usize]).collect();
+    times.other_ms += ms(t);
+
+    // UNet on the keyframes that are not bypassed, in batches; bypassed keyframes are the rest latent.
+    let t = Instant::now();
+    let mut key_latents = vec![0.0f32; keys.len() * LATENT_DIM];
+    for j in 0..keys.len() {
+        if bypassed[keys[j] as usize] {
+            key_latents[j * LATENT_DIM..(j + 1) * LATENT_DIM].copy_from_slice(&avatar.rest);
+        }
+    }
+    for chunk in evaluate.chunks(opts.batch) {
+        let b = chunk.len();
+        let mut audio = Vec::with_capacity(b * per_window);
+        for &j in chunk {
+            let f = keys[j] as usize;
+            audio.extend_from_slice(&features.data[f * per_window..(f + 1) * per_window]);
+        }
+        let out = engines.unet.predict(&unet_input(&avatar.masked, &avatar.reference, b), &Batch::new(vec![b, win, dim_a], audio)?)?;
+        for (i, &j) in chunk.iter().enumerate() {
+            key_latents[j * LATENT_DIM..(j + 1) * LATENT_DIM].copy_from_slice(&out.data[i * LATENT_DIM..(i + 1) * LATENT_DIM]);
+        }
+        progress(0);
+    }
+    times.unet_ms = ms(t);
+
+    let t = Instant::now();
+    let mut latents = backend.expand(&key_latents, schedule, LATENT_DIM, opts.method)?;
+    times.expand_ms = ms(t);
+    let t = Instant::now();
+    backend.ease(&mut latents, &avatar.rest, &distance, opts.ramp)?;
+    times.ease_ms = ms(t);
+
+    // Decode (batches of non-bypassed frames), composite + NV12, hand to the sink, in order.
+    let range = engines.decoder_range();
+    let crop = 3 * FACE * FACE;
+    let mut frame_nv12 = vec![0u8; compositor.frame_bytes()];
+    let mut decoded_frames = 0;
+    let mut f = 0;
+    while f < n {
+        // A run of up to `batch` consecutive frames that need decoding, or one bypassed frame.
+        let g = if bypassed[f] { f + 1 } else { (f..n).take(opts.batch).take_while(|&x| !bypassed[x]).last().unwrap() + 1 };
+        let rgb = if bypassed[f] {
+            None
+        } else {
+            let t = Instant::now();
+            let b = g - f;
+            let data = latents[f * LATENT_DIM..g * LATENT_DIM].to_vec();
+            let out = engines.decoder.decode(&Batch::new(vec![b, 4, 32, 32], data)?)?;
+            ensure!(out.data.len() == b * crop, "decoder returned shape {:?}", out.shape);
+            times.decoder_ms += ms(t);
+            decoded_frames += b;
+            Some(out.data)
+        };
+        for (i, frame) in (f..g).enumerate() {
+            let t = Instant::now();
+            let src = match &rgb {
+                Some(d) => &d[i * crop..(i + 1) * crop],
+                None => &avatar.rest_rgb[..],
+            };
+            compositor.compose(src, FACE, FACE, range, &mut frame_nv12);
+            times.composite_nv12_ms += ms(t);
+            let t = Instant::now();
+            sink(frame, &frame_nv12).with_context(|| format!("encoding frame {frame}"))?;
+            times.encoder_ms += ms(t);
+            progress(1);
+        }
+        f = g;
+    }
+    times.total_ms = ms(t_total);
+    Ok(RenderStats {
+        frames: n,
+        keyframes_scheduled: keys.len(),
+        keyframes_evaluated: evaluate.len(),
+        bypassed_frames: bypassed.iter().filter(|&&b| b).count(),
+        decoded_frames,
+        times,
+    })
+}

@@ -1,0 +1,62 @@
+//! # cadence-media: media I/O for `cadence render` and the experiments
+//!
+//! Everything here builds from crates.io alone (no system library): the default H.264
+//! encoder is OpenH264 and the AAC encoder FDK AAC, both compiled from source bundled in
+//! their crates; the MP4 is laid out in Rust with `mp4-atom` box types. The optional `ffmpeg`
+//! feature adds libx264 and NVENC through the system's libav* (see `README.md`).
+//!
+//! ## Audio ([`audio`])
+//! - [`load_wav`]`(path) -> Result<Audio>`: WAV of any rate and channel count, 8/16/24/32-bit
+//!   integer or 32-bit float; [`Audio::samples_16k`] is mono 16 kHz f32; [`Audio::track`] is
+//!   what the MP4's AAC track is encoded from.
+//! - [`wav_duration`]`(path) -> Result<f64>`: duration from the header only, to reject a too
+//!   long file before decoding it.
+//! - [`audio::resample`], [`audio::resampled_len`]: rubato FFT resampling with its delay
+//!   removed, output length `round(n * to / from)`.
+//! - Errors: not a WAV ([`MediaError::NotWav`]), truncated ([`MediaError::TruncatedWav`]),
+//!   zero samples ([`MediaError::EmptyAudio`]).
+//!
+//! ## Voice activity ([`vad`])
+//! - [`voice_activity`]`(samples_16k, fps, n_frames) -> Vec<bool>`: one decision per video
+//!   frame, energy based, thresholds relative to the clip's loudness, 200 ms hangover
+//!   (documented in [`vad`] and [`VadConfig`]); [`voice_activity_with`] takes a config.
+//! - [`frame_count`]`(duration_s, fps) = ceil(duration_s * fps)`.
+//!
+//! ## Avatar image ([`image`])
+//! - [`load_image`]`(path) -> Result<RgbImage>`: PNG/JPEG, each side 64..=4096.
+//! - [`FaceBox`] `{x, y, w, h}`: [`FaceBox::centered`], [`FaceBox::validate`].
+//! - [`crop_to_planar`]`(img, face, 256) -> Result<Vec<f32>>`: CHW f32 in [0, 1] for the
+//!   image encoder; [`paste_region`]`(decoded, 256, face, frame_w, frame_h) ->
+//!   Result<PasteRegion>`: the decoded crop resized (bilinear) to the face box, with its
+//!   position, for compositing.
+//!
+//! ## Video ([`video`])
+//! - [`VideoWriter::create`]`(path, width, height, fps, EncoderKind, Option<&Audio>)`,
+//!   [`VideoWriter::push_nv12`]`(&[u8])`, [`VideoWriter::finish`]`() -> Result<VideoStats>`.
+//! - [`EncoderKind`]: `OpenH264` (default, always built), `X264` and `Nvenc` (feature
+//!   `ffmpeg`; without it they fail with a message saying so).
+//!
+//! ## Probe ([`probe()`])
+//! - [`probe()`]`(path) -> Result<Mp4Info>`: codec, size, fps, frame count, audio presence and
+//!   codec, read from the MP4 boxes in Rust.
+
+pub mod aac;
+pub mod audio;
+pub mod error;
+#[cfg(feature = "ffmpeg")]
+mod ffmpeg_enc;
+pub mod image;
+mod mux;
+pub mod probe;
+pub mod vad;
+pub mod video;
+
+pub use audio::{load_wav, wav_duration, Audio, AudioTrack, TARGET_RATE};
+pub use error::{MediaError, Result};
+pub use image::{
+    crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage,
+    CROP_SIDE,
+};
+pub use probe::{probe, Mp4Info};
+pub use vad::{frame_count, voice_activity, voice_activity_with, VadConfig};
+pub use video::{EncoderKind, VideoStats, VideoWriter};

@@ -1,0 +1,151 @@
+//! Energy-based voice activity, one decision per video frame.
+//!
+//! Method (all numbers are [`VadConfig::default`]):
+//! 1. RMS level of 10 ms hops of the 16 kHz signal, in dBFS.
+//! 2. The clip's loudness reference is the 95th percentile of the hop levels (hops of digital
+//!    silence, below -100 dBFS, are left out): robust to a few clicks, and relative, so a quiet
+//!    recording is judged like a loud one.
+//! 3. A hop is voiced when its level is above `reference - 35 dB` and above the absolute floor
+//!    of -60 dBFS (so a clip of pure background noise is not "speech").
+//! 4. Voiced runs shorter than 30 ms are dropped (clicks, pops).
+//! 5. Hangover: 200 ms after each voiced hop still counts as speech, so the closures of
+//!    plosives and short gaps inside and between words are not silence, while a real pause
+//!    (longer than the hangover) is.
+//! 6. A video frame is speech when any hop whose centre lies in the frame's time span is
+//!    speech; frames past the end of the audio are silence.
+//!
+//! (webrtc-vad and Silero need C or model weights; an energy detector with these guards is
+//! what the render needs: it only has to find pauses of a fraction of a second or longer.)
+
+/// Thresholds of [`voice_activity_with`]. See the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VadConfig {
+    /// Analysis hop in milliseconds.
+    pub hop_ms: f64,
+    /// Percentile (0..=100) of hop levels taken as the clip's loudness reference.
+    pub reference_percentile: f64,
+    /// A hop is voiced above `reference + relative_threshold_db` (negative number).
+    pub relative_threshold_db: f64,
+    /// ... and above this absolute level in dBFS.
+    pub absolute_floor_db: f64,
+    /// Voiced runs shorter than this are ignored.
+    pub min_speech_ms: f64,
+    /// Speech extends this long past each voiced hop.
+    pub hangover_ms: f64,
+}
+
+impl Default for VadConfig {
+    fn default() -> Self {
+        VadConfig {
+            hop_ms: 10.0,
+            reference_percentile: 95.0,
+            relative_threshold_db: -35.0,
+            absolute_floor_db: -60.0,
+            min_speech_ms: 30.0,
+            hangover_ms: 200.0,
+        }
+    }
+}
+
+/// Number of video frames for a clip: `ceil(duration_s * fps)` (with a 1e-9 tolerance so
+/// that, e.g., 2.0 s at 25 fps is 50 frames and not 51 through rounding).
+pub fn frame_count(duration_s: f64, fps: f64) -> usize {
+    if duration_s.is_nan() || fps.is_nan() || duration_s <= 0.0 || fps <= 0.0 {
+        return 0;
+    }
+    (duration_s * fps - 1e-9).ceil().max(0.0) as usize
+}
+
+/// Voice activity per video frame with the default thresholds ([`VadConfig::default`]).
+/// `samples_16k`: mono 16 kHz; returns `n_frames` decisions, `true` = speech.
+pub fn voice_activity(samples_16k: &[f32], fps: f64, n_frames: usize) -> Vec<bool> {
+    voice_activity_with(samples_16k, fps, n_frames, &VadConfig::default())
+}
+
+/// Per-hop levels in dBFS (10 ms hops by default); exposed for diagnostics and plots.
+pub fn hop_levels_db(samples_16k: &[f32], cfg: &VadConfig) -> Vec<f64> {
+    let hop = hop_len(cfg);
+    samples_16k
+        .chunks(hop)
+        .map(|c| {
+            let ms = c.iter().map(|&s| (s as f64) * (s as f64)).sum::<f64>() / c.len() as f64;
+            10.0 * (ms + 1e-20).log10()
+        })
+        .collect()
+}
+
+fn hop_len(cfg: &VadConfig) -> usize {
+    ((cfg.hop_ms * crate::audio::TARGET_RATE as f64 / 1000.0).round() as usize).max(1)
+}
+
+/// Per-hop speech decisions after threshold, minimum run and hangover.
+pub fn hop_activity(samples_16k: &[f32], cfg: &VadConfig) -> Vec<bool> {
+    let levels = hop_levels_db(samples_16k, cfg);
+    let mut audible: Vec<f64> = levels.iter().copied().filter(|&l| l > -100.0).collect();
+    if audible.is_empty() {
+        return vec![false; levels.len()];
+    }
+    audible.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let p = cfg.reference_percentile.clamp(0.0, 100.0) / 100.0;
+    let reference = audible[((audible.len() - 1) as f64 * p).round() as usize];
+    let threshold = (reference + cfg.relative_threshold_db).max(cfg.absolute_floor_db);
+    let mut voiced: Vec<bool> = levels.iter().map(|&l| l > threshold).collect();
+
+    // Drop voiced runs shorter than min_speech_ms.
+    let min_run = (cfg.min_speech_ms / cfg.hop_ms).ceil() as usize;
+    let mut i = 0;
+    while i < voiced.len() {
+        if voiced[i] {
+            let start = i;
+            while i < voiced.len() && voiced[i] {
+                i += 1;
+            }
+            if i - start < min_run {
+                voiced[start..i].iter_mut().for_each(|v| *v = false);
+            }
+        } else {
+            i += 1;
+        }
+    }
+
+    // Hangover.
+    let hang = (cfg.hangover_ms / cfg.hop_ms).round() as usize;
+    let mut out = voiced.clone();
+    let mut left = 0usize;
+    for (o, &v) in out.iter_mut().zip(&voiced) {
+        if v {
+            left = hang;
+        } else if left > 0 {
+            *o = true;
+            left -= 1;
+        }
+    }
+    out
+}
+
+/// Voice activity per video frame with explicit thresholds.
+pub fn voice_activity_with(
+    samples_16k: &[f32],
+    fps: f64,
+    n_frames: usize,
+    cfg: &VadConfig,
+) -> Vec<bool> {
+    let hops = hop_activity(samples_16k, cfg);
+    let hop = hop_len(cfg) as f64;
+    let rate = crate::audio::TARGET_RATE as f64;
+    let mut frames = vec![false; n_frames];
+    if fps.is_nan() || fps <= 0.0 {
+        return frames;
+    }
+    for (h, &speech) in hops.iter().enumerate() {
+        if !speech {
+            continue;
+        }
+        let centre_s = (h as f64 + 0.5) * hop / rate;
+        let f = (centre_s * fps).floor() as usize;
+        if f < n_frames {
+            frames[f] = true;
+        }
+    }
+    frames
+}

@@ -1,0 +1,394 @@
+//! H.264 video (+ AAC audio) in MP4 from NV12 frames.
+//!
+//! Encoders: OpenH264 (default; the `openh264` crate builds Cisco's source with `cc`), and
+//! with the `ffmpeg` feature libx264 and h264_nvenc through ffmpeg-next. Whatever the encoder,
+//! the MP4 is written by [`crate::mux`] (pure Rust), and the audio by [`crate::aac`].
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Instant;
+
+use openh264::encoder::{
+    BitRate, Encoder, EncoderConfig, FrameRate, FrameType, IntraFramePeriod, RateControlMode,
+    UsageType, VuiConfig,
+};
+use openh264::formats::YUVSlices;
+use openh264::OpenH264API;
+
+use crate::audio::Audio;
+use crate::error::{MediaError, Result};
+use crate::mux::Mp4Muxer;
+
+/// Largest accepted frame side (portrait 1080x1920 fits; OpenH264 stops at 3840x2160).
+pub const MAX_FRAME_SIDE: u32 = 3840;
+
+/// Which H.264 encoder to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EncoderKind {
+    /// Cisco OpenH264, built from source by the `openh264` crate: always available.
+    #[default]
+    OpenH264,
+    /// libx264 through ffmpeg-next (feature `ffmpeg`).
+    X264,
+    /// NVIDIA NVENC (h264_nvenc) through ffmpeg-next (feature `ffmpeg`); needs an NVIDIA GPU
+    /// and the driver's libnvidia-encode at run time.
+    Nvenc,
+}
+
+impl EncoderKind {
+    /// Name as used on the command line: `openh264`, `x264`, `nvenc`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EncoderKind::OpenH264 => "openh264",
+            EncoderKind::X264 => "x264",
+            EncoderKind::Nvenc => "nvenc",
+        }
+    }
+
+    /// Whether this build contains the encoder (NVENC may still fail at run time without
+    /// the NVIDIA library).
+    pub fn compiled_in(self) -> bool {
+        match self {
+            EncoderKind::OpenH264 => true,
+            EncoderKind::X264 | EncoderKind::Nvenc => cfg!(feature = "ffmpeg"),
+        }
+    }
+
+    /// The encoders this build contains.
+    pub fn available() -> Vec<EncoderKind> {
+        [EncoderKind::OpenH264, EncoderKind::X264, EncoderKind::Nvenc]
+            .into_iter()
+            .filter(|k| k.compiled_in())
+            .collect()
+    }
+}
+
+impl std::fmt::Display for EncoderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for EncoderKind {
+    type Err = MediaError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "openh264" => Ok(EncoderKind::OpenH264),
+            "x264" | "libx264" => Ok(EncoderKind::X264),
+            "nvenc" | "h264_nvenc" => Ok(EncoderKind::Nvenc),
+            other => Err(MediaError::InvalidInput(format!(
+                "unknown encoder '{other}' (openh264, x264, nvenc)"
+            ))),
+        }
+    }
+}
+
+/// What [`VideoWriter::finish`] reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VideoStats {
+    /// Video frames written.
+    pub frames: u64,
+    /// Size of the MP4 file in bytes.
+    pub bytes: u64,
+    /// Encoder name, e.g. `openh264`.
+    pub encoder: String,
+    /// Seconds spent in the video encoder (conversion to the encoder's input included,
+    /// muxing excluded).
+    pub encode_s: f64,
+    /// Seconds spent encoding the audio track.
+    pub audio_encode_s: f64,
+    pub width: u32,
+    pub height: u32,
+    pub fps: u32,
+    pub has_audio: bool,
+}
+
+/// Target bit rate: 0.1 bit per pixel per frame, at least 500 kb/s.
+fn target_bitrate(width: u32, height: u32, fps: u32) -> u32 {
+    let bps = width as u64 * height as u64 * fps as u64 / 10;
+    bps.clamp(500_000, 20_000_000) as u32
+}
+
+struct OpenH264Enc {
+    enc: Encoder,
+    width: usize,
+    height: usize,
+    u: Vec<u8>,
+    v: Vec<u8>,
+}
+
+impl OpenH264Enc {
+    fn new(width: u32, height: u32, fps: u32) -> Result<Self> {
+        let config = EncoderConfig::new()
+            .bitrate(BitRate::from_bps(target_bitrate(width, height, fps)))
+            .max_frame_rate(FrameRate::from_hz(fps as f32))
+            // OpenH264's rate control only works with frame skipping, which would break the
+            // frame count; without rate control it encodes at its base QP (26).
+            .rate_control_mode(RateControlMode::Off)
+            .usage_type(UsageType::CameraVideoRealTime)
+            // Every input frame must come out: the frame count is part of the contract.
+            .skip_frames(false)
+            // An IDR every 2 s keeps the file seekable.
+            .intra_frame_period(IntraFramePeriod::from_num_frames(2 * fps))
+            // NV12 of this project is BT.709 limited range (DESIGN.md section 4).
+            .vui(VuiConfig::bt709());
+        let enc = Encoder::with_api_config(OpenH264API::from_source(), config).map_err(|e| {
+            MediaError::Encode {
+                encoder: "openh264".into(),
+                detail: e.to_string(),
+            }
+        })?;
+        let (w, h) = (width as usize, height as usize);
+        Ok(OpenH264Enc {
+            enc,
+            width: w,
+            height: h,
+            u: vec![0; w * h / 4],
+            v: vec![0; w * h / 4],
+        })
+    }
+
+    fn encode(&mut self, nv12: &[u8], mux: &mut Mp4Muxer) -> Result<()> {
+        let (w, h) = (self.width, self.height);
+        let (y, uv) = nv12.split_at(w * h);
+        // OpenH264 takes I420: de-interleave NV12's UV plane (one pass over w*h/2 bytes).
+        for ((pair, u), v) in uv.chunks_exact(2).zip(&mut self.u).zip(&mut self.v) {
+            *u = pair[0];
+            *v = pair[1];
+        }
+        let src = YUVSlices::new((y, &self.u, &self.v), (w, h), (w, w / 2, w / 2));
+        let bs = self.enc.encode(&src).map_err(|e| MediaError::Encode {
+            encoder: "openh264".into(),
+            detail: e.to_string(),
+        })?;
+        let keyframe = matches!(bs.frame_type(), FrameType::IDR);
+        let layers: Vec<_> = (0..bs.num_layers()).filter_map(|l| bs.layer(l)).collect();
+        let mut nals: Vec<&[u8]> = Vec::new();
+        for layer in &layers {
+            for i in 0..layer.nal_count() {
+                if let Some(nal) = layer.nal_unit(i) {
+                    nals.push(strip_start_code(nal));
+                }
+            }
+        }
+        mux.push_access_unit(&nals, keyframe)
+    }
+}
+
+/// Removes a leading Annex B start code (00 00 01 or 00 00 00 01).
+fn strip_start_code(nal: &[u8]) -> &[u8] {
+    if nal.starts_with(&[0, 0, 0, 1]) {
+        &nal[4..]
+    } else if nal.starts_with(&[0, 0, 1]) {
+        &nal[3..]
+    } else {
+        nal
+    }
+}
+
+/// Splits an Annex B byte stream into NAL units. Hand-written (a dozen lines): only the
+/// ffmpeg encoders' packets need it, and a parsing crate would add nothing here.
+#[cfg_attr(not(feature = "ffmpeg"), allow(dead_code))]
+pub(crate) fn split_annex_b(data: &[u8]) -> Vec<&[u8]> {
+    let mut starts = Vec::new();
+    let mut i = 0;
+    while i + 3 <= data.len() {
+        if data[i] == 0 && data[i + 1] == 0 && data[i + 2] == 1 {
+            starts.push(i + 3);
+            i += 3;
+        } else {
+            i += 1;
+        }
+    }
+    let mut nals = Vec::with_capacity(starts.len());
+    for (k, &s) in starts.iter().enumerate() {
+        let mut e = if k + 1 < starts.len() {
+            starts[k + 1] - 3
+        } else {
+            data.len()
+        };
+        // A 4-byte start code leaves its leading zero (and trailing_zero bytes) behind.
+        while e > s && data[e - 1] == 0 {
+            e -= 1;
+        }
+        if e > s {
+            nals.push(&data[s..e]);
+        }
+    }
+    nals
+}
+
+enum Backend {
+    OpenH264(Box<OpenH264Enc>),
+    #[cfg(feature = "ffmpeg")]
+    Ffmpeg(Box<crate::ffmpeg_enc::FfmpegEnc>),
+}
+
+/// Writes H.264 video from NV12 frames, with an optional AAC audio track, to an MP4 file.
+///
+/// The file is written in place; the caller renames a temporary file if it wants atomicity.
+/// Dropping a writer without [`finish`](VideoWriter::finish) leaves an unplayable file.
+pub struct VideoWriter {
+    backend: Backend,
+    mux: Mp4Muxer,
+    width: u32,
+    height: u32,
+    fps: u32,
+    encoder: EncoderKind,
+    encode_s: f64,
+    audio_encode_s: f64,
+    has_audio: bool,
+}
+
+impl VideoWriter {
+    /// Creates `path` and the encoder. `width` and `height` must be even, 16..=3840;
+    /// `fps` 1..=240. The audio (if any) is AAC-encoded here and written first.
+    pub fn create(
+        path: impl AsRef<Path>,
+        width: u32,
+        height: u32,
+        fps: u32,
+        encoder: EncoderKind,
+        audio: Option<&Audio>,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        if !width.is_multiple_of(2) || !height.is_multiple_of(2) {
+            return Err(MediaError::InvalidInput(format!(
+                "frame size {width}x{height}: width and height must be even (NV12 / 4:2:0)"
+            )));
+        }
+        if !(16..=MAX_FRAME_SIDE).contains(&width) || !(16..=MAX_FRAME_SIDE).contains(&height) {
+            return Err(MediaError::InvalidInput(format!(
+                "frame size {width}x{height}: each side must be 16..={MAX_FRAME_SIDE}"
+            )));
+        }
+        if !(1..=240).contains(&fps) {
+            return Err(MediaError::InvalidInput(format!(
+                "frame rate {fps}: must be 1..=240"
+            )));
+        }
+        if !encoder.compiled_in() {
+            return Err(MediaError::EncoderUnavailable(format!(
+                "encoder '{encoder}' is not in this build: rebuild with `--features ffmpeg` \
+                 (see media/README.md), or use openh264"
+            )));
+        }
+        let backend = match encoder {
+            EncoderKind::OpenH264 => {
+                Backend::OpenH264(Box::new(OpenH264Enc::new(width, height, fps)?))
+            }
+            #[cfg(feature = "ffmpeg")]
+            EncoderKind::X264 | EncoderKind::Nvenc => {
+                Backend::Ffmpeg(Box::new(crate::ffmpeg_enc::FfmpegEnc::new(
+                    encoder,
+                    width,
+                    height,
+                    fps,
+                    target_bitrate(width, height, fps),
+                )?))
+            }
+            #[cfg(not(feature = "ffmpeg"))]
+            _ => unreachable!("checked by compiled_in"),
+        };
+        let t = Instant::now();
+        let aac = match audio {
+            Some(a) if a.track.frames() > 0 => Some(crate::aac::encode(&a.track)?),
+            _ => None,
+        };
+        let audio_encode_s = t.elapsed().as_secs_f64();
+        let has_audio = aac.is_some();
+        let mux = Mp4Muxer::create(path, width, height, fps, encoder.name(), aac)?;
+        Ok(VideoWriter {
+            backend,
+            mux,
+            width,
+            height,
+            fps,
+            encoder,
+            encode_s: 0.0,
+            audio_encode_s,
+            has_audio,
+        })
+    }
+
+    /// Bytes of one NV12 frame: `width * height * 3 / 2`.
+    pub fn frame_len(&self) -> usize {
+        self.width as usize * self.height as usize * 3 / 2
+    }
+
+    /// Encodes one NV12 frame: the Y plane (`width*height` bytes), then `height/2` rows of
+    /// interleaved U,V (`width` bytes each).
+    pub fn push_nv12(&mut self, frame: &[u8]) -> Result<()> {
+        if frame.len() != self.frame_len() {
+            return Err(MediaError::InvalidInput(format!(
+                "NV12 frame has {} bytes, expected {} for {}x{}",
+                frame.len(),
+                self.frame_len(),
+                self.width,
+                self.height
+            )));
+        }
+        let t = Instant::now();
+        let r = match &mut self.backend {
+            Backend::OpenH264(e) => e.encode(frame, &mut self.mux),
+            #[cfg(feature = "ffmpeg")]
+            Backend::Ffmpeg(e) => e.encode(frame, &mut self.mux),
+        };
+        self.encode_s += t.elapsed().as_secs_f64();
+        r
+    }
+
+    /// Frames pushed so far that have reached the file (encoders with delay may lag).
+    pub fn frames_written(&self) -> u64 {
+        self.mux.frames()
+    }
+
+    /// Flushes the encoder, writes the MP4 index, closes the file.
+    pub fn finish(mut self) -> Result<VideoStats> {
+        let t = Instant::now();
+        match &mut self.backend {
+            Backend::OpenH264(_) => {}
+            #[cfg(feature = "ffmpeg")]
+            Backend::Ffmpeg(e) => e.flush(&mut self.mux)?,
+        }
+        self.encode_s += t.elapsed().as_secs_f64();
+        let frames = self.mux.frames();
+        let bytes = self.mux.finish()?;
+        Ok(VideoStats {
+            frames,
+            bytes,
+            encoder: self.encoder.name().to_string(),
+            encode_s: self.encode_s,
+            audio_encode_s: self.audio_encode_s,
+            width: self.width,
+            height: self.height,
+            fps: self.fps,
+            has_audio: self.has_audio,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annex_b_split() {
+        let data = [
+            0, 0, 0, 1, 0x67, 1, 2, 0, 0, 1, 0x68, 3, 0, 0, 0, 1, 0x65, 4, 5,
+        ];
+        let nals = split_annex_b(&data);
+        assert_eq!(
+            nals,
+            vec![&[0x67, 1, 2][..], &[0x68, 3][..], &[0x65, 4, 5][..]]
+        );
+    }
+
+    #[test]
+    fn encoder_names_round_trip() {
+        for k in [EncoderKind::OpenH264, EncoderKind::X264, EncoderKind::Nvenc] {
+            assert_eq!(k.name().parse::<EncoderKind>().unwrap(), k);
+        }
+        assert!("vp9".parse::<EncoderKind>().is_err());
+    }
+}
