@@ -14,6 +14,7 @@ pub mod paths;
 pub mod plot;
 pub mod progress;
 pub mod provenance;
+pub mod session;
 
 pub use csvout::{read_provenance, read_rows, write_csv};
 pub use paths::{results_dir, workspace_root, OutDir};

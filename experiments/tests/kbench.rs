@@ -36,7 +36,8 @@ fn cpu_timings_have_the_requested_runs() {
     let r = Reps { warmup: 0, reps: 3 };
     let t = time_expand::<f32>(&b, 7, 3, 16, cadence::Method::Slerp, r).unwrap();
     assert_eq!(t.times_ms.len(), 3);
-    assert_eq!(t.compulsory_bytes, expand_bytes(4, 7, 16, 4));
+    // N = 7 at stride 3: keyframes 0, 3, 6.
+    assert_eq!(t.compulsory_bytes, expand_bytes(3, 7, 16, 4));
     assert!(t.median_ms() >= t.min_ms());
     assert_eq!(copy_times(&b, 1000, r).unwrap().len(), 3);
     assert!(time_nv12::<f32>(&b, cadence::RgbLayout::packed(3, 4, 1), r).is_err(), "odd width is refused");

@@ -19,11 +19,31 @@ pub struct FaceBox {
     pub h: usize,
 }
 
+/// Bilinear taps of one output column or row: the two source indices and the weight of the second.
+#[derive(Clone, Copy)]
+struct Tap {
+    i0: usize,
+    i1: usize,
+    f: f32,
+}
+
+fn taps(box_len: usize, crop_len: usize) -> Vec<Tap> {
+    (0..box_len)
+        .map(|p| {
+            let c = crop_coord(p as u32, box_len as u32, crop_len as u32).clamp(0.0, (crop_len - 1) as f32);
+            let i0 = c.floor() as usize;
+            Tap { i0, i1: (i0 + 1).min(crop_len - 1), f: c - i0 as f32 }
+        })
+        .collect()
+}
+
 pub struct Compositor {
     pub width: usize,
     pub height: usize,
-    /// Background as planar 8-bit-scale RGB (f32), for blending at the feathered edge.
-    background_rgb: Vec<f32>,
+    /// Per face-box pixel: the face's blend weight, and (1 - weight) x background RGB in the
+    /// 8-bit scale. Both are the same for every frame, so they are computed once.
+    alpha: Vec<f32>,
+    background_term: [Vec<f32>; 3],
     background_nv12: Vec<u8>,
     pub face: FaceBox,
     pub feather: f32,
@@ -46,8 +66,19 @@ impl Compositor {
             }
         }
         let background_nv12 = backend.rgb_to_nv12(&planar, RgbLayout::packed(width, height, 1), matrix, RgbRange::Unit)?;
-        planar.iter_mut().for_each(|v| *v *= 255.0);
-        Ok(Self { width, height, background_rgb: planar, background_nv12, face, feather, matrix })
+        let mut alpha = Vec::with_capacity(face.w * face.h);
+        let mut background_term: [Vec<f32>; 3] = Default::default();
+        for py in 0..face.h {
+            for px in 0..face.w {
+                let a = feather_alpha(px as u32, py as u32, face.w as u32, face.h as u32, feather);
+                alpha.push(a);
+                let bg = (face.y + py) * width + face.x + px;
+                for (c, term) in background_term.iter_mut().enumerate() {
+                    term.push((1.0 - a) * 255.0 * planar[c * plane + bg]);
+                }
+            }
+        }
+        Ok(Self { width, height, alpha, background_term, background_nv12, face, feather, matrix })
     }
 
     pub fn frame_bytes(&self) -> usize {
@@ -69,18 +100,10 @@ impl Compositor {
         let plane = w * self.height;
         let cplane = cw * ch;
         let rng = range.code();
-        let sample = |c: usize, x: f32, y: f32| -> f32 {
-            // Bilinear, clamped to the crop.
-            let x = x.clamp(0.0, (cw - 1) as f32);
-            let y = y.clamp(0.0, (ch - 1) as f32);
-            let (x0, y0) = (x.floor() as usize, y.floor() as usize);
-            let (x1, y1) = ((x0 + 1).min(cw - 1), (y0 + 1).min(ch - 1));
-            let (fx, fy) = (x - x0 as f32, y - y0 as f32);
-            let p = |xx: usize, yy: usize| color::to_8bit(crop[c * cplane + yy * cw + xx], rng);
-            let top = p(x0, y0) * (1.0 - fx) + p(x1, y0) * fx;
-            let bot = p(x0, y1) * (1.0 - fx) + p(x1, y1) * fx;
-            top * (1.0 - fy) + bot * fy
-        };
+        let (tx, ty) = (taps(f.w, cw), taps(f.h, ch));
+        // To the 8-bit scale once per crop pixel, not once per bilinear tap.
+        let crop8: Vec<f32> = crop.iter().map(|&v| color::to_8bit(v, rng)).collect();
+        let px = |c: usize, x: usize, y: usize| crop8[c * cplane + y * cw + x];
         let (y_plane, uv_plane) = out.split_at_mut(plane);
         let y_rows = &mut y_plane[f.y * w..(f.y + f.h) * w];
         let uv_rows = &mut uv_plane[(f.y / 2) * w..((f.y + f.h) / 2) * w];
@@ -89,12 +112,13 @@ impl Compositor {
             for bx in 0..f.w / 2 {
                 let mut rgb = [[0.0f32; 4]; 3];
                 for (k, (dx, dy)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
-                    let (px, py) = (2 * bx + dx, 2 * by + dy);
-                    let a = feather_alpha(px as u32, py as u32, f.w as u32, f.h as u32, self.feather);
-                    let (sx, sy) = (crop_coord(px as u32, f.w as u32, cw as u32), crop_coord(py as u32, f.h as u32, ch as u32));
-                    let bg = (f.y + py) * w + f.x + px;
+                    let (px_, py_) = (2 * bx + dx, 2 * by + dy);
+                    let (a, i) = (self.alpha[py_ * f.w + px_], py_ * f.w + px_);
+                    let (h, v) = (tx[px_], ty[py_]);
                     for c in 0..3 {
-                        rgb[c][k] = a * sample(c, sx, sy) + (1.0 - a) * self.background_rgb[c * plane + bg];
+                        let top = px(c, h.i0, v.i0) + h.f * (px(c, h.i1, v.i0) - px(c, h.i0, v.i0));
+                        let bot = px(c, h.i0, v.i1) + h.f * (px(c, h.i1, v.i1) - px(c, h.i0, v.i1));
+                        rgb[c][k] = a * (top + v.f * (bot - top)) + self.background_term[c][i];
                     }
                 }
                 let t = |c: usize| (rgb[c][0], rgb[c][1], rgb[c][2], rgb[c][3]);

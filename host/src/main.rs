@@ -26,6 +26,24 @@ enum Command {
     Expand(ExpandArgs),
     /// Toolchain, embedded PTX targets, and the backend and device this machine would use.
     Info,
+    /// Run one neural engine on a .npy input and write its output tensor exactly as computed.
+    EngineRun(EngineRunArgs),
+    /// Frames per second (median of runs) and GFLOP/s of an engine, against the CPU's matmul
+    /// rate measured in the same run.
+    EngineBench {
+        #[arg(long, value_enum)]
+        model: EngineModel,
+        #[arg(long, default_value_t = 8)]
+        batch: usize,
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// cpu-reduced (default) or full.
+        #[arg(long, default_value = "cpu-reduced")]
+        profile: String,
+        /// Real weights (safetensors); default: seeded synthetic.
+        #[arg(long)]
+        weights: Option<PathBuf>,
+    },
     /// Speech audio and an avatar image to an MP4 with cadence strides, silence easing,
     /// compositing, NV12 and H.264.
     Render(Box<RenderArgs>),
@@ -81,6 +99,37 @@ struct ExpandArgs {
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
     /// Replace an existing output file.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum EngineModel {
+    Taesd,
+    SdVae,
+    MusetalkUnet,
+    WhisperTiny,
+}
+
+#[derive(Args)]
+struct EngineRunArgs {
+    #[arg(long, value_enum)]
+    model: EngineModel,
+    /// Weights (safetensors, original layout). Without it: seeded synthetic weights.
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// taesd / sd-vae: latents (B,4,h,w); musetalk-unet: (B,8,32,32) = [masked, reference];
+    /// whisper-tiny: 16 kHz mono samples (n,) as float32.
+    #[arg(long)]
+    input: PathBuf,
+    /// musetalk-unet only: audio windows (B,50,384) before the positional encoding.
+    #[arg(long)]
+    audio: Option<PathBuf>,
+    #[arg(long)]
+    output: PathBuf,
+    /// full (default; what real weights need) or cpu-reduced.
+    #[arg(long, default_value = "full")]
+    profile: String,
     #[arg(long)]
     force: bool,
 }
@@ -152,6 +201,8 @@ fn main() {
         Command::Expand(a) => cmd_expand(a),
         Command::Info => cmd_info(),
         Command::Render(a) => cmd_render(*a),
+        Command::EngineRun(a) => cmd_engine_run(a),
+        Command::EngineBench { model, batch, runs, profile, weights } => cmd_engine_bench(model, batch, runs, &profile, weights),
         Command::Bench { frames, strides, dim, reps, method, json } => cmd_bench(frames, &strides, dim, reps, method, json),
         Command::GpuCheck { reps, json } => cadence::gpucheck::run(reps).and_then(|r| write_json(json, &r)),
     };
@@ -359,5 +410,91 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
             engines.weights_summary()
         );
     }
+    Ok(())
+}
+
+fn weights_source(path: Option<PathBuf>) -> cadence_engines::WeightsSource {
+    match path {
+        Some(p) => cadence_engines::WeightsSource::File(p),
+        None => cadence_engines::WeightsSource::Synthetic { seed: cadence_engines::DEFAULT_SEED },
+    }
+}
+
+fn read_f32(path: &std::path::Path, what: &str) -> Result<cadence_engines::Batch> {
+    let (shape, data) = match npy::read(path)? {
+        Array::F32 { shape, data } => (shape, data),
+        Array::F16 { shape, data } => (shape, data.iter().map(|x| x.to_f32()).collect()),
+    };
+    anyhow::ensure!(!data.iter().any(|v| !v.is_finite()), "{}: {what} contains NaN or infinity", path.display());
+    Ok(cadence_engines::Batch::new(shape, data)?)
+}
+
+fn cmd_engine_run(a: EngineRunArgs) -> Result<()> {
+    use cadence_engines::*;
+    npy::check_output(&a.output, a.force)?;
+    let profile = Profile::parse(&a.profile)?;
+    let dev = Device::Cpu;
+    let w = weights_source(a.weights.clone());
+    let input = read_f32(&a.input, "the input")?;
+    let (out, label) = match a.model {
+        EngineModel::Taesd => {
+            let d = Taesd::decoder(profile, &w, &dev)?;
+            (d.decode(&input)?, d.weights_label())
+        }
+        EngineModel::SdVae => {
+            let d = SdVae::decoder(profile, &w, &dev)?;
+            (d.decode(&input)?, d.weights_label())
+        }
+        EngineModel::MusetalkUnet => {
+            let audio_path = a.audio.as_ref().context("--audio (B,50,384) is required for musetalk-unet")?;
+            let audio = read_f32(audio_path, "the audio windows")?;
+            let u = MuseTalkUnet::new(profile, &w, &dev)?;
+            (u.predict(&input, &audio)?, u.weights_label())
+        }
+        EngineModel::WhisperTiny => {
+            anyhow::ensure!(input.shape.len() == 1, "whisper-tiny takes 16 kHz mono samples of shape (n,), got {:?}", input.shape);
+            let e = WhisperAudio::new(profile, &w, &dev)?;
+            (e.encode_audio(&input.data, 25.0)?, e.weights_label())
+        }
+    };
+    npy::write(&a.output, &out.shape, &out.data)?;
+    eprintln!("cadence: {:?} ({} profile, weights {label}) {:?} -> {:?} -> {}", a.model, profile, input.shape, out.shape, a.output.display());
+    Ok(())
+}
+
+fn cmd_engine_bench(model: EngineModel, batch: usize, runs: usize, profile: &str, weights: Option<PathBuf>) -> Result<()> {
+    use cadence_engines::bench::*;
+    use cadence_engines::*;
+    anyhow::ensure!(batch > 0 && runs > 0, "--batch and --runs must be positive");
+    let profile = Profile::parse(profile)?;
+    let dev = Device::Cpu;
+    let w = weights_source(weights);
+    let mm = matmul_probe(&dev, 2048, 5)?;
+    let (r, label) = match model {
+        EngineModel::Taesd => {
+            let d = Taesd::decoder(profile, &w, &dev)?;
+            (bench_decoder(&d, batch, runs)?, d.weights_label())
+        }
+        EngineModel::SdVae => {
+            let d = SdVae::decoder(profile, &w, &dev)?;
+            (bench_decoder(&d, batch, runs)?, d.weights_label())
+        }
+        EngineModel::MusetalkUnet => {
+            let u = MuseTalkUnet::new(profile, &w, &dev)?;
+            (bench_keyframe(&u, batch, runs)?, u.weights_label())
+        }
+        EngineModel::WhisperTiny => {
+            let e = WhisperAudio::new(profile, &w, &dev)?;
+            (bench_audio(&e, 25.6, runs)?, e.weights_label())
+        }
+    };
+    let mm2 = matmul_probe(&dev, 2048, 5)?;
+    let rate = 0.5 * (mm + mm2);
+    println!("cpu: {} | profile {profile} | weights {label}", cadence::hardware::cpu_model());
+    println!("matmul 2048^3 f32 (before/after): {mm:.1} / {mm2:.1} GFLOP/s");
+    println!(
+        "{:<30} batch {:>3}: {:>8.2} frames/s (median of {runs}), {:>7.1} GFLOP/s = {:.0}% of the matmul rate",
+        r.name, r.batch, r.frames_per_s, r.gflops, 100.0 * r.gflops / rate
+    );
     Ok(())
 }

@@ -32,6 +32,8 @@ impl FfmpegEnc {
             EncoderKind::OpenH264 => unreachable!("openh264 does not go through ffmpeg"),
         };
         ff::init().map_err(|e| err(name, format!("libav* initialisation failed: {e}")))?;
+        // Keep libav*'s errors and warnings on stderr, not x264's per-run statistics.
+        ff::util::log::set_level(ff::util::log::Level::Warning);
         let codec = ff::encoder::find_by_name(name).ok_or_else(|| {
             MediaError::EncoderUnavailable(format!(
                 "this system's libavcodec has no {name} encoder (Debian's is built with libx264 and nvenc)"
@@ -66,7 +68,7 @@ impl FfmpegEnc {
         let enc = video.open_with(opts).map_err(|e| match kind {
             EncoderKind::Nvenc => MediaError::EncoderUnavailable(format!(
                 "h264_nvenc could not be opened ({e}): it needs an NVIDIA GPU and the driver's \
-                 libnvidia-encode.so.1; use --encoder openh264 or x264"
+                 libcuda.so.1 and libnvidia-encode.so.1; use --encoder openh264 or x264"
             )),
             _ => err(name, format!("could not be opened: {e}")),
         })?;

@@ -4,12 +4,10 @@
 //! Writes results/stride_table.csv (with provenance) and a frames/s plot.
 
 use anyhow::{ensure, Context, Result};
-use cadence::composite::FaceBox;
-use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
 use cadence::render::{self, Output};
-use cadence::{Backend, BackendChoice, KeyframeSchedule, Method};
-use cadence_engines::{Device, Profile};
+use cadence::KeyframeSchedule;
 use clap::Parser;
+use experiments::session::{Session, SessionArgs};
 use experiments::plot::{bar_plot, BarChart};
 use experiments::provenance::Provenance;
 use std::path::PathBuf;
@@ -18,36 +16,11 @@ use std::time::Instant;
 #[derive(Parser)]
 #[command(about = "Reproduce the stride table: render one clip at each stride through the real pipeline and measure every row")]
 struct Args {
-    /// Frames to render at 25 fps (default: the whole default clip, 640 frames = 25.6 s).
-    #[arg(long)]
-    frames: Option<usize>,
     /// Strides to measure.
     #[arg(long, default_value = "1,2,3", value_delimiter = ',')]
     strides: Vec<usize>,
-    /// Speech WAV (default: experiments/assets/newscast_25s6.wav, 25.6 s with pauses).
-    #[arg(long)]
-    audio: Option<PathBuf>,
-    /// Portrait (default: experiments/assets/anchor_1080x1920.png).
-    #[arg(long)]
-    avatar: Option<PathBuf>,
-    /// Face box x,y,w,h (default for the bundled anchor: 284,544,512,512; else centred).
-    #[arg(long)]
-    face_box: Option<String>,
-    /// Engine size: cpu-reduced (default on CPU) or full.
-    #[arg(long)]
-    profile: Option<String>,
-    #[arg(long, value_enum, default_value = "taesd")]
-    decoder: DecoderKind,
-    /// Directory of real weights (else $CADENCE_MODELS, else synthetic).
-    #[arg(long)]
-    models: Option<PathBuf>,
-    #[arg(long, value_enum, default_value = "auto")]
-    backend: BackendChoice,
-    /// openh264, x264, nvenc, or none (skip encoding).
-    #[arg(long, default_value = "openh264")]
-    encoder: String,
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
+    #[command(flatten)]
+    session: SessionArgs,
     /// Directory for the CSV and plots (default: results/).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -86,44 +59,14 @@ struct Row {
 fn main() -> Result<()> {
     let a = Args::parse();
     ensure!(!a.strides.is_empty() && a.strides.iter().all(|&k| k > 0), "--strides must be positive integers");
-    let root = experiments::paths::workspace_root();
-    let audio_path = a.audio.clone().unwrap_or_else(|| root.join("experiments/assets/newscast_25s6.wav"));
-    let avatar_path = a.avatar.clone().unwrap_or_else(|| root.join("experiments/assets/anchor_1080x1920.png"));
-    let face = match (&a.face_box, &a.avatar) {
-        (Some(s), _) => Some(parse_box(s)?),
-        (None, None) => Some(FaceBox { x: 284, y: 544, w: 512, h: 512 }),
-        (None, Some(_)) => None,
-    };
     let out_dir = match &a.out {
         Some(d) => experiments::paths::ensure_dir(d)?,
         None => experiments::paths::results_dir()?,
     };
-    let encoder = match a.encoder.as_str() {
-        "none" => None,
-        "openh264" => Some(cadence_media::EncoderKind::OpenH264),
-        "x264" => Some(cadence_media::EncoderKind::X264),
-        "nvenc" => Some(cadence_media::EncoderKind::Nvenc),
-        e => anyhow::bail!("unknown encoder '{e}'"),
-    };
-
-    let backend = Backend::select(a.backend)?;
-    let device = Device::Cpu;
-    let profile = match &a.profile {
-        Some(p) => Profile::parse(p)?,
-        None => Profile::default_for(&device),
-    };
-    let opts = RenderOptions { fps: 25.0, ramp: 4, batch: a.batch, method: Method::Slerp };
-    eprintln!("stride_table: loading engines ({profile} profile) ...");
-    let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
-    let mut audio = render::load_audio(&audio_path, 3600.0)?;
-    if let Some(n) = a.frames {
-        let keep = (n as f64 / opts.fps as f64 * cadence_media::TARGET_RATE as f64).round() as usize;
-        ensure!(n > 0 && keep <= audio.samples_16k.len(), "--frames {n} is longer than the audio ({:.1} s)", audio.duration_s);
-        audio.samples_16k.truncate(keep);
-    }
-    let img = render::load_avatar(&avatar_path)?;
-    let face = render::face_box(&img, face)?;
-    let scratch = root.join("target/stride_table");
+    eprintln!("stride_table: loading engines and inputs ...");
+    let session = Session::open(&a.session)?;
+    let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
+    let scratch = experiments::paths::workspace_root().join("target/stride_table");
     std::fs::create_dir_all(&scratch)?;
 
     let mut rows = Vec::new();
@@ -132,7 +75,7 @@ fn main() -> Result<()> {
     for &k in &a.strides {
         bar.set_message(format!("stride {k}: audio encoder + avatar"));
         let t = Instant::now();
-        let prepared = render::prepare(&engines, &backend, audio.clone(), &img, face, &opts)?;
+        let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
         let prep_ms = t.elapsed().as_secs_f64() * 1e3;
         let n = prepared.frames;
         total_bar_len += n as u64;
@@ -142,10 +85,10 @@ fn main() -> Result<()> {
         let path = scratch.join(format!("stride_{k}.mp4"));
         let _ = std::fs::remove_file(&path);
         let output = match encoder {
-            Some(e) => Output::Mp4 { path: &path, encoder: e },
+            Some(e) => Output::Mp4 { path: &path, encoder: *e },
             None => Output::Discard,
         };
-        let r = render::run(&engines, &backend, &opts, &prepared, &schedule, output, |d| bar.inc(d as u64))
+        let r = render::run(engines, backend, opts, &prepared, &schedule, output, |d| bar.inc(d as u64))
             .with_context(|| format!("render at stride {k}"))?;
         let s = &r.stats;
         let t = &s.times;
@@ -184,10 +127,7 @@ fn main() -> Result<()> {
     }
     bar.finish_and_clear();
 
-    let mut prov = Provenance::for_backend(&backend, engines.profile.to_string(), engines.weights_summary());
-    prov.note("engines", engines.describe());
-    prov.note("input", format!("{} ({} frames at 25 fps), {} face box {:?}", audio_path.display(), rows[0].frames, avatar_path.display(), face));
-    prov.note("output_frame", format!("{}x{} NV12", img.width(), img.height()));
+    let prov = session.provenance();
     print_table(&rows, &prov);
     let csv = out_dir.join("stride_table.csv");
     experiments::csvout::write_csv(&csv, &prov, &rows)?;
@@ -206,12 +146,6 @@ fn main() -> Result<()> {
     let plots = bar_plot(&out_dir.join("stride_table_fps"), &chart, &prov)?;
     eprintln!("wrote {}, {}, {}", csv.display(), plots.png.display(), plots.svg.display());
     Ok(())
-}
-
-fn parse_box(s: &str) -> Result<FaceBox> {
-    let v: Vec<usize> = s.split(',').map(|p| p.trim().parse()).collect::<std::result::Result<_, _>>().context("--face-box: expected x,y,w,h")?;
-    ensure!(v.len() == 4, "--face-box: expected x,y,w,h");
-    Ok(FaceBox { x: v[0], y: v[1], w: v[2], h: v[3] })
 }
 
 fn print_table(rows: &[Row], prov: &Provenance) {
