@@ -11,11 +11,59 @@ use cadence::{cpu, Backend, KeyframeSchedule};
 use anyhow::{ensure, Result};
 use rayon::prelude::*;
 
-/// Timing repetitions: `warmup` untimed runs, then `reps` timed ones (median reported).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Timing policy: `warmup` untimed runs, then a number of timed runs chosen from the first
+/// timed one so that a case takes about `target_ms` in all, but never fewer than `min_reps`
+/// nor more than `max_reps` (the median is reported). Short cases get many runs (stable
+/// medians), long ones `min_reps`.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Reps {
     pub warmup: usize,
-    pub reps: usize,
+    pub min_reps: usize,
+    pub max_reps: usize,
+    pub target_ms: f64,
+}
+
+impl Reps {
+    /// Exactly `reps` timed runs.
+    pub fn fixed(warmup: usize, reps: usize) -> Reps {
+        Reps { warmup, min_reps: reps, max_reps: reps, target_ms: 0.0 }
+    }
+    /// Timed runs to do in all, given the first one took `first_ms`.
+    pub fn count(&self, first_ms: f64) -> usize {
+        let want = if first_ms > 0.0 { (self.target_ms / first_ms).ceil() as usize } else { self.max_reps };
+        want.clamp(self.min_reps.max(1), self.max_reps.max(self.min_reps).max(1))
+    }
+}
+
+/// Untimed runs of short cases continue until they add up to this long, so that caches, page
+/// faults, sleeping worker threads and clock ramp-up settle before timing.
+pub const MIN_WARMUP_MS: f64 = 20.0;
+
+/// Host wall-clock times of `f` under the policy `r`, called from the current thread as the
+/// pipeline calls the kernels (rayon dispatch included).
+pub fn host_times(r: Reps, mut f: impl FnMut()) -> Vec<f64> {
+    let mut times = time_host(r.warmup, 1, &mut f);
+    if r.warmup > 0 {
+        let mut spent = times[0];
+        for _ in 0..r.max_reps.max(1) {
+            if spent >= MIN_WARMUP_MS {
+                break;
+            }
+            times = time_host(0, 1, &mut f);
+            spent += times[0];
+        }
+    }
+    let n = r.count(times[0]);
+    times.extend(time_host(0, n - 1, &mut f));
+    times
+}
+
+/// CUDA event times of `f` on the backend's stream under the policy `r`.
+pub fn cuda_times(c: &cadence::cuda::CudaBackend, r: Reps, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    let mut times = c.time_ms(r.warmup, 1, &mut f)?;
+    let n = r.count(times[0]);
+    times.extend(c.time_ms(0, n - 1, &mut f)?);
+    Ok(times)
 }
 
 /// The times of one kernel case and the bytes it must move at least.
@@ -70,22 +118,37 @@ pub fn copy_times(backend: &Backend, bytes: u64, r: Reps) -> Result<Vec<f64>> {
     let n = (bytes / 2).max(1) as usize;
     match backend {
         Backend::Cpu => {
-            let src = vec![1u8; n];
-            let mut dst = vec![0u8; n];
-            let chunk = n.div_ceil(rayon::current_num_threads()).max(1);
-            Ok(time_host(r.warmup, r.reps, || {
+            let mut buf = vec![1u8; 2 * n + 4 * PAGE];
+            let (src, dst) = copy_buffers(&mut buf, n);
+            let chunk = n.div_ceil(rayon::current_num_threads()).div_ceil(64).max(1) * 64;
+            Ok(host_times(r, || {
                 dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));
             }))
         }
         Backend::Cuda(c) => {
             let src = c.upload(&vec![1u8; n])?;
             let mut dst = c.alloc::<u8>(n)?;
-            c.time_ms(r.warmup, r.reps, || c.copy_once(&src, &mut dst))
+            cuda_times(c, r, || c.copy_once(&src, &mut dst))
         }
     }
 }
 
-/// Copy bandwidth (read + write counted) for a traffic of `bytes`, GB/s, median of `r.reps`.
+const PAGE: usize = 4096;
+
+/// Source and destination of `n` bytes each inside `buf` (which holds 2n + 4 pages): both
+/// page-aligned, the destination half a page further, so that the CPU copy measures the
+/// memory system rather than the allocator's placement. (On this machine's AMD EPYC, memcpy
+/// between two malloc'd buffers ran anywhere from 3 to 40 GB/s depending on where the
+/// allocator put them: 4K aliasing of source and destination.)
+pub fn copy_buffers(buf: &mut [u8], n: usize) -> (&[u8], &mut [u8]) {
+    assert!(buf.len() >= 2 * n + 4 * PAGE, "copy buffer too small");
+    let start = buf.as_ptr().align_offset(PAGE);
+    let gap = n.div_ceil(PAGE) * PAGE + PAGE / 2;
+    let (src, dst) = buf[start..].split_at_mut(gap);
+    (&src[..n], &mut dst[..n])
+}
+
+/// Copy bandwidth (read + write counted) for a traffic of `bytes`, GB/s, median of the runs.
 pub fn copy_gbps(backend: &Backend, bytes: u64, r: Reps) -> Result<f64> {
     let times = copy_times(backend, bytes, r)?;
     Ok(gbps(2 * (bytes / 2).max(1), median(&times)))
@@ -103,13 +166,13 @@ pub fn time_expand<T: Elem>(backend: &Backend, frames: usize, stride: usize, dim
     let times_ms = match backend {
         Backend::Cpu => {
             let mut out = vec![T::default(); frames * dim];
-            time_host(r.warmup, r.reps, || cpu::expand(&keys, &s, dim, method, &mut out))
+            host_times(r, || cpu::expand(&keys, &s, dim, method, &mut out))
         }
         Backend::Cuda(c) => {
             let dk = c.upload(&keys)?;
             let di = c.upload(s.keyframes())?;
             let mut out = c.alloc::<T>(frames * dim)?;
-            c.time_ms(r.warmup, r.reps, || c.expand_on_device(&dk, &di, s.count(), &mut out, frames, dim, method))?
+            cuda_times(c, r, || c.expand_on_device(&dk, &di, s.count(), &mut out, frames, dim, method))?
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })
@@ -125,12 +188,12 @@ pub fn time_slerp_pairs<T: Elem>(backend: &Backend, rows: usize, dim: usize, met
     let times_ms = match backend {
         Backend::Cpu => {
             let mut out = vec![T::default(); rows * dim];
-            time_host(r.warmup, r.reps, || cpu::slerp_pairs(&v0, &v1, &alphas, dim, method, &mut out))
+            host_times(r, || cpu::slerp_pairs(&v0, &v1, &alphas, dim, method, &mut out))
         }
         Backend::Cuda(c) => {
             let (a, b, al) = (c.upload(&v0)?, c.upload(&v1)?, c.upload(&alphas)?);
             let mut out = c.alloc::<T>(rows * dim)?;
-            c.time_ms(r.warmup, r.reps, || c.slerp_pairs_on_device(&a, &b, &al, &mut out, rows, dim, method))?
+            cuda_times(c, r, || c.slerp_pairs_on_device(&a, &b, &al, &mut out, rows, dim, method))?
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })
@@ -151,11 +214,11 @@ pub fn time_ease<T: Elem>(backend: &Backend, frames: usize, dim: usize, ramp: u3
     let distance = transition_distances(frames, ramp);
     let compulsory_bytes = ease_bytes(frames, dim, std::mem::size_of::<T>());
     let times_ms = match backend {
-        Backend::Cpu => time_host(r.warmup, r.reps, || cpu::ease(&mut fr, &rest, &distance, ramp)),
+        Backend::Cpu => host_times(r, || cpu::ease(&mut fr, &rest, &distance, ramp)),
         Backend::Cuda(c) => {
             let mut df = c.upload(&fr)?;
             let (dr, dd) = (c.upload(&rest)?, c.upload(&distance)?);
-            c.time_ms(r.warmup, r.reps, || c.ease_on_device(&mut df, &dr, &dd, ramp, frames, dim))?
+            cuda_times(c, r, || c.ease_on_device(&mut df, &dr, &dd, ramp, frames, dim))?
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })
@@ -170,12 +233,12 @@ pub fn time_nv12<T: Elem>(backend: &Backend, layout: RgbLayout, r: Reps) -> Resu
     let times_ms = match backend {
         Backend::Cpu => {
             let mut out = vec![0u8; layout.frames * layout.nv12_frame_bytes()];
-            time_host(r.warmup, r.reps, || cpu::rgb_to_nv12(&rgb, layout, m, rg, &mut out))
+            host_times(r, || cpu::rgb_to_nv12(&rgb, layout, m, rg, &mut out))
         }
         Backend::Cuda(c) => {
             let d = c.upload(&rgb)?;
             let mut out = c.alloc::<u8>(layout.frames * layout.nv12_frame_bytes())?;
-            c.time_ms(r.warmup, r.reps, || c.rgb_to_nv12_on_device(&d, layout, m, rg, &mut out))?
+            cuda_times(c, r, || c.rgb_to_nv12_on_device(&d, layout, m, rg, &mut out))?
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })

@@ -78,6 +78,29 @@ impl Series {
     }
 }
 
+/// Where the legend box goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Legend {
+    #[default]
+    UpperRight,
+    UpperLeft,
+    LowerLeft,
+    LowerRight,
+    MiddleRight,
+}
+
+impl Legend {
+    fn position(self) -> SeriesLabelPosition {
+        match self {
+            Legend::UpperRight => SeriesLabelPosition::UpperRight,
+            Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+            Legend::LowerLeft => SeriesLabelPosition::LowerLeft,
+            Legend::LowerRight => SeriesLabelPosition::LowerRight,
+            Legend::MiddleRight => SeriesLabelPosition::MiddleRight,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct LineChart {
     pub title: String,
@@ -89,6 +112,7 @@ pub struct LineChart {
     pub x_range: Option<(f64, f64)>,
     pub y_range: Option<(f64, f64)>,
     pub series: Vec<Series>,
+    pub legend: Legend,
 }
 
 impl LineChart {
@@ -113,6 +137,10 @@ impl LineChart {
     }
     pub fn y_range(mut self, lo: f64, hi: f64) -> Self {
         self.y_range = Some((lo, hi));
+        self
+    }
+    pub fn legend(mut self, at: Legend) -> Self {
+        self.legend = at;
         self
     }
 }
@@ -302,6 +330,20 @@ pub fn fmt_tick(v: f64) -> String {
     }
 }
 
+/// Log-axis labels: only at 1, 2 and 5 times a power of ten (others left blank, so dense
+/// tick sets stay readable).
+pub fn fmt_log_tick(v: f64) -> String {
+    if !(v > 0.0) {
+        return String::new();
+    }
+    let m = v / 10f64.powf(v.log10().floor());
+    if [1.0, 2.0, 5.0, 10.0].iter().any(|t| (m - t).abs() < 1e-6 * t) {
+        fmt_tick(v)
+    } else {
+        String::new()
+    }
+}
+
 fn trim(s: String) -> String {
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -371,8 +413,8 @@ where
         .y_desc(&c.y_label)
         .axis_desc_style((FONT, 15))
         .label_style((FONT, 13))
-        .x_label_formatter(&|v| fmt_tick(*v))
-        .y_label_formatter(&|v| fmt_tick(*v))
+        .x_label_formatter(&|v| if c.x_scale == Scale::Log { fmt_log_tick(*v) } else { fmt_tick(*v) })
+        .y_label_formatter(&|v| if c.y_scale == Scale::Log { fmt_log_tick(*v) } else { fmt_tick(*v) })
         .light_line_style(RGBColor(235, 235, 235))
         .bold_line_style(RGBColor(210, 210, 210))
         .draw()
@@ -412,7 +454,7 @@ where
         .label_font((FONT, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(160, 160, 160))
-        .position(SeriesLabelPosition::UpperRight)
+        .position(c.legend.position())
         .draw()
         .map_err(|e| err(&e))?;
     Ok(())

@@ -73,7 +73,7 @@ fn kernel_bench_covers_every_kernel_and_type() {
     let out = dir.path().to_str().unwrap();
     run(
         env!("CARGO_BIN_EXE_kernel_bench"),
-        &["--frames", "5", "--latents", "1x4x4", "--nv12", "8x4", "--nv12-frames", "2", "--reps", "3", "--warmup", "0", "--backends", "cpu", "--out", out],
+        &["--frames", "5", "--latents", "1x4x4", "--nv12", "8x4", "--nv12-frames", "2", "--min-reps", "3", "--max-reps", "4", "--warmup", "0", "--backends", "cpu", "--out", out],
     );
     let csv = dir.path().join("kernel_bench.csv");
     let lines = data_lines(&csv);
@@ -91,6 +91,7 @@ fn kernel_bench_covers_every_kernel_and_type() {
     }
     for r in &rows {
         let num = |i: usize| r[i].parse::<f64>().unwrap();
+        assert!((3.0..=4.0).contains(&num(9)), "timed runs within --min-reps..--max-reps: {r:?}");
         assert!(num(12) > 0.0 && num(13) > 0.0, "{r:?}");
         assert!((num(14) - num(12) / num(13)).abs() <= 1e-9 * num(14).abs().max(1.0), "ratio is GB/s over copy GB/s: {r:?}");
     }

@@ -31,9 +31,20 @@ fn easing_benchmark_changes_every_frame() {
 }
 
 #[test]
+fn adaptive_run_counts() {
+    let r = Reps { warmup: 1, min_reps: 5, max_reps: 51, target_ms: 40.0 };
+    assert_eq!(r.count(100.0), 5, "long cases get the minimum");
+    assert_eq!(r.count(2.0), 20);
+    assert_eq!(r.count(0.01), 51, "short cases are capped");
+    assert_eq!(r.count(0.0), 51);
+    assert_eq!(Reps::fixed(0, 7).count(0.001), 7);
+    assert_eq!(host_times(Reps { warmup: 0, min_reps: 3, max_reps: 9, target_ms: 1e9 }, || ()).len(), 9);
+}
+
+#[test]
 fn cpu_timings_have_the_requested_runs() {
     let b = cadence::Backend::Cpu;
-    let r = Reps { warmup: 0, reps: 3 };
+    let r = Reps::fixed(0, 3);
     let t = time_expand::<f32>(&b, 7, 3, 16, cadence::Method::Slerp, r).unwrap();
     assert_eq!(t.times_ms.len(), 3);
     // N = 7 at stride 3: keyframes 0, 3, 6.
@@ -41,4 +52,20 @@ fn cpu_timings_have_the_requested_runs() {
     assert!(t.median_ms() >= t.min_ms());
     assert_eq!(copy_times(&b, 1000, r).unwrap().len(), 3);
     assert!(time_nv12::<f32>(&b, cadence::RgbLayout::packed(3, 4, 1), r).is_err(), "odd width is refused");
+}
+
+#[test]
+fn copy_buffers_are_aligned_apart_and_disjoint() {
+    for n in [1usize, 4095, 4096, 10_000, 1 << 20] {
+        let mut buf = vec![7u8; 2 * n + 4 * 4096];
+        let lo = buf.as_ptr() as usize;
+        let hi = lo + buf.len();
+        let (src, dst) = copy_buffers(&mut buf, n);
+        assert_eq!((src.len(), dst.len()), (n, n));
+        let (s, d) = (src.as_ptr() as usize, dst.as_ptr() as usize);
+        assert_eq!(s % 4096, 0, "source page-aligned");
+        assert_eq!((d - s) % 4096, 2048, "destination half a page off (no 4K aliasing)");
+        assert!(s + n <= d, "disjoint");
+        assert!(s >= lo && d + n <= hi);
+    }
 }

@@ -10,7 +10,7 @@ use cadence::elem::{Method, RgbLayout};
 use cadence::Backend;
 use clap::Parser;
 use experiments::kbench::{self, Reps, Timing};
-use experiments::plot::{line_plot_grid, LineChart, LineStyle, Series};
+use experiments::plot::{line_plot_grid, Legend, LineChart, LineStyle, Series};
 use experiments::{progress_bar, write_csv, OutDir, Provenance};
 use half::f16;
 use std::collections::{BTreeMap, HashMap};
@@ -40,11 +40,17 @@ struct Args {
     /// Easing ramp in frames (every benchmarked frame lies inside a transition).
     #[arg(long, default_value_t = 4)]
     ramp: u32,
-    /// Timed runs per case (the median is reported).
-    #[arg(long, default_value_t = 7)]
-    reps: usize,
+    /// Fewest timed runs per case (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    min_reps: usize,
+    /// Most timed runs per case.
+    #[arg(long, default_value_t = 51)]
+    max_reps: usize,
+    /// Timed runs are added (up to --max-reps) until a case has run about this long.
+    #[arg(long, default_value_t = 40.0)]
+    target_ms: f64,
     /// Untimed runs before the timed ones.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 1)]
     warmup: usize,
     /// Kernels to run.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "expand,slerp-pairs,ease,nv12")]
@@ -198,7 +204,9 @@ fn time_case(b: &Backend, c: &Case, a: &Args, r: Reps) -> Result<Timing> {
 }
 
 fn run(a: Args) -> Result<()> {
-    ensure!(a.reps >= 3, "--reps must be at least 3 (the median of fewer runs means little)");
+    ensure!(a.min_reps >= 3, "--min-reps must be at least 3 (the median of fewer runs means little)");
+    ensure!(a.max_reps >= a.min_reps, "--max-reps must be at least --min-reps");
+    ensure!(a.target_ms >= 0.0 && a.target_ms.is_finite(), "--target-ms must be a non-negative number");
     ensure!(a.stride >= 1, "--stride must be at least 1");
     let cases = cases(&a)?;
     let out_dir = a.out.dir()?;
@@ -211,7 +219,7 @@ fn run(a: Args) -> Result<()> {
     if backends.is_empty() {
         bail!("no {:?} backend is available on this machine (CUDA needs a driver and a GPU)", a.backends);
     }
-    let r = Reps { warmup: a.warmup, reps: a.reps };
+    let r = Reps { warmup: a.warmup, min_reps: a.min_reps, max_reps: a.max_reps, target_ms: a.target_ms };
     for b in &backends {
         eprintln!("backend: {}", b.describe());
     }
@@ -257,12 +265,21 @@ fn run(a: Args) -> Result<()> {
     bar.finish_and_clear();
 
     let mut prov = Provenance::for_backends(&backends, "n/a", "n/a");
-    prov.note("timing", format!("median of {} runs after {} warm-up runs; CPU: wall clock, CUDA: stream events, data resident on the device", a.reps, a.warmup));
+    prov.note(
+        "timing",
+        format!(
+            "median of {}..{} timed runs (as many as fit in about {} ms per case) after {} warm-up run(s); CPU: wall clock, CUDA: stream events, data resident on the device",
+            a.min_reps, a.max_reps, a.target_ms, a.warmup
+        ),
+    );
     prov.note(
         "compulsory_bytes",
         "expand: (keyframes + frames) x frame; slerp_pairs: 3 x rows x frame + alphas; ease: 2 x frames x frame + rest + distances (every frame in a transition); rgb_to_nv12: RGB in + NV12 out",
     );
-    prov.note("copy_bound", "copy of compulsory_bytes/2 (read + written = compulsory_bytes) on the same backend: parallel memcpy over the rayon threads (CPU), device-to-device memcpy (CUDA)");
+    prov.note(
+        "copy_bound",
+        "copy of compulsory_bytes/2 (read + written = compulsory_bytes) on the same backend: parallel memcpy over the rayon threads between page-aligned buffers half a page apart (CPU), device-to-device memcpy (CUDA)",
+    );
 
     print_table(&rows);
     let csv = out_dir.join("kernel_bench.csv");
@@ -303,40 +320,59 @@ fn print_table(rows: &[Row]) {
     }
 }
 
+/// One panel per (backend, kernel, storage type): GB/s against compulsory MB, one line per
+/// method and frame shape (over the frame counts; NV12: over the resolutions), and the copy
+/// bound measured at the same byte counts as a dashed line.
 fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Provenance) -> Result<experiments::plot::PlotFiles> {
     let mut charts = Vec::new();
     for b in backends {
         for k in [Kernel::Expand, Kernel::SlerpPairs, Kernel::Ease, Kernel::Nv12] {
-            let mine: Vec<&Row> = rows.iter().filter(|r| r.backend == b.name() && r.kernel == k.name()).collect();
-            if mine.is_empty() {
-                continue;
+            for dt in ["f32", "f16"] {
+                let mine: Vec<&Row> = rows.iter().filter(|r| r.backend == b.name() && r.kernel == k.name() && r.dtype == dt).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+                let mut copy: BTreeMap<u64, f64> = BTreeMap::new();
+                for r in &mine {
+                    let name = match k {
+                        Kernel::Nv12 => format!("BT.709, {} frames per call", r.frames),
+                        _ => format!("{} {}", r.method, r.shape).trim().to_string(),
+                    };
+                    series.entry(name).or_default().push((r.compulsory_bytes as f64 / 1e6, r.gbps));
+                    copy.insert(r.compulsory_bytes, r.copy_gbps);
+                }
+                let title = match k {
+                    Kernel::Expand => format!("expand {dt}, stride {} ({})", mine[0].stride.unwrap_or(0), b.name()),
+                    Kernel::Nv12 => {
+                        let sizes: Vec<&str> = mine.iter().map(|r| r.shape.as_str()).collect();
+                        format!("rgb_to_nv12 {dt}: {} ({})", sizes.join(", "), b.name())
+                    }
+                    _ => format!("{} {dt} ({})", k.name(), b.name()),
+                };
+                let x_label = match k {
+                    Kernel::Nv12 => "compulsory MB (RGB in + NV12 out)".to_string(),
+                    _ => format!("compulsory MB (frames {})", frames_list(&mine)),
+                };
+                let mut chart = LineChart::new(title, x_label, "GB/s").log_x().legend(Legend::UpperLeft);
+                for (i, (name, mut pts)) in series.into_iter().enumerate() {
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    chart = chart.series(Series::new(name, pts).style(LineStyle::SolidMarkers).color(i));
+                }
+                let copy_pts: Vec<(f64, f64)> = copy.into_iter().map(|(bytes, g)| (bytes as f64 / 1e6, g)).collect();
+                chart = chart.series(Series::new("copy, same bytes", copy_pts).style(LineStyle::Dashed).color(7));
+                let ymax = chart.series.iter().flat_map(|s| &s.points).map(|p| p.1).fold(0.0, f64::max);
+                chart = chart.y_range(0.0, ymax * 1.45);
+                charts.push(chart);
             }
-            let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-            let mut copy: BTreeMap<u64, f64> = BTreeMap::new();
-            for r in &mine {
-                let name = format!("{} {} {}", r.dtype, r.method, r.shape).split_whitespace().collect::<Vec<_>>().join(" ");
-                series.entry(name).or_default().push((r.compulsory_bytes as f64 / 1e6, r.gbps));
-                copy.insert(r.compulsory_bytes, r.copy_gbps);
-            }
-            let title = match k {
-                Kernel::Expand => format!("expand (stride {}) on {}", mine[0].stride.unwrap_or(0), b.name()),
-                _ => format!("{} on {}", k.name(), b.name()),
-            };
-            let x_label = match k {
-                Kernel::Nv12 => format!("compulsory MB ({} frames per call)", mine[0].frames),
-                _ => "compulsory MB (frames x frame size)".to_string(),
-            };
-            let mut chart = LineChart::new(title, x_label, "GB/s").log_x();
-            for (i, (name, mut pts)) in series.into_iter().enumerate() {
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                chart = chart.series(Series::new(name, pts).style(LineStyle::SolidMarkers).color(i));
-            }
-            let copy_pts: Vec<(f64, f64)> = copy.into_iter().map(|(bytes, g)| (bytes as f64 / 1e6, g)).collect();
-            chart = chart.series(Series::new("copy bound (same bytes)", copy_pts).style(LineStyle::Dashed).color(7));
-            let ymax = chart.series.iter().flat_map(|s| &s.points).map(|p| p.1).fold(0.0, f64::max);
-            chart = chart.y_range(0.0, ymax * 1.25);
-            charts.push(chart);
         }
     }
-    line_plot_grid(&out_dir.join("kernel_bench"), "cadence kernels: throughput of compulsory bytes against the copy bound", &charts, 2, prov)
+    line_plot_grid(&out_dir.join("kernel_bench"), "cadence kernels: GB/s of compulsory bytes, against a copy of the same bytes", &charts, 2, prov)
+}
+
+fn frames_list(rows: &[&Row]) -> String {
+    let mut f: Vec<usize> = rows.iter().map(|r| r.frames).collect();
+    f.sort();
+    f.dedup();
+    f.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
 }

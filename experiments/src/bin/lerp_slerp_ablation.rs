@@ -13,7 +13,7 @@
 use anyhow::{bail, ensure, Context, Result};
 use cadence::{Backend, Method};
 use clap::Parser;
-use experiments::plot::{line_plot, LineChart, LineStyle, Series};
+use experiments::plot::{line_plot, Legend, LineChart, LineStyle, Series};
 use experiments::{write_csv, OutDir, Provenance};
 use std::f64::consts::PI;
 
@@ -178,9 +178,16 @@ fn run(args: Args) -> Result<()> {
         let ds = s.iter().zip(slerp).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
         prov.note(format!("agreement_{}", b.name()), format!("max |ratio difference| vs csv_backend: LERP {dl:.2e}, SLERP {ds:.2e}"));
     }
+    let at_pi: Vec<&NormRow> = rows.iter().filter(|r| r.theta_rad >= PI - 1e-9).collect();
+    let same = at_pi.iter().all(|r| (r.slerp_norm_ratio - r.lerp_norm_ratio).abs() <= 1e-6);
     prov.note(
         "antipodal",
-        "at theta = pi the great circle is not unique; the SLERP kernel falls back to LERP of the raw vectors (documented in gpu/src/slerp.rs), so its ratio there equals LERP's",
+        if same {
+            "at theta = pi the great circle is not unique; the SLERP kernel falls back to LERP of the raw vectors (gpu/src/slerp.rs), and its measured ratio there equals LERP's".to_string()
+        } else {
+            let v: Vec<String> = at_pi.iter().map(|r| format!("a={}: {:.4}", r.alpha, r.slerp_norm_ratio)).collect();
+            format!("at theta = pi the great circle is not unique; measured SLERP ratios there: {}", v.join(", "))
+        },
     );
 
     // Summary on stdout.
@@ -221,7 +228,13 @@ fn run(args: Args) -> Result<()> {
     .y_range(-0.02, 1.08)
     .series(Series::new(analytic_label, at(a_mid, &|r| r.analytic_lerp_ratio)).style(LineStyle::Dashed).color(7))
     .series(Series::new("LERP (measured)", at(a_mid, &|r| r.lerp_norm_ratio)).style(LineStyle::Markers).color(3))
-    .series(Series::new("SLERP (measured)", at(a_mid, &|r| r.slerp_norm_ratio)).style(LineStyle::SolidMarkers).color(0));
+    .series(Series::new("SLERP (measured)", at(a_mid, &|r| if r.theta_rad < PI - 1e-9 { r.slerp_norm_ratio } else { f64::NAN })).style(LineStyle::SolidMarkers).color(0))
+    .series(
+        Series::new("SLERP at theta = pi (antipodal: LERP fallback)", at(a_mid, &|r| if r.theta_rad < PI - 1e-9 { f64::NAN } else { r.slerp_norm_ratio }))
+            .style(LineStyle::Markers)
+            .color(1),
+    )
+    .legend(Legend::LowerLeft);
     let files = line_plot(&out_dir.join("lerp_slerp_norm"), &chart, &prov)?;
     println!("wrote {} and {}", files.png.display(), files.svg.display());
 
@@ -232,12 +245,24 @@ fn run(args: Args) -> Result<()> {
     )
     .x_range(0.0, PI)
     .y_range(-0.02, 1.08);
-    for (i, &a) in args.alphas.iter().enumerate() {
-        chart = chart.series(Series::new(format!("LERP a={a}"), at(a, &|r| r.lerp_norm_ratio)).color(i));
+    // The LERP ratio is symmetric in a <-> 1-a: one curve per pair, labelled with both.
+    let mut groups: Vec<(f64, Vec<f64>)> = Vec::new();
+    for &a in &args.alphas {
+        let key = a.min(1.0 - a);
+        match groups.iter_mut().find(|(k, _)| (k - key).abs() < 1e-9) {
+            Some((_, v)) => v.push(a),
+            None => groups.push((key, vec![a])),
+        }
     }
-    let mut slerp_all: Vec<(f64, f64)> = rows.iter().map(|r| (r.theta_rad, r.slerp_norm_ratio)).collect();
+    groups.sort_by(|x, y| x.0.total_cmp(&y.0));
+    for (i, (_, members)) in groups.iter().enumerate() {
+        let names: Vec<String> = members.iter().map(|a| a.to_string()).collect();
+        let label = format!("LERP a = {}", names.join(" and "));
+        chart = chart.series(Series::new(label, at(members[0], &|r| r.lerp_norm_ratio)).color(i));
+    }
+    let mut slerp_all: Vec<(f64, f64)> = rows.iter().filter(|r| r.theta_rad < PI - 1e-9).map(|r| (r.theta_rad, r.slerp_norm_ratio)).collect();
     slerp_all.sort_by(|a, b| a.0.total_cmp(&b.0));
-    chart = chart.series(Series::new("SLERP, every alpha", slerp_all).style(LineStyle::Markers).color(7));
+    chart = chart.series(Series::new("SLERP, every alpha (theta < pi)", slerp_all).style(LineStyle::Markers).color(7)).legend(Legend::LowerLeft);
     let files = line_plot(&out_dir.join("lerp_slerp_norm_alphas"), &chart, &prov)?;
     println!("wrote {} and {}", files.png.display(), files.svg.display());
 
