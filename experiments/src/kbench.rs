@@ -6,6 +6,11 @@
 //! events around the launch on the stream (`CudaBackend::time_ms`), data already on the device.
 
 use cadence::bench::{median, test_data, time_host};
+use cadence::Dtype;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use std::any::Any;
+use std::sync::Mutex;
 use cadence::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
 use cadence::{cpu, Backend, KeyframeSchedule};
 use anyhow::{ensure, Result};
@@ -154,8 +159,31 @@ pub fn copy_gbps(backend: &Backend, bytes: u64, r: Reps) -> Result<f64> {
     Ok(gbps(2 * (bytes / 2).max(1), median(&times)))
 }
 
-fn data<T: Elem>(n: usize, seed: u64) -> Vec<T> {
-    test_data(n, seed).into_iter().map(T::from_f32).collect()
+/// `n` elements of benchmark data (never zeros): a window of one shared pool of
+/// `cadence::bench::test_data`, generated once and grown on demand, at an offset chosen by
+/// `seed`, so that a sweep does not spend most of its time making data.
+pub fn data<T: Elem>(n: usize, seed: u64) -> Vec<T> {
+    static POOL: Mutex<Vec<f32>> = Mutex::new(Vec::new());
+    const WINDOWS: usize = 4099;
+    let offset = (seed as usize).wrapping_mul(2_654_435_761) % WINDOWS;
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < n + WINDOWS {
+        *pool = test_data((n + WINDOWS).max(2 * pool.len()), 0x5EED);
+    }
+    to_elem(&pool[offset..offset + n])
+}
+
+/// f32 values in the storage type `T` (f16 through half's vectorized slice conversion).
+pub fn to_elem<T: Elem>(src: &[f32]) -> Vec<T> {
+    let out: Box<dyn Any> = match T::DTYPE {
+        Dtype::F32 => Box::new(src.to_vec()),
+        Dtype::F16 => {
+            let mut v = vec![f16::ZERO; src.len()];
+            v.convert_from_f32_slice(src);
+            Box::new(v)
+        }
+    };
+    *out.downcast::<Vec<T>>().expect("Elem::DTYPE names the element type")
 }
 
 /// One-launch stride expansion of `frames` frames of `dim` elements at `stride`.
@@ -227,7 +255,9 @@ pub fn time_ease<T: Elem>(backend: &Backend, frames: usize, dim: usize, ramp: u3
 /// Planar RGB (samples in [0, 1]) to NV12, BT.709, all of `layout.frames` in one call.
 pub fn time_nv12<T: Elem>(backend: &Backend, layout: RgbLayout, r: Reps) -> Result<Timing> {
     layout.validate(layout.len())?;
-    let rgb: Vec<T> = test_data(layout.len(), 41).into_iter().map(|x| T::from_f32(x * 0.25 + 0.5)).collect();
+    // Samples in about [0, 1]: the pool's values (within +-3.4) scaled into range.
+    let scaled: Vec<f32> = data::<f32>(layout.len(), 41).into_iter().map(|x| x * 0.15 + 0.5).collect();
+    let rgb: Vec<T> = to_elem(&scaled);
     let compulsory_bytes = nv12_bytes(layout, std::mem::size_of::<T>());
     let (m, rg) = (ColorMatrix::Bt709, RgbRange::Unit);
     let times_ms = match backend {

@@ -224,7 +224,7 @@ pub struct Flicker {
 pub fn temporal_flicker(frames: &[f32], frame_len: usize, peak: f64) -> Result<Flicker> {
     ensure!(peak > 0.0 && peak.is_finite(), "flicker needs a positive peak value (got {peak})");
     ensure!(frame_len > 0, "flicker: frames have no samples");
-    ensure!(frames.len() % frame_len == 0, "flicker: {} samples is not a whole number of {frame_len}-sample frames", frames.len());
+    ensure!(frames.len().is_multiple_of(frame_len), "flicker: {} samples is not a whole number of {frame_len}-sample frames", frames.len());
     let n = frames.len() / frame_len;
     ensure!(n >= 2, "flicker needs at least two frames (got {n})");
     check_finite(frames, "clip")?;
@@ -260,7 +260,7 @@ pub fn crop(img: &[f32], shape: ImageShape, r: Region) -> Result<Vec<f32>> {
 
 /// `region` of every frame of a clip (contiguous frames of `shape`).
 pub fn crop_frames(frames: &[f32], shape: ImageShape, r: Region) -> Result<Vec<f32>> {
-    ensure!(!shape.is_empty() && frames.len() % shape.len() == 0, "clip length {} is not a whole number of frames", frames.len());
+    ensure!(!shape.is_empty() && frames.len().is_multiple_of(shape.len()), "clip length {} is not a whole number of frames", frames.len());
     let mut out = Vec::new();
     for f in frames.chunks_exact(shape.len()) {
         out.extend(crop(f, shape, r)?);

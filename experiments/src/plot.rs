@@ -333,7 +333,7 @@ pub fn fmt_tick(v: f64) -> String {
 /// Log-axis labels: only at 1, 2 and 5 times a power of ten (others left blank, so dense
 /// tick sets stay readable).
 pub fn fmt_log_tick(v: f64) -> String {
-    if !(v > 0.0) {
+    if v.is_nan() || v <= 0.0 {
         return String::new();
     }
     let m = v / 10f64.powf(v.log10().floor());
@@ -415,7 +415,8 @@ where
         .label_style((FONT, 13))
         .x_label_formatter(&|v| if c.x_scale == Scale::Log { fmt_log_tick(*v) } else { fmt_tick(*v) })
         .y_label_formatter(&|v| if c.y_scale == Scale::Log { fmt_log_tick(*v) } else { fmt_tick(*v) })
-        .light_line_style(RGBColor(235, 235, 235))
+        // plotters' log axes draw a minor line at every sub-decade tick: too dense to help.
+        .light_line_style(if c.x_scale == Scale::Log || c.y_scale == Scale::Log { RGBColor(248, 248, 248) } else { RGBColor(235, 235, 235) })
         .bold_line_style(RGBColor(210, 210, 210))
         .draw()
         .map_err(|e| err(&e))?;

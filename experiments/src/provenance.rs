@@ -126,6 +126,16 @@ fn one_line(s: &str) -> String {
     s.replace(['\r', '\n'], " ")
 }
 
+/// The 1, 5 and 15 minute load averages from /proc/loadavg ("unknown" elsewhere): timings on
+/// a shared machine mean little without them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
 /// "MODEL (N logical CPUs)".
 pub fn cpu_hardware() -> String {
     format!("{} ({} logical CPUs)", cadence::hardware::cpu_model(), cadence::hardware::logical_cpus())

@@ -69,3 +69,19 @@ fn copy_buffers_are_aligned_apart_and_disjoint() {
         assert!(s >= lo && d + n <= hi);
     }
 }
+
+#[test]
+fn benchmark_data_is_deterministic_nonzero_and_typed() {
+    let a: Vec<f32> = data(1000, 3);
+    let b: Vec<f32> = data(1000, 3);
+    let c: Vec<f32> = data(1000, 4);
+    assert_eq!(a, b, "same seed, same data");
+    assert_ne!(a, c, "another seed, another window");
+    assert!(a.iter().all(|v| v.is_finite()) && a.iter().filter(|v| **v == 0.0).count() < 5);
+    let h: Vec<half::f16> = data(1000, 3);
+    assert!(h.iter().zip(&a).all(|(x, y)| (x.to_f32() - y).abs() <= 2e-3 * y.abs().max(1e-3)));
+    // Growing the pool regenerates it from the same sequence: earlier windows are unchanged.
+    let big: Vec<f32> = data(3_000_000, 5);
+    assert_eq!(big.len(), 3_000_000);
+    assert_eq!(data::<f32>(1000, 3), a);
+}

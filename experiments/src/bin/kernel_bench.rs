@@ -224,6 +224,7 @@ fn run(a: Args) -> Result<()> {
         eprintln!("backend: {}", b.describe());
     }
 
+    let load_before = experiments::provenance::load_average();
     let bar = progress_bar((cases.len() * backends.len()) as u64, "kernel_bench");
     let mut rows = Vec::new();
     for b in &backends {
@@ -265,6 +266,7 @@ fn run(a: Args) -> Result<()> {
     bar.finish_and_clear();
 
     let mut prov = Provenance::for_backends(&backends, "n/a", "n/a");
+    prov.note("load_average", format!("{load_before} at the start, {} at the end (1, 5, 15 min)", experiments::provenance::load_average()));
     prov.note(
         "timing",
         format!(
@@ -354,15 +356,19 @@ fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Pr
                     Kernel::Nv12 => "compulsory MB (RGB in + NV12 out)".to_string(),
                     _ => format!("compulsory MB (frames {})", frames_list(&mine)),
                 };
-                let mut chart = LineChart::new(title, x_label, "GB/s").log_x().legend(Legend::UpperLeft);
+                let mut chart = LineChart::new(title, x_label, "GB/s (log scale)").log_x().log_y().legend(Legend::UpperRight);
                 for (i, (name, mut pts)) in series.into_iter().enumerate() {
                     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                     chart = chart.series(Series::new(name, pts).style(LineStyle::SolidMarkers).color(i));
                 }
                 let copy_pts: Vec<(f64, f64)> = copy.into_iter().map(|(bytes, g)| (bytes as f64 / 1e6, g)).collect();
                 chart = chart.series(Series::new("copy, same bytes", copy_pts).style(LineStyle::Dashed).color(7));
-                let ymax = chart.series.iter().flat_map(|s| &s.points).map(|p| p.1).fold(0.0, f64::max);
-                chart = chart.y_range(0.0, ymax * 1.45);
+                // Headroom above for the legend; the copy line usually falls to the right.
+                let ys = || chart.series.iter().flat_map(|s| &s.points).map(|p| p.1).filter(|y| *y > 0.0);
+                let (ymin, ymax) = (ys().fold(f64::INFINITY, f64::min), ys().fold(0.0, f64::max));
+                if ymax > 0.0 {
+                    chart = chart.y_range(ymin / 2.0, ymax * 8.0);
+                }
                 charts.push(chart);
             }
         }
