@@ -141,7 +141,6 @@ fn main() -> Result<()> {
             ("end to end (incl. encoder)".into(), rows.iter().map(|r| r.end_to_end_fps).collect()),
         ],
         value_labels: true,
-        ..Default::default()
     };
     let plots = bar_plot(&out_dir.join("stride_table_fps"), &chart, &prov)?;
     eprintln!("wrote {}, {}, {}", csv.display(), plots.png.display(), plots.svg.display());
