@@ -65,11 +65,12 @@ impl Engines {
         [&self.audio, &self.unet, self.decoder.as_ref(), self.image_encoder.as_ref()]
     }
 
-    /// "synthetic" when every engine is synthetic, "real" when all are real, else a per-engine list.
+    /// The common label (e.g. `synthetic(seed=13295116)`) when every engine has the same source,
+    /// "real" when all are real files, else a per-engine list.
     pub fn weights_summary(&self) -> String {
         let labels: Vec<String> = self.all().iter().map(|e| e.weights_label()).collect();
-        if labels.iter().all(|l| l.starts_with("synthetic")) {
-            format!("synthetic ({})", labels[0])
+        if labels.iter().all(|l| l == &labels[0]) {
+            labels[0].clone()
         } else if labels.iter().all(|l| l.starts_with("real")) {
             "real".into()
         } else {
