@@ -94,6 +94,12 @@ impl PackedConv {
 /// Output pixels per GEMM tile (rounded up to whole rows).
 const TILE_PIXELS: usize = 256;
 
+thread_local! {
+    /// The im2col tile of the current rayon worker, kept between tiles and layers: allocating and
+    /// zeroing it per tile cost about as much as the narrow (16-channel) GEMM it feeds.
+    static COL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// y = conv3x3(upsample2?(x)) + bias (+ residual), then ReLU if `relu`.
 pub fn conv3x3(
     x: &Nhwc,
@@ -131,7 +137,11 @@ pub fn conv3x3(
                 .for_each(|(t, dst)| {
                     let oy0 = t * rows;
                     let npix = dst.len() / cout;
-                    let mut col = vec![0f32; npix * k];
+                    COL.with_borrow_mut(|col| {
+                    // Every element is written below (taps outside the image are zero-filled), so
+                    // the buffer is reused across tiles without clearing.
+                    col.resize(col.len().max(npix * k), 0.0);
+                    let col = &mut col[..npix * k];
                     for (q, colrow) in col.chunks_mut(k).enumerate() {
                         let oy = oy0 + q / ow;
                         let ox = q % ow;
@@ -179,6 +189,7 @@ pub fn conv3x3(
                             gemm::Parallelism::None,
                         );
                     }
+                    });
                     let res = residual.map(|r| {
                         &r.data[b * img_out + oy0 * ow * cout
                             ..b * img_out + oy0 * ow * cout + dst.len()]

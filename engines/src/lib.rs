@@ -279,15 +279,38 @@ impl Batch {
 
 /// What every engine reports.
 pub trait Engine: Send + Sync {
-    fn model(&self) -> ModelKind;
-    fn profile(&self) -> Profile;
-    /// `synthetic(seed=N)` or `real(<file>)`.
-    fn weights_label(&self) -> String;
+    /// What the engine is, fixed when it is built.
+    fn info(&self) -> &EngineInfo;
+    fn model(&self) -> ModelKind {
+        self.info().model
+    }
+    fn profile(&self) -> Profile {
+        self.info().profile
+    }
+    /// `synthetic(seed=N)`, `real(<file>)` or `tensorrt(<file>)`.
+    fn weights_label(&self) -> String {
+        self.info().weights.clone()
+    }
+    fn num_params(&self) -> usize {
+        self.info().num_params
+    }
+    fn flops_per_frame(&self) -> f64 {
+        self.info().flops_per_frame
+    }
+}
+
+/// The description every engine carries (see [`Engine`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineInfo {
+    pub model: ModelKind,
+    pub profile: Profile,
+    /// `synthetic(seed=N)`, `real(<file>)` or `tensorrt(<file>)`.
+    pub weights: String,
     /// Number of scalar parameters the architecture has (from its expected table).
-    fn num_params(&self) -> usize;
+    pub num_params: usize,
     /// Floating-point operations (2 x multiply-adds of convolutions, linears and attention
     /// matmuls; norms and activations not counted) for one batch element.
-    fn flops_per_frame(&self) -> f64;
+    pub flops_per_frame: f64,
 }
 
 /// MuseTalk's single-step UNet.

@@ -11,6 +11,7 @@
 use crate::flops::{attention_flops, index_after, weight_flops};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
+    EngineInfo,
     Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result,
     WeightsSource,
 };
@@ -81,11 +82,7 @@ pub(crate) fn synthetic_weights(profile: Profile, seed: u64) -> Result<HashMap<S
 
 /// SD VAE decoder or encoder.
 pub struct SdVae {
-    kind: ModelKind,
-    profile: Profile,
-    label: String,
-    num_params: usize,
-    flops: f64,
+    info: EngineInfo,
     vae: AutoEncoderKL,
     device: Device,
 }
@@ -126,11 +123,13 @@ impl SdVae {
             .sum();
         let flops = vae_flops(&table, kind, &config(profile).block_out_channels);
         Ok(SdVae {
-            kind,
-            profile,
-            label: weights.label(),
-            num_params,
-            flops,
+            info: EngineInfo {
+                model: kind,
+                profile,
+                weights: weights.label(),
+                num_params,
+                flops_per_frame: flops,
+            },
             vae,
             device: device.clone(),
         })
@@ -220,26 +219,14 @@ fn vae_flops(table: &ParamTable, kind: ModelKind, ch: &[usize]) -> f64 {
 }
 
 impl Engine for SdVae {
-    fn model(&self) -> ModelKind {
-        self.kind
-    }
-    fn profile(&self) -> Profile {
-        self.profile
-    }
-    fn weights_label(&self) -> String {
-        self.label.clone()
-    }
-    fn num_params(&self) -> usize {
-        self.num_params
-    }
-    fn flops_per_frame(&self) -> f64 {
-        self.flops
+    fn info(&self) -> &EngineInfo {
+        &self.info
     }
 }
 
 impl LatentDecoder for SdVae {
     fn decode(&self, latents: &Batch) -> Result<Batch> {
-        if self.kind != ModelKind::SdVaeDecoder {
+        if self.info.model != ModelKind::SdVaeDecoder {
             return Err(EngineError::BadInput(
                 "this SD VAE engine is an encoder; use encode()".into(),
             ));
@@ -255,7 +242,7 @@ impl LatentDecoder for SdVae {
 
 impl ImageEncoder for SdVae {
     fn encode(&self, images: &Batch) -> Result<Batch> {
-        if self.kind != ModelKind::SdVaeEncoder {
+        if self.info.model != ModelKind::SdVaeEncoder {
             return Err(EngineError::BadInput(
                 "this SD VAE engine is a decoder; use decode()".into(),
             ));

@@ -17,6 +17,7 @@
 use crate::cpu_conv::{self, Nhwc, PackedConv};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
+    EngineInfo,
     Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result,
     WeightsSource,
 };
@@ -326,10 +327,7 @@ fn fast_plan(layers: &[Layer]) -> candle_core::Result<Vec<FastOp>> {
 /// TAESD decoder or encoder.
 #[derive(Debug)]
 pub struct Taesd {
-    kind: ModelKind,
-    profile: Profile,
-    label: String,
-    num_params: usize,
+    info: EngineInfo,
     layers: Vec<Layer>,
     /// CPU fast path (None on other devices, which use the candle layers).
     fast: Option<Vec<FastOp>>,
@@ -362,15 +360,24 @@ impl Taesd {
         } else {
             None
         };
-        Ok(Taesd {
-            kind,
-            profile,
-            label: weights.label(),
-            num_params: table.num_params(),
+        let mut taesd = Taesd {
+            info: EngineInfo {
+                model: kind,
+                profile,
+                weights: weights.label(),
+                num_params: table.num_params(),
+                flops_per_frame: 0.0,
+            },
             layers,
             fast,
             device: device.clone(),
-        })
+        };
+        // Per frame at MuseTalk's sizes: a 32x32 latent in, or a 256x256 crop in.
+        taesd.info.flops_per_frame = match kind {
+            ModelKind::TaesdDecoder => taesd.flops_for(32, 32),
+            _ => taesd.flops_for(256, 256),
+        };
+        Ok(taesd)
     }
 
     /// The same network through candle's layers (used on CUDA; on the CPU it is the reference the
@@ -459,29 +466,14 @@ impl Taesd {
 }
 
 impl Engine for Taesd {
-    fn model(&self) -> ModelKind {
-        self.kind
-    }
-    fn profile(&self) -> Profile {
-        self.profile
-    }
-    fn weights_label(&self) -> String {
-        self.label.clone()
-    }
-    fn num_params(&self) -> usize {
-        self.num_params
-    }
-    fn flops_per_frame(&self) -> f64 {
-        match self.kind {
-            ModelKind::TaesdDecoder => self.flops_for(32, 32),
-            _ => self.flops_for(256, 256),
-        }
+    fn info(&self) -> &EngineInfo {
+        &self.info
     }
 }
 
 impl LatentDecoder for Taesd {
     fn decode(&self, latents: &Batch) -> Result<Batch> {
-        if self.kind != ModelKind::TaesdDecoder {
+        if self.info.model != ModelKind::TaesdDecoder {
             return Err(EngineError::BadInput(
                 "this TAESD engine is an encoder; use encode()".into(),
             ));
@@ -496,7 +488,7 @@ impl LatentDecoder for Taesd {
 
 impl ImageEncoder for Taesd {
     fn encode(&self, images: &Batch) -> Result<Batch> {
-        if self.kind != ModelKind::TaesdEncoder {
+        if self.info.model != ModelKind::TaesdEncoder {
             return Err(EngineError::BadInput(
                 "this TAESD engine is a decoder; use decode()".into(),
             ));

@@ -17,7 +17,7 @@
 //! A dynamic batch dimension (-1) is set per call; fixed dimensions are checked against inputs.
 //! Not run in this repository's CI (no GPU, no TensorRT); it is only compiled there.
 
-use crate::{Batch, Engine, EngineError, KeyframeModel, LatentDecoder, ModelKind, Profile, Result};
+use crate::{Batch, Engine, EngineError, EngineInfo, KeyframeModel, LatentDecoder, ModelKind, Profile, Result};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -211,6 +211,7 @@ impl Session {
 pub struct TensorRtUnet {
     s: Session,
     pe: Vec<f32>,
+    info: EngineInfo,
 }
 
 impl TensorRtUnet {
@@ -227,27 +228,22 @@ impl TensorRtUnet {
         }
         let pe =
             crate::unet::positional_encoding(crate::unet::AUDIO_TOKENS, crate::unet::AUDIO_DIM);
-        Ok(TensorRtUnet { s, pe })
+        let info = EngineInfo {
+            model: ModelKind::MuseTalkUnet,
+            profile: Profile::Full,
+            weights: format!("tensorrt({})", engine_file.display()),
+            num_params: crate::param_table(ModelKind::MuseTalkUnet, Profile::Full)
+                .map(|t| t.num_params())
+                .unwrap_or(0),
+            flops_per_frame: crate::unet::full_flops_per_frame(),
+        };
+        Ok(TensorRtUnet { s, pe, info })
     }
 }
 
 impl Engine for TensorRtUnet {
-    fn model(&self) -> ModelKind {
-        ModelKind::MuseTalkUnet
-    }
-    fn profile(&self) -> Profile {
-        Profile::Full
-    }
-    fn weights_label(&self) -> String {
-        format!("tensorrt({})", self.s.file.display())
-    }
-    fn num_params(&self) -> usize {
-        crate::param_table(ModelKind::MuseTalkUnet, Profile::Full)
-            .map(|t| t.num_params())
-            .unwrap_or(0)
-    }
-    fn flops_per_frame(&self) -> f64 {
-        crate::unet::full_flops_per_frame()
+    fn info(&self) -> &EngineInfo {
+        &self.info
     }
 }
 
@@ -292,6 +288,7 @@ pub enum DecoderScaling {
 pub struct TensorRtDecoder {
     s: Session,
     scaling: DecoderScaling,
+    info: EngineInfo,
 }
 
 impl TensorRtDecoder {
@@ -303,30 +300,27 @@ impl TensorRtDecoder {
                 engine_file.display()
             )));
         }
-        Ok(TensorRtDecoder { s, scaling })
+        let model = match scaling {
+            DecoderScaling::Taesd => ModelKind::TaesdDecoder,
+            DecoderScaling::SdVaeUnscaled => ModelKind::SdVaeDecoder,
+        };
+        let info = EngineInfo {
+            model,
+            profile: Profile::Full,
+            weights: format!("tensorrt({})", engine_file.display()),
+            num_params: crate::param_table(model, Profile::Full)
+                .map(|t| t.num_params())
+                .unwrap_or(0),
+            // Not derived for an opaque engine graph.
+            flops_per_frame: 0.0,
+        };
+        Ok(TensorRtDecoder { s, scaling, info })
     }
 }
 
 impl Engine for TensorRtDecoder {
-    fn model(&self) -> ModelKind {
-        match self.scaling {
-            DecoderScaling::Taesd => ModelKind::TaesdDecoder,
-            DecoderScaling::SdVaeUnscaled => ModelKind::SdVaeDecoder,
-        }
-    }
-    fn profile(&self) -> Profile {
-        Profile::Full
-    }
-    fn weights_label(&self) -> String {
-        format!("tensorrt({})", self.s.file.display())
-    }
-    fn num_params(&self) -> usize {
-        crate::param_table(self.model(), Profile::Full)
-            .map(|t| t.num_params())
-            .unwrap_or(0)
-    }
-    fn flops_per_frame(&self) -> f64 {
-        0.0
+    fn info(&self) -> &EngineInfo {
+        &self.info
     }
 }
 

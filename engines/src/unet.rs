@@ -7,7 +7,7 @@
 
 use crate::flops::{attention_flops, index_after, weight_flops};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
-use crate::{Batch, Device, Engine, KeyframeModel, ModelKind, Profile, Result, WeightsSource};
+use crate::{Batch, Device, Engine, EngineInfo, KeyframeModel, ModelKind, Profile, Result, WeightsSource};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use candle_transformers::models::stable_diffusion::unet_2d::{
@@ -177,10 +177,7 @@ fn unet_flops(table: &ParamTable) -> f64 {
 
 /// MuseTalk UNet engine.
 pub struct MuseTalkUnet {
-    profile: Profile,
-    label: String,
-    num_params: usize,
-    flops: f64,
+    info: EngineInfo,
     unet: UNet2DConditionModel,
     pe: Tensor,
     device: Device,
@@ -198,10 +195,13 @@ impl MuseTalkUnet {
             device,
         )?;
         Ok(MuseTalkUnet {
-            profile,
-            label: weights.label(),
-            num_params: table.num_params(),
-            flops: unet_flops(&table),
+            info: EngineInfo {
+                model: ModelKind::MuseTalkUnet,
+                profile,
+                weights: weights.label(),
+                num_params: table.num_params(),
+                flops_per_frame: unet_flops(&table),
+            },
             unet,
             pe,
             device: device.clone(),
@@ -210,20 +210,8 @@ impl MuseTalkUnet {
 }
 
 impl Engine for MuseTalkUnet {
-    fn model(&self) -> ModelKind {
-        ModelKind::MuseTalkUnet
-    }
-    fn profile(&self) -> Profile {
-        self.profile
-    }
-    fn weights_label(&self) -> String {
-        self.label.clone()
-    }
-    fn num_params(&self) -> usize {
-        self.num_params
-    }
-    fn flops_per_frame(&self) -> f64 {
-        self.flops
+    fn info(&self) -> &EngineInfo {
+        &self.info
     }
 }
 

@@ -26,6 +26,7 @@
 
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
+    EngineInfo,
     AudioEncoder, Batch, Device, Engine, EngineError, ModelKind, Profile, Result, WeightsSource,
 };
 use candle_core::{Module, Tensor};
@@ -304,10 +305,7 @@ pub fn window_indices(i: usize, fps: f32, n_steps: usize) -> Vec<usize> {
 
 /// whisper-tiny encoder + MuseTalk windowing.
 pub struct WhisperAudio {
-    profile: Profile,
-    label: String,
-    num_params: usize,
-    flops_window: f64,
+    info: EngineInfo,
     enc: Encoder,
     device: Device,
 }
@@ -328,10 +326,14 @@ impl WhisperAudio {
         }) + N_LAYERS as f64
             * crate::flops::attention_flops(t, t, D_MODEL as f64);
         Ok(WhisperAudio {
-            profile,
-            label: weights.label(),
-            num_params: table.num_params(),
-            flops_window,
+            info: EngineInfo {
+                model: ModelKind::WhisperTiny,
+                profile,
+                weights: weights.label(),
+                num_params: table.num_params(),
+                // One 30 s window's FLOPs spread over its 750 video frames at 25 fps.
+                flops_per_frame: flops_window / 750.0,
+            },
             enc,
             device: device.clone(),
         })
@@ -363,21 +365,8 @@ impl WhisperAudio {
 }
 
 impl Engine for WhisperAudio {
-    fn model(&self) -> ModelKind {
-        ModelKind::WhisperTiny
-    }
-    fn profile(&self) -> Profile {
-        self.profile
-    }
-    fn weights_label(&self) -> String {
-        self.label.clone()
-    }
-    fn num_params(&self) -> usize {
-        self.num_params
-    }
-    /// FLOPs of one 30 s window divided by its 750 video frames at 25 fps.
-    fn flops_per_frame(&self) -> f64 {
-        self.flops_window / 750.0
+    fn info(&self) -> &EngineInfo {
+        &self.info
     }
 }
 

@@ -267,3 +267,143 @@ pub fn crop_frames(frames: &[f32], shape: ImageShape, r: Region) -> Result<Vec<f
     }
     Ok(out)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Latent trajectories (lerp_slerp_ablation): norms, angles and the interpolation norm deficit.
+// ---------------------------------------------------------------------------------------------
+
+/// Euclidean norm, accumulated in f64.
+pub fn l2_norm(v: &[f32]) -> f64 {
+    v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt()
+}
+
+/// The angle (radians, in [0, pi]) between two vectors of the same length, in f64 as
+/// 2 atan2(|u0 - u1|, |u0 + u1|) of the unit vectors, which stays accurate for tiny angles
+/// (where acos of the dot product loses half its digits). Errors on a zero vector, mismatched
+/// lengths or non-finite input.
+pub fn angle_between(a: &[f32], b: &[f32]) -> Result<f64> {
+    check_pair(a, b)?;
+    let (na, nb) = (l2_norm(a), l2_norm(b));
+    ensure!(na > 0.0 && nb > 0.0, "the angle to a zero vector is undefined");
+    let (mut diff, mut sum) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (u, v) = (x as f64 / na, y as f64 / nb);
+        diff += (u - v) * (u - v);
+        sum += (u + v) * (u + v);
+    }
+    Ok(2.0 * diff.sqrt().atan2(sum.sqrt()))
+}
+
+/// Norm deficit of an interpolated vector `v` between keyframes `v0` and `v1` at `alpha`:
+/// |v| / ((1 - alpha)|v0| + alpha|v1|) - 1 (DESIGN.md section 7's norm ratio minus one).
+/// 0 for SLERP by construction; cos(theta/2) - 1 for the LERP midpoint of equal-norm vectors.
+/// Negative means the interpolated vector is shorter than the keyframes' norms suggest.
+pub fn norm_deficit(v: &[f32], v0: &[f32], v1: &[f32], alpha: f64) -> Result<f64> {
+    ensure!((0.0..=1.0).contains(&alpha), "alpha {alpha} is outside [0, 1]");
+    ensure!(v.len() == v0.len() && v0.len() == v1.len() && !v.is_empty(), "norm deficit: vectors differ in length or are empty");
+    check_finite(v, "interpolated vector")?;
+    check_finite(v0, "first keyframe")?;
+    check_finite(v1, "second keyframe")?;
+    let target = (1.0 - alpha) * l2_norm(v0) + alpha * l2_norm(v1);
+    ensure!(target > 0.0, "norm deficit: both keyframes are zero vectors");
+    Ok(l2_norm(v) / target - 1.0)
+}
+
+/// Mean and worst of signed values (deficits, errors): `worst` is the value of largest
+/// magnitude, with its sign.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct SignedSummary {
+    pub mean: f64,
+    pub worst: f64,
+    pub count: usize,
+}
+
+/// [`SignedSummary`] of `values` (at least one, all finite).
+pub fn signed_summary(values: &[f64]) -> Result<SignedSummary> {
+    ensure!(!values.is_empty(), "nothing to summarize");
+    ensure!(values.iter().all(|v| v.is_finite()), "non-finite value among {} to summarize", values.len());
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let worst = values.iter().copied().fold(0.0f64, |w, v| if v.abs() > w.abs() { v } else { w });
+    Ok(SignedSummary { mean, worst, count: values.len() })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Throughput projection (calibrate): frames/s of a render predicted from component costs.
+// ---------------------------------------------------------------------------------------------
+
+/// Component costs measured by `calibrate`, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct ComponentCosts {
+    /// UNet, per evaluated keyframe (1000 / its throughput in frames/s).
+    pub unet_ms_per_frame: f64,
+    /// Decoder, per decoded frame.
+    pub decoder_ms_per_frame: f64,
+    /// Compositing fused with NV12, per output frame.
+    pub composite_nv12_ms_per_frame: f64,
+    /// Video encoder, per output frame (0 without an encoder).
+    pub encoder_ms_per_frame: f64,
+    /// Once per render: audio encoder on the clip plus avatar preparation.
+    pub fixed_ms_per_render: f64,
+}
+
+/// What one render at a given stride evaluates: known before rendering from the schedule and the
+/// voice activity (bypassed silence runs skip the UNet and the decoder).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RenderCounts {
+    pub frames: usize,
+    pub unet_evaluations: usize,
+    pub decoded_frames: usize,
+}
+
+impl RenderCounts {
+    /// Counts from the keyframe list and the per-frame bypass flags (`bypassed[f]`: frame f is
+    /// deep enough in silence that the pipeline skips every network for it).
+    pub fn from_schedule(keys: &[u32], bypassed: &[bool]) -> Result<RenderCounts> {
+        ensure!(!bypassed.is_empty(), "a render has at least one frame");
+        ensure!(keys.iter().all(|&k| (k as usize) < bypassed.len()), "a keyframe lies outside the {} frames", bypassed.len());
+        Ok(RenderCounts {
+            frames: bypassed.len(),
+            unet_evaluations: keys.iter().filter(|&&k| !bypassed[k as usize]).count(),
+            decoded_frames: bypassed.iter().filter(|&&b| !b).count(),
+        })
+    }
+
+    /// Dense speech (no bypass), as the source's /calibrate assumes.
+    pub fn without_bypass(frames: usize, keyframes: usize) -> RenderCounts {
+        RenderCounts { frames, unet_evaluations: keyframes, decoded_frames: frames }
+    }
+}
+
+/// The bypass rule of the pipeline's silence easing: a frame is bypassed when its distance to the
+/// nearest speech frame is at least `ramp` (its easing weight is 0); speech frames never are.
+pub fn bypassed_frames(distance_to_speech: &[u32], ramp: u32) -> Vec<bool> {
+    distance_to_speech.iter().map(|&d| d != 0 && d >= ramp).collect()
+}
+
+/// Projected wall time of one render in ms, the stages taken as serial (they are, on the CPU
+/// path): UNet x evaluations + decoder x decoded frames + (compositing + encoder) x frames +
+/// the keyframe expansion + the fixed per-render work.
+pub fn projected_render_ms(c: &ComponentCosts, n: &RenderCounts, expand_ms: f64) -> f64 {
+    c.unet_ms_per_frame * n.unet_evaluations as f64
+        + c.decoder_ms_per_frame * n.decoded_frames as f64
+        + (c.composite_nv12_ms_per_frame + c.encoder_ms_per_frame) * n.frames as f64
+        + expand_ms
+        + c.fixed_ms_per_render
+}
+
+/// Frames per second of a render of `frames` frames taking `ms`.
+pub fn fps(frames: usize, ms: f64) -> f64 {
+    frames as f64 / (ms * 1e-3)
+}
+
+/// Signed relative error of a projection, 100 (projected - measured) / measured: positive when the
+/// projection is optimistic.
+pub fn projection_error_pct(projected: f64, measured: f64) -> f64 {
+    100.0 * (projected - measured) / measured
+}
+
+/// The source's duty-cycle label: "100%", "50%", "33.3%" (one decimal, trailing ".0" dropped).
+pub fn duty_cycle_label(fraction: f64) -> String {
+    let s = format!("{:.1}", 100.0 * fraction);
+    format!("{}%", s.strip_suffix(".0").unwrap_or(&s))
+}

@@ -31,3 +31,31 @@ pub fn feather_alpha(px: u32, py: u32, w: u32, h: u32, feather: f32) -> f32 {
     let dy = min(py as f32 + 0.5, h as f32 - py as f32 - 0.5);
     hermite(min(dx, dy) / feather)
 }
+
+/// The two source indices of one output position's bilinear taps and the weight of the second.
+pub struct Tap {
+    pub i0: u32,
+    pub i1: u32,
+    pub f: f32,
+}
+
+/// Bilinear taps of output pixel `p` of a box `box_len` long showing a crop `crop_len` long
+/// (clamped to the crop: the border pixels repeat).
+#[inline(always)]
+pub fn tap(p: u32, box_len: u32, crop_len: u32) -> Tap {
+    let c = crate::prim::clamp(crop_coord(p, box_len, crop_len), 0.0, (crop_len - 1) as f32);
+    // c >= 0, so truncation is the floor.
+    let i0 = c as u32;
+    let i1 = if i0 + 1 < crop_len { i0 + 1 } else { crop_len - 1 };
+    Tap { i0, i1, f: c - i0 as f32 }
+}
+
+/// One output sample: the bilinear interpolation of the four crop samples (8-bit scale;
+/// `pXY` = column X, row Y of the taps) weighted by the face's `alpha`, plus `background_term`
+/// = (1 - alpha) x background, which is the same every frame and precomputed.
+#[inline(always)]
+pub fn blend_bilinear(p00: f32, p10: f32, p01: f32, p11: f32, tx: &Tap, ty: &Tap, alpha: f32, background_term: f32) -> f32 {
+    let top = p00 + tx.f * (p10 - p00);
+    let bot = p01 + tx.f * (p11 - p01);
+    alpha * (top + ty.f * (bot - top)) + background_term
+}

@@ -6,6 +6,7 @@
 //!
 //! In-place is allowed where noted: each lane writes only elements it has already read.
 
+use crate::composite::{blend_bilinear, tap};
 use crate::math::{easing_weight, hermite};
 use crate::shim::*;
 use crate::slerp::{interval_alpha, PairGeometry, PairSums, METHOD_LERP};
@@ -233,6 +234,79 @@ unsafe fn pixel<T: Elem>(src: *const T, i: usize, range: u32) -> f32 {
     crate::color::to_8bit(T::ld(src, i), range)
 }
 
+/// One pixel of the face box composited over the background, in the 8-bit scale (r, g, b).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn composite_pixel<T: Elem>(
+    crop: *const T, cw: u32, ch: u32, range: u32,
+    alpha: *const f32, background_term: *const f32, box_w: u32, box_h: u32, px: u32, py: u32,
+) -> (f32, f32, f32) {
+    let tx = tap(px, box_w, cw);
+    let ty = tap(py, box_h, ch);
+    let i = (py * box_w + px) as usize;
+    let a = *offset(alpha, i);
+    let bplane = (box_w * box_h) as usize;
+    let cplane = (cw * ch) as usize;
+    let (r0, r1) = ((ty.i0 * cw) as usize, (ty.i1 * cw) as usize);
+    let (x0, x1) = (tx.i0 as usize, tx.i1 as usize);
+    // No closures here: the no_core shim has no Fn traits.
+    let mut rgb = (0.0f32, 0.0f32, 0.0f32);
+    let mut c = 0usize;
+    while c < 3 {
+        let base = c * cplane;
+        let v = blend_bilinear(
+            pixel(crop, base + r0 + x0, range), pixel(crop, base + r0 + x1, range),
+            pixel(crop, base + r1 + x0, range), pixel(crop, base + r1 + x1, range),
+            &tx, &ty, a, *offset(background_term, c * bplane + i),
+        );
+        if c == 0 {
+            rgb.0 = v;
+        } else if c == 1 {
+            rgb.1 = v;
+        } else {
+            rgb.2 = v;
+        }
+        c += 1;
+    }
+    rgb
+}
+
+/// Compositing fused with NV12 (the CUDA path of `host::composite::Compositor`): one thread per
+/// 2x2 block of the face box. The frame already holds the background's NV12; only the box's
+/// blocks are rewritten. `alpha` (box_w x box_h) and `background_term` (3 planes of that size,
+/// 8-bit scale) are computed once per render; `crop` is planar 3 x ch x cw in `range`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn composite_nv12<T: Elem>(
+    crop: *const T, cw: u32, ch: u32, range: u32,
+    alpha: *const f32, background_term: *const f32,
+    frame: *mut u8, width: u32, height: u32,
+    box_x: u32, box_y: u32, box_w: u32, box_h: u32, matrix: u32,
+) {
+    let gid = block_idx_x() as usize * block_dim_x() as usize + thread_idx_x() as usize;
+    let bw = (box_w / 2) as usize;
+    if gid >= bw * (box_h / 2) as usize {
+        return;
+    }
+    let by = unchecked_div(gid, bw) as u32;
+    let bx = gid as u32 - by * bw as u32;
+    let (px, py) = (2 * bx, 2 * by);
+    let a = composite_pixel(crop, cw, ch, range, alpha, background_term, box_w, box_h, px, py);
+    let b = composite_pixel(crop, cw, ch, range, alpha, background_term, box_w, box_h, px + 1, py);
+    let c = composite_pixel(crop, cw, ch, range, alpha, background_term, box_w, box_h, px, py + 1);
+    let d = composite_pixel(crop, cw, ch, range, alpha, background_term, box_w, box_h, px + 1, py + 1);
+    let blk = crate::color::convert_block(&crate::color::coeffs(matrix), (a.0, b.0, c.0, d.0), (a.1, b.1, c.1, d.1), (a.2, b.2, c.2, d.2));
+    let w = width as usize;
+    let y0 = (box_y + py) as usize * w + (box_x + px) as usize;
+    *offset(frame, y0) = blk.y.0;
+    *offset(frame, y0 + 1) = blk.y.1;
+    *offset(frame, y0 + w) = blk.y.2;
+    *offset(frame, y0 + w + 1) = blk.y.3;
+    let uv = w * height as usize + ((box_y + py) / 2) as usize * w + (box_x + px) as usize;
+    *offset(frame, uv) = blk.u;
+    *offset(frame, uv + 1) = blk.v;
+}
+
 /// Hermite weights alone (for inspection and tests of the device math).
 #[inline(always)]
 unsafe fn hermite_table(t: *const f32, out: *mut f32, n: u32) {
@@ -243,7 +317,14 @@ unsafe fn hermite_table(t: *const f32, out: *mut f32, n: u32) {
 }
 
 macro_rules! typed_kernels {
-    ($t:ty, $slerp:ident, $expand:ident, $ease:ident, $nv12:ident) => {
+    ($t:ty, $slerp:ident, $expand:ident, $ease:ident, $nv12:ident, $composite:ident) => {
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $composite(
+            crop: *const $t, cw: u32, ch: u32, range: u32, alpha: *const f32, background_term: *const f32,
+            frame: *mut u8, width: u32, height: u32, box_x: u32, box_y: u32, box_w: u32, box_h: u32, matrix: u32,
+        ) {
+            composite_nv12::<$t>(crop, cw, ch, range, alpha, background_term, frame, width, height, box_x, box_y, box_w, box_h, matrix)
+        }
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $slerp(v0: *const $t, v1: *const $t, alphas: *const f32, out: *mut $t, rows: u32, dim: u32, method: u32) {
             slerp_pairs::<$t>(v0, v1, alphas, out, rows, dim, method)
@@ -269,8 +350,8 @@ macro_rules! typed_kernels {
         }
     };
 }
-typed_kernels!(f32, slerp_pairs_f32, expand_f32, ease_f32, rgb_to_nv12_f32);
-typed_kernels!(f16, slerp_pairs_f16, expand_f16, ease_f16, rgb_to_nv12_f16);
+typed_kernels!(f32, slerp_pairs_f32, expand_f32, ease_f32, rgb_to_nv12_f32, composite_nv12_f32);
+typed_kernels!(f16, slerp_pairs_f16, expand_f16, ease_f16, rgb_to_nv12_f16, composite_nv12_f16);
 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn hermite_f32(t: *const f32, out: *mut f32, n: u32) {

@@ -33,4 +33,4 @@ pub mod slerp;
 pub mod kernels;
 
 /// Names of the kernels each PTX module exports; the host checks them at load time.
-pub const KERNEL_NAMES: &str = "slerp_pairs_f32 slerp_pairs_f16 expand_f32 expand_f16 ease_f32 ease_f16 rgb_to_nv12_f32 rgb_to_nv12_f16 hermite_f32";
+pub const KERNEL_NAMES: &str = "slerp_pairs_f32 slerp_pairs_f16 expand_f32 expand_f16 ease_f32 ease_f16 rgb_to_nv12_f32 rgb_to_nv12_f16 composite_nv12_f32 composite_nv12_f16 hermite_f32";

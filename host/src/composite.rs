@@ -6,7 +6,7 @@ use crate::elem::{ColorMatrix, RgbLayout, RgbRange};
 use crate::Backend;
 use anyhow::{ensure, Result};
 use cadence_kernels::color;
-use cadence_kernels::composite::{crop_coord, feather_alpha};
+use cadence_kernels::composite::{blend_bilinear, feather_alpha, tap, Tap};
 use rayon::prelude::*;
 
 /// A face box in the full frame, in pixels. Kept on even coordinates and sizes so it covers
@@ -19,22 +19,8 @@ pub struct FaceBox {
     pub h: usize,
 }
 
-/// Bilinear taps of one output column or row: the two source indices and the weight of the second.
-#[derive(Clone, Copy)]
-struct Tap {
-    i0: usize,
-    i1: usize,
-    f: f32,
-}
-
 fn taps(box_len: usize, crop_len: usize) -> Vec<Tap> {
-    (0..box_len)
-        .map(|p| {
-            let c = crop_coord(p as u32, box_len as u32, crop_len as u32).clamp(0.0, (crop_len - 1) as f32);
-            let i0 = c.floor() as usize;
-            Tap { i0, i1: (i0 + 1).min(crop_len - 1), f: c - i0 as f32 }
-        })
-        .collect()
+    (0..box_len).map(|p| tap(p as u32, box_len as u32, crop_len as u32)).collect()
 }
 
 pub struct Compositor {
@@ -48,6 +34,8 @@ pub struct Compositor {
     pub face: FaceBox,
     pub feather: f32,
     pub matrix: ColorMatrix,
+    /// The same per-render data on the GPU when the backend is CUDA.
+    device: Option<crate::cuda::DeviceCompositor>,
 }
 
 impl Compositor {
@@ -78,19 +66,42 @@ impl Compositor {
                 }
             }
         }
-        Ok(Self { width, height, alpha, background_term, background_nv12, face, feather, matrix })
+        let device = match backend {
+            Backend::Cuda(c) => Some(c.compositor(&alpha, &background_term, &background_nv12)?),
+            Backend::Cpu => None,
+        };
+        Ok(Self { width, height, alpha, background_term, background_nv12, face, feather, matrix, device })
     }
 
     pub fn frame_bytes(&self) -> usize {
         self.width * self.height * 3 / 2
     }
 
+    /// The GPU copy of the per-render data (built on CUDA only).
+    pub fn device(&self) -> Option<&crate::cuda::DeviceCompositor> {
+        self.device.as_ref()
+    }
+
     pub fn background_nv12(&self) -> &[u8] {
         &self.background_nv12
     }
 
-    /// Writes one NV12 frame: the background with the crop (planar 3 x ch x cw, in `range`)
-    /// pasted into the face box.
+    /// Writes one NV12 frame on the backend this compositor was made for: the GPU when it was
+    /// built on CUDA (crop uploaded, frame downloaded), else the CPU ([`Self::compose`]).
+    pub fn compose_frame(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) -> Result<()> {
+        ensure!(crop.len() == 3 * cw * ch && cw > 0 && ch > 0, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
+        ensure!(out.len() == self.frame_bytes(), "output frame has {} bytes, {} expected", out.len(), self.frame_bytes());
+        match &self.device {
+            Some(d) => d.compose(crop, cw, ch, range, self, out),
+            None => {
+                self.compose(crop, cw, ch, range, out);
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes one NV12 frame on the CPU: the background with the crop (planar 3 x ch x cw, in
+    /// `range`) pasted into the face box.
     pub fn compose(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) {
         assert_eq!(crop.len(), 3 * cw * ch);
         assert_eq!(out.len(), self.frame_bytes());
@@ -103,7 +114,7 @@ impl Compositor {
         let (tx, ty) = (taps(f.w, cw), taps(f.h, ch));
         // To the 8-bit scale once per crop pixel, not once per bilinear tap.
         let crop8: Vec<f32> = crop.iter().map(|&v| color::to_8bit(v, rng)).collect();
-        let px = |c: usize, x: usize, y: usize| crop8[c * cplane + y * cw + x];
+        let px = |c: usize, x: u32, y: u32| crop8[c * cplane + y as usize * cw + x as usize];
         let (y_plane, uv_plane) = out.split_at_mut(plane);
         let y_rows = &mut y_plane[f.y * w..(f.y + f.h) * w];
         let uv_rows = &mut uv_plane[(f.y / 2) * w..((f.y + f.h) / 2) * w];
@@ -114,11 +125,9 @@ impl Compositor {
                 for (k, (dx, dy)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
                     let (px_, py_) = (2 * bx + dx, 2 * by + dy);
                     let (a, i) = (self.alpha[py_ * f.w + px_], py_ * f.w + px_);
-                    let (h, v) = (tx[px_], ty[py_]);
+                    let (h, v) = (&tx[px_], &ty[py_]);
                     for c in 0..3 {
-                        let top = px(c, h.i0, v.i0) + h.f * (px(c, h.i1, v.i0) - px(c, h.i0, v.i0));
-                        let bot = px(c, h.i0, v.i1) + h.f * (px(c, h.i1, v.i1) - px(c, h.i0, v.i1));
-                        rgb[c][k] = a * (top + v.f * (bot - top)) + self.background_term[c][i];
+                        rgb[c][k] = blend_bilinear(px(c, h.i0, v.i0), px(c, h.i1, v.i0), px(c, h.i0, v.i1), px(c, h.i1, v.i1), h, v, a, self.background_term[c][i]);
                     }
                 }
                 let t = |c: usize| (rgb[c][0], rgb[c][1], rgb[c][2], rgb[c][3]);

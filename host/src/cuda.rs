@@ -24,9 +24,17 @@ pub struct CudaBackend {
 
 /// Whether a CUDA driver library can be loaded at all (checked before any driver call, since
 /// cudarc panics on first use when it is missing).
+#[cfg(not(feature = "engines-cuda"))]
 pub fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the library; no driver call is made.
     unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// With `engines-cuda`, candle makes cudarc link libcuda.so.1 (`dynamic-linking`), so a running
+/// binary has the driver library loaded already (it does not start without it).
+#[cfg(feature = "engines-cuda")]
+pub fn driver_present() -> bool {
+    true
 }
 
 impl CudaBackend {
@@ -225,5 +233,55 @@ impl CudaBackend {
     /// Device-to-device copy of `bytes` bytes (the bandwidth bound of the kernels), one run.
     pub fn copy_once(&self, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>) -> Result<()> {
         self.stream.memcpy_dtod(src, dst).map_err(|e| anyhow!("{e:?}"))
+    }
+
+    /// Uploads a compositor's per-render data (see [`crate::composite::Compositor`]).
+    pub fn compositor(&self, alpha: &[f32], background_term: &[Vec<f32>; 3], background_nv12: &[u8]) -> Result<DeviceCompositor> {
+        let terms: Vec<f32> = background_term.iter().flatten().copied().collect();
+        Ok(DeviceCompositor {
+            stream: self.stream.clone(),
+            function: self.function("composite_nv12_f32")?,
+            alpha: self.upload(alpha)?,
+            background_term: self.upload(&terms)?,
+            background_nv12: self.upload(background_nv12)?,
+        })
+    }
+}
+
+/// A compositor's per-render data resident on the GPU: the face box's blend weights, the
+/// (1 - alpha) x background term, and the background's NV12 that every frame starts from.
+pub struct DeviceCompositor {
+    stream: Arc<CudaStream>,
+    function: CudaFunction,
+    alpha: CudaSlice<f32>,
+    background_term: CudaSlice<f32>,
+    background_nv12: CudaSlice<u8>,
+}
+
+impl DeviceCompositor {
+    /// Composites a host crop on the device and writes the NV12 frame to `out`.
+    pub fn compose(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, c: &crate::composite::Compositor, out: &mut [u8]) -> Result<()> {
+        let d_crop = self.stream.clone_htod(crop).map_err(|e| anyhow!("host to device copy failed: {e:?}"))?;
+        let mut frame = self.stream.clone_dtod(&self.background_nv12).map_err(|e| anyhow!("device copy failed: {e:?}"))?;
+        self.compose_on_device(&d_crop, cw, ch, range, c, &mut frame)?;
+        self.stream.memcpy_dtoh(&frame, out).map_err(|e| anyhow!("device to host copy failed: {e:?}"))?;
+        self.stream.synchronize().map_err(|e| anyhow!("CUDA error: {e:?}"))
+    }
+
+    /// One launch over the face box's 2x2 blocks; `frame` must already hold the background.
+    pub fn compose_on_device(&self, crop: &CudaSlice<f32>, cw: usize, ch: usize, range: RgbRange, c: &crate::composite::Compositor, frame: &mut CudaSlice<u8>) -> Result<()> {
+        ensure!(crop.len() == 3 * cw * ch, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
+        ensure!(frame.len() == c.frame_bytes(), "frame buffer has {} bytes, {} expected", frame.len(), c.frame_bytes());
+        let f = c.face;
+        let (cw, ch, rng) = (cw as u32, ch as u32, range.code());
+        let (w, h, mat) = (c.width as u32, c.height as u32, c.matrix.code());
+        let (bx, by, bw, bh) = (f.x as u32, f.y as u32, f.w as u32, f.h as u32);
+        let mut b = self.stream.launch_builder(&self.function);
+        b.arg(crop).arg(&cw).arg(&ch).arg(&rng).arg(&self.alpha).arg(&self.background_term);
+        b.arg(frame).arg(&w).arg(&h).arg(&bx).arg(&by).arg(&bw).arg(&bh).arg(&mat);
+        // SAFETY: matches composite_nv12_f32's signature; the compositor checked that the box lies
+        // inside the frame with even position and size, and the buffers have the sizes checked above.
+        unsafe { b.launch(LaunchConfig::for_num_elems((bw / 2) * (bh / 2))) }.map_err(|e| anyhow!("composite launch failed: {e:?}"))?;
+        Ok(())
     }
 }

@@ -78,6 +78,29 @@ fn checks_for<T: Elem>(cuda: &Backend, cpu: &Backend, seed: &mut u64, tol: f64, 
     Ok(())
 }
 
+/// The face compositor (bilinear resize, feathered blend, NV12) on both backends.
+fn composite_checks(cuda: &Backend, cpu: &Backend, seed: &mut u64, out: &mut Vec<Check>) -> Result<()> {
+    use crate::composite::{Compositor, FaceBox};
+    for &(w, h, face, crop, feather) in &[
+        (1080usize, 1920usize, FaceBox { x: 284, y: 544, w: 512, h: 512 }, 256usize, 64.0f32),
+        (96, 64, FaceBox { x: 20, y: 10, w: 40, h: 36 }, 16, 6.0),
+        (64, 64, FaceBox { x: 0, y: 0, w: 64, h: 64 }, 100, 0.0),
+    ] {
+        *seed += 1;
+        let bg: Vec<u8> = test_data(w * h * 3, *seed).iter().map(|v| ((v * 0.3 + 0.5).clamp(0.0, 1.0) * 255.0) as u8).collect();
+        *seed += 1;
+        let rgb: Vec<f32> = test_data(3 * crop * crop, *seed).iter().map(|v| v * 0.4 + 0.5).collect();
+        let g = Compositor::new(cuda, &bg, w, h, face, feather, ColorMatrix::Bt709)?;
+        let c = Compositor::new(cpu, &bg, w, h, face, feather, ColorMatrix::Bt709)?;
+        let (mut a, mut b) = (vec![0u8; g.frame_bytes()], vec![0u8; c.frame_bytes()]);
+        g.compose_frame(&rgb, crop, crop, RgbRange::Unit, &mut a)?;
+        c.compose_frame(&rgb, crop, crop, RgbRange::Unit, &mut b)?;
+        let e = a.iter().zip(&b).map(|(&x, &y)| (x as i32 - y as i32).abs()).max().unwrap_or(0) as f64;
+        out.push(Check { kernel: "composite_nv12_f32".into(), case: format!("{w}x{h} box {}x{} crop {crop} feather {feather}", face.w, face.h), max_err: e, tolerance: 1.0, pass: e <= 1.0 });
+    }
+    Ok(())
+}
+
 #[derive(serde::Serialize)]
 pub struct Report {
     pub device: String,
@@ -98,6 +121,7 @@ pub fn run(reps: usize) -> Result<Report> {
     // by one f16 rounding step (2^-11 relative).
     checks_for::<f32>(&cuda, &cpu, &mut seed, 1e-5, &mut checks)?;
     checks_for::<f16>(&cuda, &cpu, &mut seed, 2e-3, &mut checks)?;
+    composite_checks(&cuda, &cpu, &mut seed, &mut checks)?;
     println!("{:<20} {:<40} {:>12} {:>10}  result", "kernel", "case", "max err", "tolerance");
     for c in &checks {
         println!("{:<20} {:<40} {:>12.3e} {:>10.1e}  {}", c.kernel, c.case, c.max_err, c.tolerance, if c.pass { "ok" } else { "MISMATCH" });
@@ -108,7 +132,7 @@ pub fn run(reps: usize) -> Result<Report> {
             expand.push(bench_expand::<f32>(b, 640, k, 4096, Method::Slerp, reps)?);
         }
     }
-    print_expand_table(&expand);
+    crate::bench::print_expand_table(&expand);
     let Backend::Cuda(c) = &cuda else { unreachable!() };
     let layout = RgbLayout::packed(1080, 1920, 1);
     let rgb = c.upload(&test_data(layout.len(), 3))?;
@@ -116,23 +140,18 @@ pub fn run(reps: usize) -> Result<Report> {
     let t = median(&c.time_ms(3, reps, || c.rgb_to_nv12_on_device(&rgb, layout, ColorMatrix::Bt709, RgbRange::Unit, &mut out))?);
     let gbps = (layout.len() * 4 + layout.nv12_frame_bytes()) as f64 / (t * 1e-3) / 1e9;
     println!("rgb_to_nv12_f32 1080x1920: {t:.4} ms median of {reps}, {gbps:.1} GB/s");
+    let bg = vec![128u8; 1080 * 1920 * 3];
+    let face = crate::composite::FaceBox { x: 284, y: 544, w: 512, h: 512 };
+    let comp = crate::composite::Compositor::new(&cuda, &bg, 1080, 1920, face, 64.0, ColorMatrix::Bt709)?;
+    let crop = c.upload(&test_data(3 * 256 * 256, 4))?;
+    let mut frame = c.alloc::<u8>(comp.frame_bytes())?;
+    let dc = comp.device().expect("built on CUDA");
+    let tc = median(&c.time_ms(3, reps, || dc.compose_on_device(&crop, 256, 256, RgbRange::Unit, &comp, &mut frame))?);
+    println!("composite_nv12_f32 512x512 box in 1080x1920 (256x256 crop): {tc:.4} ms median of {reps}");
     let failed = checks.iter().filter(|c| !c.pass).count();
     let report = Report { device: cuda.describe(), cpu: cpu.describe(), checks, expand, nv12_1080x1920_ms: t, nv12_gbps: gbps };
     if failed > 0 {
         bail!("{failed} kernel checks failed (see the table above)");
     }
     Ok(report)
-}
-
-pub fn print_expand_table(rows: &[crate::bench::ExpandBench]) {
-    println!(
-        "{:<44} {:>6} {:>3} {:>5} {:>10} {:>10} {:>9} {:>10} {:>8}",
-        "backend", "N", "k", "keys", "median ms", "min ms", "GB/s", "copy GB/s", "ratio"
-    );
-    for r in rows {
-        println!(
-            "{:<44} {:>6} {:>3} {:>5} {:>10.4} {:>10.4} {:>9.1} {:>10.1} {:>8.2}",
-            r.backend, r.frames, r.stride, r.keyframes, r.median_ms, r.min_ms, r.gbps, r.copy_gbps, r.ratio_to_copy
-        );
-    }
 }

@@ -310,11 +310,13 @@ fn cmd_bench(frames: usize, strides: &[usize], dim: usize, reps: usize, method: 
     anyhow::ensure!(reps > 0 && dim > 0 && frames > 0, "frames, dim and reps must be positive");
     let mut rows = Vec::new();
     for b in Backend::all_available() {
-        for &k in strides {
-            rows.push(cadence::bench::bench_expand::<f32>(&b, frames, k, dim, method, reps)?);
+        for dtype in [cadence::elem::Dtype::F32, cadence::elem::Dtype::F16] {
+            for &k in strides {
+                rows.push(cadence::bench::bench_expand_dtype(&b, dtype, frames, k, dim, method, reps)?);
+            }
         }
     }
-    cadence::gpucheck::print_expand_table(&rows);
+    cadence::bench::print_expand_table(&rows);
     if !Backend::all_available().iter().any(|b| b.is_cuda()) {
         println!("(no CUDA device here: CPU rows only)");
     }

@@ -280,7 +280,7 @@ pub fn render(
                 Some(d) => &d[i * crop..(i + 1) * crop],
                 None => &avatar.rest_rgb[..],
             };
-            compositor.compose(src, FACE, FACE, range, &mut frame_nv12);
+            compositor.compose_frame(src, FACE, FACE, range, &mut frame_nv12)?;
             times.composite_nv12_ms += ms(t);
             let t = Instant::now();
             sink(frame, &frame_nv12).with_context(|| format!("encoding frame {frame}"))?;

@@ -20,7 +20,7 @@ fn compose_pastes_the_crop_into_the_box_only() {
         let (cw, ch) = (16, 16);
         let crop: Vec<f32> = [1.0f32, 0.5, 0.0].iter().flat_map(|&v| std::iter::repeat_n(v, cw * ch)).collect();
         let mut out = vec![0u8; c.frame_bytes()];
-        c.compose(&crop, cw, ch, RgbRange::Unit, &mut out);
+        c.compose_frame(&crop, cw, ch, RgbRange::Unit, &mut out).unwrap();
         let bg_nv12 = c.background_nv12().to_vec();
         let solid = backend.rgb_to_nv12(&crop[..].iter().map(|&v| v).collect::<Vec<_>>()[..], RgbLayout::packed(cw, ch, 1), ColorMatrix::Bt709, RgbRange::Unit).unwrap();
         let (y_face, u_face, v_face) = (solid[0], solid[cw * ch], solid[cw * ch + 1]);
@@ -54,4 +54,82 @@ fn bad_geometry_is_rejected() {
     assert!(Compositor::new(&b, &bg, 64, 64, FaceBox { x: 40, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).is_err());
     assert!(Compositor::new(&b, &bg, 64, 64, FaceBox { x: 1, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).is_err());
     assert!(Compositor::new(&b, &bg[..100], 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).is_err());
+}
+
+/// f64 reference of the whole compositor, written from the definitions (pixel-centre bilinear
+/// resize clamped at the crop border, Hermite feather toward every box edge, BT.709 limited
+/// range from Kr = 0.2126, Kb = 0.0722, chroma from the 2x2 average): within 1 LSB everywhere.
+#[test]
+fn compose_matches_an_f64_reference() {
+    let (w, h) = (70usize, 52usize);
+    let face = FaceBox { x: 8, y: 6, w: 46, h: 40 };
+    let (cw, ch, feather) = (19usize, 23usize, 5.0f64);
+    let mut state = 12345u64;
+    let mut rnd = || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 40) as f64 / (1u64 << 24) as f64
+    };
+    let bg: Vec<u8> = (0..w * h * 3).map(|_| (rnd() * 255.0) as u8).collect();
+    let crop: Vec<f32> = (0..3 * cw * ch).map(|_| rnd() as f32).collect();
+    let (kr, kb) = (0.2126f64, 0.0722f64);
+    let kg = 1.0 - kr - kb;
+    let hermite = |t: f64| {
+        let t = t.clamp(0.0, 1.0);
+        t * t * (3.0 - 2.0 * t)
+    };
+    let rgb_at = |x: usize, y: usize| -> [f64; 3] {
+        let bgpx = |c: usize| bg[(y * w + x) * 3 + c] as f64;
+        if x < face.x || x >= face.x + face.w || y < face.y || y >= face.y + face.h {
+            return [bgpx(0), bgpx(1), bgpx(2)];
+        }
+        let (px, py) = (x - face.x, y - face.y);
+        let coord = |p: usize, bl: usize, cl: usize| {
+            let c = ((p as f64 + 0.5) * cl as f64 / bl as f64 - 0.5).clamp(0.0, (cl - 1) as f64);
+            let i0 = c.floor() as usize;
+            (i0, (i0 + 1).min(cl - 1), c - i0 as f64)
+        };
+        let (x0, x1, fx) = coord(px, face.w, cw);
+        let (y0, y1, fy) = coord(py, face.h, ch);
+        let d = (px as f64 + 0.5).min(face.w as f64 - px as f64 - 0.5).min(py as f64 + 0.5).min(face.h as f64 - py as f64 - 0.5);
+        let a = hermite(d / feather);
+        let mut out = [0.0; 3];
+        for (c, o) in out.iter_mut().enumerate() {
+            let s = |xx: usize, yy: usize| crop[c * cw * ch + yy * cw + xx] as f64 * 255.0;
+            let top = s(x0, y0) * (1.0 - fx) + s(x1, y0) * fx;
+            let bot = s(x0, y1) * (1.0 - fx) + s(x1, y1) * fx;
+            *o = a * (top * (1.0 - fy) + bot * fy) + (1.0 - a) * bgpx(c);
+        }
+        out
+    };
+    let q = |v: f64| (v + 0.5).floor().clamp(0.0, 255.0) as i32;
+    let luma = |p: [f64; 3]| kr * p[0] + kg * p[1] + kb * p[2];
+    let c = Compositor::new(&Backend::Cpu, &bg, w, h, face, feather as f32, ColorMatrix::Bt709).unwrap();
+    let mut out = vec![0u8; c.frame_bytes()];
+    c.compose_frame(&crop, cw, ch, RgbRange::Unit, &mut out).unwrap();
+    let mut worst = 0;
+    for by in 0..h / 2 {
+        for bx in 0..w / 2 {
+            let px: Vec<[f64; 3]> = [(0, 0), (1, 0), (0, 1), (1, 1)].iter().map(|&(dx, dy)| rgb_at(2 * bx + dx, 2 * by + dy)).collect();
+            for (k, &(dx, dy)) in [(0, 0), (1, 0), (0, 1), (1, 1)].iter().enumerate() {
+                let y_ref = q(16.0 + 219.0 / 255.0 * luma(px[k]));
+                worst = worst.max((out[(2 * by + dy) * w + 2 * bx + dx] as i32 - y_ref).abs());
+            }
+            let avg: [f64; 3] = std::array::from_fn(|c| px.iter().map(|p| p[c]).sum::<f64>() / 4.0);
+            let yl = luma(avg);
+            let u_ref = q(128.0 + 224.0 / 255.0 * (avg[2] - yl) / (2.0 * (1.0 - kb)));
+            let v_ref = q(128.0 + 224.0 / 255.0 * (avg[0] - yl) / (2.0 * (1.0 - kr)));
+            let uv = w * h + by * w + 2 * bx;
+            worst = worst.max((out[uv] as i32 - u_ref).abs()).max((out[uv + 1] as i32 - v_ref).abs());
+        }
+    }
+    assert!(worst <= 1, "compositor differs from the f64 reference by {worst} LSB");
+}
+
+#[test]
+fn compose_frame_rejects_wrong_sizes() {
+    let bg = vec![0u8; 64 * 64 * 3];
+    let c = Compositor::new(&Backend::Cpu, &bg, 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).unwrap();
+    let mut out = vec![0u8; c.frame_bytes()];
+    assert!(c.compose_frame(&[0.5; 10], 4, 4, RgbRange::Unit, &mut out).is_err());
+    assert!(c.compose_frame(&[0.5; 48], 4, 4, RgbRange::Unit, &mut out[..10]).is_err());
 }

@@ -8,20 +8,42 @@
 //! Writes `lerp_slerp_norm.csv` and the plots `lerp_slerp_norm.{png,svg}` (alpha = 0.5) and
 //! `lerp_slerp_norm_alphas.{png,svg}` (every alpha).
 //!
-//! The trajectory part (real latents from the engines at strides 2, 3, 4) is not wired yet.
+//! Trajectory part: the MuseTalk UNet (cadence-engines; cpu-reduced profile and seeded synthetic
+//! weights unless `--profile` / `--models` / $CADENCE_MODELS say otherwise) runs densely on every
+//! frame of a stretch of the bundled speech clip (`--frames`, default 100) to give the dense
+//! latent trajectory (raw UNet outputs: no silence bypass, no easing). For each stride (2, 3, 4)
+//! the keyframes are kept and expanded back to every frame with LERP and with SLERP by the
+//! project's own expansion (`Backend::expand`, the kernel the renderer uses). On the in-between
+//! frames it reports the norm deficit |v| / ((1-a)|v0| + a|v1|) - 1 (mean and worst), the norm
+//! against the dense latent, and after decoding (TAESD by default) PSNR, SSIM and sharpness
+//! against the dense decoded frame. It also measures the angle between consecutive dense latents,
+//! so a reader can judge how much the trajectory moves at all. Writes
+//! `lerp_slerp_trajectory.csv` and the plot `lerp_slerp_trajectory.{png,svg}`.
 
 use anyhow::{bail, ensure, Context, Result};
-use cadence::{Backend, Method};
+use cadence::pipeline::LATENT_DIM;
+use cadence::{render, Backend, KeyframeSchedule, Method};
+use cadence_engines::{Batch, KeyframeModel};
 use clap::Parser;
-use experiments::plot::{line_plot, Legend, LineChart, LineStyle, Series};
-use experiments::{write_csv, OutDir, Provenance};
+use experiments::metrics::{self, ImageShape, SignedSummary};
+use experiments::plot::{line_plot, line_plot_grid, Legend, LineChart, LineStyle, Series};
+use experiments::session::{Session, SessionArgs};
+use experiments::{progress_bar, write_csv, OutDir, Provenance};
 use std::f64::consts::PI;
+use std::path::Path;
+use std::time::Instant;
+
+/// Frames of the trajectory part when `--frames` is not given (4 s of the clip).
+const DEFAULT_TRAJECTORY_FRAMES: usize = 100;
+/// Decoded face crop: 3 x 256 x 256.
+const FACE: usize = cadence::pipeline::FACE;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "lerp_slerp_ablation",
-    about = "Norm ratio of LERP and SLERP (through the cadence kernels) against the angle between unit vectors, with the analytic LERP curve",
-    long_about = None
+    about = "LERP vs SLERP: norm ratio against the angle between unit vectors (synthetic part), then on dense UNet latent trajectories of real speech at strides 2, 3, 4: norm deficit, PSNR/SSIM and sharpness after decoding (trajectory part)",
+    long_about = None,
+    mut_arg("frames", |a| a.help("Frames of the trajectory part, at 25 fps from --start [default: 100]"))
 )]
 struct Args {
     /// Vector length D (a 4x32x32 latent has 4096 elements).
@@ -40,6 +62,21 @@ struct Args {
     /// when there is one, else the CPU's; the others are checked against it), or only one.
     #[arg(long, value_enum, default_value = "all")]
     backends: BackendSet,
+    /// Skip the synthetic part (unit vectors at controlled angles).
+    #[arg(long)]
+    skip_synthetic: bool,
+    /// Skip the trajectory part (engines on real speech).
+    #[arg(long)]
+    skip_trajectory: bool,
+    /// Strides of the trajectory part.
+    #[arg(long, value_delimiter = ',', default_value = "2,3,4")]
+    strides: Vec<usize>,
+    /// First frame (25 fps) of the stretch of the clip the trajectory part uses.
+    #[arg(long, default_value_t = 0)]
+    start: usize,
+    /// Engines and inputs of the trajectory part (the --encoder option is not used here).
+    #[command(flatten)]
+    session: SessionArgs,
     #[command(flatten)]
     out: OutDir,
 }
@@ -123,13 +160,25 @@ fn ratios(backend: &Backend, v0: &[f32], v1: &[f32], alphas: &[f32], dim: usize,
 }
 
 fn run(args: Args) -> Result<()> {
+    ensure!(!(args.skip_synthetic && args.skip_trajectory), "--skip-synthetic and --skip-trajectory together leave nothing to do");
+    ensure!(!args.strides.is_empty() && args.strides.iter().all(|&k| k >= 2), "--strides must be integers of at least 2 (stride 1 has no in-between frames)");
+    let out_dir = args.out.dir()?;
+    if !args.skip_synthetic {
+        synthetic(&args, &out_dir)?;
+    }
+    if !args.skip_trajectory {
+        trajectory(&args, &out_dir)?;
+    }
+    Ok(())
+}
+
+fn synthetic(args: &Args, out_dir: &Path) -> Result<()> {
     ensure!(args.dim >= 2, "--dim must be at least 2 (two orthogonal directions are needed)");
     ensure!(args.angles >= 2, "--angles must be at least 2 (0 and pi)");
     ensure!(!args.alphas.is_empty(), "--alphas is empty");
     for &a in &args.alphas {
         ensure!(a > 0.0 && a < 1.0, "alpha {a} is outside (0, 1)");
     }
-    let out_dir = args.out.dir()?;
     let backends = backends(args.backends)?;
     let dim = args.dim;
 
@@ -266,9 +315,411 @@ fn run(args: Args) -> Result<()> {
     let files = line_plot(&out_dir.join("lerp_slerp_norm_alphas"), &chart, &prov)?;
     println!("wrote {} and {}", files.png.display(), files.svg.display());
 
-    println!("trajectory part: requires the engines crate (not yet wired)");
     if rows.iter().any(|r| !r.lerp_norm_ratio.is_finite() || !r.slerp_norm_ratio.is_finite()) {
         bail!("a kernel produced a non-finite norm ratio; see {}", csv.display());
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trajectory part: dense UNet latents of real speech, keyframes at strides 2, 3, 4, expanded back
+// with LERP and SLERP, compared with the dense trajectory in latent space and after decoding.
+// ---------------------------------------------------------------------------------------------
+
+/// One row of `lerp_slerp_trajectory.csv`: one stride and method, over its in-between frames
+/// (the frames that are not keyframes; keyframes are the dense latents themselves).
+#[derive(serde::Serialize, Clone, Debug)]
+struct TrajectoryRow {
+    stride: usize,
+    method: String,
+    /// "synthetic", "real" or "mixed" (the exact labels are in the provenance lines).
+    weights_kind: String,
+    engine_profile: String,
+    frames: usize,
+    keyframes: usize,
+    inbetween_frames: usize,
+    /// Angle between the two keyframes of each interval (mean and max over the intervals).
+    keyframe_angle_mean_rad: f64,
+    keyframe_angle_max_rad: f64,
+    /// |v| / ((1-a)|v0| + a|v1|) - 1 over the in-between frames: mean, and the value of largest
+    /// magnitude (signed).
+    norm_deficit_mean: f64,
+    norm_deficit_worst: f64,
+    /// |v| / |v_dense| - 1 over the in-between frames.
+    norm_vs_dense_mean: f64,
+    norm_vs_dense_worst: f64,
+    /// |v - v_dense| / |v_dense|, mean over the in-between frames.
+    latent_rel_error_mean: f64,
+    /// Decoded in-between frame against the decoded dense frame (RGB samples clamped to the
+    /// decoder's nominal range, peak = that range): mean and minimum over the in-between frames.
+    psnr_db_mean: f64,
+    psnr_db_min: f64,
+    /// Mean SSIM on BT.601 luma (Wang et al. 2004 window): mean and minimum.
+    ssim_mean: f64,
+    ssim_min: f64,
+    /// Variance of the Laplacian of luma on the 8-bit scale, mean over the in-between frames,
+    /// for the interpolated and for the dense decode of the same frames, and their ratio.
+    sharpness_mean: f64,
+    dense_sharpness_mean: f64,
+    sharpness_ratio: f64,
+}
+
+/// How much the dense trajectory moves: angles between dense latents at several lags.
+struct Motion {
+    /// (lag, mean angle, max angle) in radians.
+    lags: Vec<(usize, f64, f64)>,
+    /// Mean angle over every pair of frames of the stretch.
+    all_pairs_mean: f64,
+    /// Share of the latents' energy that varies over time: sum |v_f - mean|^2 / sum |v_f|^2.
+    varying_energy: f64,
+    /// Coefficient of variation of |v_f|.
+    norm_cv: f64,
+}
+
+fn frame_of(v: &[f32], f: usize) -> &[f32] {
+    &v[f * LATENT_DIM..(f + 1) * LATENT_DIM]
+}
+
+fn motion(dense: &[f32], n: usize, strides: &[usize]) -> Result<Motion> {
+    let mut lag_list = vec![1usize];
+    for &k in strides {
+        if !lag_list.contains(&k) {
+            lag_list.push(k);
+        }
+    }
+    lag_list.retain(|&l| l < n);
+    lag_list.sort_unstable();
+    let mut lags = Vec::new();
+    for &l in &lag_list {
+        let a = (0..n - l).map(|f| metrics::angle_between(frame_of(dense, f), frame_of(dense, f + l))).collect::<Result<Vec<f64>>>()?;
+        lags.push((l, a.iter().sum::<f64>() / a.len() as f64, a.iter().copied().fold(0.0, f64::max)));
+    }
+    let (mut sum, mut count) = (0.0, 0usize);
+    for i in 0..n {
+        for j in i + 1..n {
+            sum += metrics::angle_between(frame_of(dense, i), frame_of(dense, j))?;
+            count += 1;
+        }
+    }
+    let mut mean = vec![0.0f64; LATENT_DIM];
+    for f in 0..n {
+        for (m, &x) in mean.iter_mut().zip(frame_of(dense, f)) {
+            *m += x as f64 / n as f64;
+        }
+    }
+    let total: f64 = dense.iter().map(|&x| (x as f64).powi(2)).sum();
+    let varying: f64 = (0..n).map(|f| frame_of(dense, f).iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum();
+    let norms: Vec<f64> = (0..n).map(|f| metrics::l2_norm(frame_of(dense, f))).collect();
+    let nm = norms.iter().sum::<f64>() / n as f64;
+    let nsd = (norms.iter().map(|x| (x - nm).powi(2)).sum::<f64>() / n as f64).sqrt();
+    Ok(Motion { lags, all_pairs_mean: if count > 0 { sum / count as f64 } else { 0.0 }, varying_energy: varying / total, norm_cv: nsd / nm })
+}
+
+fn weights_kind(summary: &str) -> &'static str {
+    if summary.starts_with("synthetic") {
+        "synthetic"
+    } else if summary.starts_with("real") {
+        "real"
+    } else {
+        "mixed"
+    }
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::Lerp => "lerp",
+        Method::Slerp => "slerp",
+    }
+}
+
+/// Decodes `count` latents in batches of `batch`, clamps the samples to the decoder's nominal
+/// range and hands each decoded frame to `each` (index, samples). Returns how many samples lay
+/// outside the range before clamping.
+fn decode_each(
+    decoder: &dyn cadence_engines::LatentDecoder,
+    latents: &[f32],
+    batch: usize,
+    mut each: impl FnMut(usize, &[f32]) -> Result<()>,
+) -> Result<usize> {
+    let (lo, hi) = decoder.output_range();
+    let count = latents.len() / LATENT_DIM;
+    let crop = 3 * FACE * FACE;
+    let mut outside = 0;
+    for start in (0..count).step_by(batch.max(1)) {
+        let b = batch.max(1).min(count - start);
+        let out = decoder.decode(&Batch::new(vec![b, 4, 32, 32], latents[start * LATENT_DIM..(start + b) * LATENT_DIM].to_vec())?)?;
+        ensure!(out.data.len() == b * crop, "decoder returned shape {:?}", out.shape);
+        let mut data = out.data;
+        for v in data.iter_mut() {
+            ensure!(v.is_finite(), "the decoder produced a non-finite sample");
+            if *v < lo || *v > hi {
+                outside += 1;
+                *v = v.clamp(lo, hi);
+            }
+        }
+        for i in 0..b {
+            each(start + i, &data[i * crop..(i + 1) * crop])?;
+        }
+    }
+    Ok(outside)
+}
+
+fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
+    let t_run = Instant::now();
+    let load_before = experiments::provenance::load_average();
+    let n = args.session.frames.unwrap_or(DEFAULT_TRAJECTORY_FRAMES);
+    let max_k = *args.strides.iter().max().expect("strides checked non-empty");
+    ensure!(n > max_k, "--frames {n} must exceed the largest stride {max_k} (some frame must lie between two keyframes)");
+    let mut sa = args.session.clone();
+    sa.frames = Some(args.start + n);
+    eprintln!("lerp_slerp_ablation: trajectory part: loading engines and inputs ...");
+    let session = Session::open(&sa)?;
+    let Session { backend, engines, opts, audio, img, face, .. } = &session;
+    let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+    ensure!(prepared.frames >= args.start + n, "the audio gives {} frames, fewer than --start {} + --frames {n}", prepared.frames, args.start);
+    let speech = &prepared.speech[args.start..args.start + n];
+    let speech_frac = speech.iter().filter(|&&s| s).count() as f64 / n as f64;
+    let batch = opts.batch.max(1);
+    let weights = engines.weights_summary();
+    let kind = weights_kind(&weights);
+    let profile = engines.profile.to_string();
+
+    // Dense trajectory: the UNet on every frame of the stretch (no bypass, no easing).
+    let (win, dim_a) = (prepared.features.shape[1], prepared.features.shape[2]);
+    let per_window = win * dim_a;
+    let bar = progress_bar(n as u64, "UNet (every frame)");
+    let t = Instant::now();
+    let mut dense = Vec::with_capacity(n * LATENT_DIM);
+    for c in (0..n).step_by(batch) {
+        let b = batch.min(n - c);
+        let mut lat = Vec::with_capacity(b * 2 * LATENT_DIM);
+        for _ in 0..b {
+            lat.extend_from_slice(&prepared.avatar.masked);
+            lat.extend_from_slice(&prepared.avatar.reference);
+        }
+        let f0 = args.start + c;
+        let win_data = prepared.features.data[f0 * per_window..(f0 + b) * per_window].to_vec();
+        let out = engines.unet.predict(&Batch::new(vec![b, 8, 32, 32], lat)?, &Batch::new(vec![b, win, dim_a], win_data)?)?;
+        ensure!(out.data.len() == b * LATENT_DIM, "UNet returned shape {:?}", out.shape);
+        dense.extend_from_slice(&out.data);
+        bar.inc(b as u64);
+    }
+    bar.finish_and_clear();
+    let unet_s = t.elapsed().as_secs_f64();
+    ensure!(dense.iter().all(|v| v.is_finite()), "the UNet produced a non-finite latent");
+    let mot = motion(&dense, n, &args.strides)?;
+
+    // Decoding: the dense frames once, then every method's in-between frames.
+    let schedules: Vec<KeyframeSchedule> = args.strides.iter().map(|&k| KeyframeSchedule::fixed_stride(n, k)).collect::<Result<_>>()?;
+    let decode_total = n + schedules.iter().map(|s| 2 * (n - s.count())).sum::<usize>();
+    let bar = progress_bar(decode_total as u64, "decoding");
+    bar.set_message("dense frames");
+    let t = Instant::now();
+    let crop = 3 * FACE * FACE;
+    let (lo, hi) = engines.decoder.output_range();
+    let peak = (hi - lo) as f64;
+    let shape = ImageShape::rgb(FACE, FACE);
+    let sharp_scale = (255.0 / peak).powi(2);
+    let mut dense_rgb = vec![0.0f32; n * crop];
+    let mut dense_sharp = vec![0.0f64; n];
+    let mut outside = decode_each(engines.decoder.as_ref(), &dense, batch, |f, rgb| {
+        dense_rgb[f * crop..(f + 1) * crop].copy_from_slice(rgb);
+        dense_sharp[f] = metrics::sharpness(rgb, shape)? * sharp_scale;
+        bar.inc(1);
+        Ok(())
+    })?;
+    let mut decoded_samples = n * crop;
+
+    let mut rows = Vec::new();
+    let mut keyframe_check = 0.0f64;
+    for (&k, schedule) in args.strides.iter().zip(&schedules) {
+        let keys = schedule.keyframes();
+        let key_lat: Vec<f32> = keys.iter().flat_map(|&f| frame_of(&dense, f as usize).iter().copied()).collect();
+        let mut is_key = vec![false; n];
+        keys.iter().for_each(|&f| is_key[f as usize] = true);
+        let inbetween: Vec<usize> = (0..n).filter(|&f| !is_key[f]).collect();
+        let pos = schedule.frame_positions();
+        let key_angles = keys
+            .windows(2)
+            .map(|w| metrics::angle_between(frame_of(&dense, w[0] as usize), frame_of(&dense, w[1] as usize)))
+            .collect::<Result<Vec<f64>>>()?;
+        for method in [Method::Lerp, Method::Slerp] {
+            bar.set_message(format!("stride {k}, {}", method_name(method)));
+            let exp = backend.expand(&key_lat, schedule, LATENT_DIM, method).with_context(|| format!("expanding stride {k} with {method:?}"))?;
+            for &f in keys {
+                let f = f as usize;
+                keyframe_check = keyframe_check.max(metrics::max_abs_error(frame_of(&exp, f), frame_of(&dense, f))?);
+            }
+            let (mut deficit, mut vs_dense, mut rel_err) = (Vec::new(), Vec::new(), Vec::new());
+            for &f in &inbetween {
+                let (j, a) = pos[f];
+                let (v0, v1) = (frame_of(&dense, keys[j] as usize), frame_of(&dense, keys[j + 1] as usize));
+                let v = frame_of(&exp, f);
+                let d = frame_of(&dense, f);
+                deficit.push(metrics::norm_deficit(v, v0, v1, a as f64)?);
+                let nd = metrics::l2_norm(d);
+                vs_dense.push(metrics::l2_norm(v) / nd - 1.0);
+                rel_err.push(metrics::mse(v, d)?.sqrt() * (LATENT_DIM as f64).sqrt() / nd);
+            }
+            let lat: Vec<f32> = inbetween.iter().flat_map(|&f| frame_of(&exp, f).iter().copied()).collect();
+            let (mut psnr, mut ssim, mut sharp, mut dsharp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            outside += decode_each(engines.decoder.as_ref(), &lat, batch, |i, rgb| {
+                let f = inbetween[i];
+                let reference = &dense_rgb[f * crop..(f + 1) * crop];
+                psnr.push(metrics::psnr(rgb, reference, peak)?);
+                ssim.push(metrics::ssim(rgb, reference, shape, peak)?);
+                sharp.push(metrics::sharpness(rgb, shape)? * sharp_scale);
+                dsharp.push(dense_sharp[f]);
+                bar.inc(1);
+                Ok(())
+            })?;
+            decoded_samples += lat.len() / LATENT_DIM * crop;
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+            let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+            let (def, vd): (SignedSummary, SignedSummary) = (metrics::signed_summary(&deficit)?, metrics::signed_summary(&vs_dense)?);
+            rows.push(TrajectoryRow {
+                stride: k,
+                method: method_name(method).into(),
+                weights_kind: kind.into(),
+                engine_profile: profile.clone(),
+                frames: n,
+                keyframes: keys.len(),
+                inbetween_frames: inbetween.len(),
+                keyframe_angle_mean_rad: mean(&key_angles),
+                keyframe_angle_max_rad: key_angles.iter().copied().fold(0.0, f64::max),
+                norm_deficit_mean: def.mean,
+                norm_deficit_worst: def.worst,
+                norm_vs_dense_mean: vd.mean,
+                norm_vs_dense_worst: vd.worst,
+                latent_rel_error_mean: mean(&rel_err),
+                psnr_db_mean: mean(&psnr),
+                psnr_db_min: min(&psnr),
+                ssim_mean: mean(&ssim),
+                ssim_min: min(&ssim),
+                sharpness_mean: mean(&sharp),
+                dense_sharpness_mean: mean(&dsharp),
+                sharpness_ratio: mean(&sharp) / mean(&dsharp),
+            });
+        }
+    }
+    bar.finish_and_clear();
+    let decode_s = t.elapsed().as_secs_f64();
+    ensure!(keyframe_check <= 1e-4, "the expansion changed a keyframe by {keyframe_check:e} (expected it unchanged)");
+
+    // Provenance, including how much the dense trajectory moves and what the weights are.
+    let mut prov = session.provenance();
+    prov.note(
+        "trajectory",
+        format!(
+            "frames {}..{} of the clip ({n} frames at {} fps; voice activity on {:.0}% of them); UNet on every frame, raw outputs (no silence bypass, no easing); strides {:?}; expansion: Backend::expand on {}",
+            args.start,
+            args.start + n - 1,
+            opts.fps,
+            100.0 * speech_frac,
+            args.strides,
+            backend.describe()
+        ),
+    );
+    let lag_text: Vec<String> = mot.lags.iter().map(|(l, m, x)| format!("lag {l}: mean {m:.4} rad, max {x:.4} rad")).collect();
+    prov.note(
+        "dense_motion",
+        format!(
+            "angle between dense latents {}; mean over all pairs {:.4} rad; time-varying share of latent energy {:.2e}; |v| coefficient of variation {:.2e}",
+            lag_text.join("; "),
+            mot.all_pairs_mean,
+            mot.varying_energy,
+            mot.norm_cv
+        ),
+    );
+    let caveat = match kind {
+        "synthetic" => format!(
+            "SYNTHETIC WEIGHTS: these latents come from a seeded random UNet ({profile} profile) driven by real speech features; they are NOT the face-motion trajectories of the trained MuseTalk UNet, and the decoded frames are not faces. Judge the figures by dense_motion: consecutive latents are {:.4} rad apart on average (lag {max_k}: {:.4} rad), so LERP's midpoint deficit cos(theta/2) - 1 is only about {:.1e} here; a real trajectory that turns further loses more (see lerp_slerp_norm.csv).",
+            mot.lags[0].1,
+            mot.lags.iter().find(|l| l.0 == max_k).map_or(f64::NAN, |l| l.1),
+            (mot.lags.iter().find(|l| l.0 == max_k).map_or(f64::NAN, |l| l.1) / 2.0).cos() - 1.0
+        ),
+        "real" => format!("real weights ({profile} profile)"),
+        _ => format!("MIXED WEIGHTS ({weights}): only some engines have real weights; the trajectories are not those of the trained model"),
+    };
+    prov.note("weights_caveat", caveat.clone());
+    prov.note(
+        "image_metrics",
+        format!(
+            "decoded {}x{} RGB clamped to the decoder's range [{lo}, {hi}] ({:.2}% of decoded samples lay outside and were clamped); PSNR on all RGB samples, peak {peak}; SSIM on BT.601 luma; sharpness = variance of the Laplacian of luma, 8-bit scale",
+            FACE,
+            FACE,
+            100.0 * outside as f64 / decoded_samples as f64
+        ),
+    );
+    prov.note("load_average", format!("{load_before} at start, {} at end (1/5/15 min; shared machine, times are noisy)", experiments::provenance::load_average()));
+    prov.note("runtime", format!("UNet {unet_s:.1} s, decoding + metrics {decode_s:.1} s, trajectory part {:.1} s", t_run.elapsed().as_secs_f64()));
+
+    println!();
+    println!("trajectory part: {n} frames from frame {} ({:.0}% speech), {} weights, {profile} profile, decoder {}", args.start, 100.0 * speech_frac, kind, engines.decoder.model());
+    println!(
+        "dense motion: {}; all pairs {:.4} rad; time-varying energy share {:.2e}; |v| CV {:.2e}",
+        lag_text.join("; "),
+        mot.all_pairs_mean,
+        mot.varying_energy,
+        mot.norm_cv
+    );
+    println!("{caveat}");
+    println!(
+        "{:<7} {:<6} {:>7} {:>13} {:>13} {:>12} {:>10} {:>9} {:>9} {:>11}",
+        "stride", "method", "frames", "deficit mean", "deficit worst", "vs dense", "PSNR dB", "PSNR min", "SSIM", "sharp ratio"
+    );
+    for r in &rows {
+        println!(
+            "{:<7} {:<6} {:>7} {:>13.3e} {:>13.3e} {:>12.3e} {:>10.2} {:>9.2} {:>9.5} {:>11.4}",
+            r.stride, r.method, r.inbetween_frames, r.norm_deficit_mean, r.norm_deficit_worst, r.norm_vs_dense_mean, r.psnr_db_mean, r.psnr_db_min, r.ssim_mean, r.sharpness_ratio
+        );
+    }
+    let csv = out_dir.join("lerp_slerp_trajectory.csv");
+    write_csv(&csv, &prov, &rows)?;
+    println!("wrote {}", csv.display());
+
+    // One figure, four panels against the stride: deficit, PSNR, SSIM, sharpness ratio.
+    let pts = |m: &str, f: &dyn Fn(&TrajectoryRow) -> f64| -> Vec<(f64, f64)> {
+        rows.iter().filter(|r| r.method == m).map(|r| (r.stride as f64, f(r))).collect()
+    };
+    let (x0, x1) = (args.strides.iter().min().copied().unwrap_or(2) as f64 - 0.25, max_k as f64 + 0.25);
+    let panel = |title: &str, y: &str, f: &dyn Fn(&TrajectoryRow) -> f64| {
+        LineChart::new(title, "stride k", y)
+            .x_range(x0, x1)
+            .series(Series::new("LERP", pts("lerp", f)).style(LineStyle::SolidMarkers).color(3))
+            .series(Series::new("SLERP", pts("slerp", f)).style(LineStyle::SolidMarkers).color(0))
+    };
+    // Deficits and 1 - SSIM span orders of magnitude (SLERP's deficit is float rounding): log axes
+    // over whole decades, so the axis always carries labelled ticks.
+    let decades = |v: Vec<f64>| -> (f64, f64) {
+        let pos: Vec<f64> = v.into_iter().filter(|x| x.is_finite() && *x > 0.0).collect();
+        let lo = pos.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = pos.iter().copied().fold(0.0, f64::max);
+        if pos.is_empty() {
+            (1e-9, 1.0)
+        } else {
+            // At least two decades: over a single one the log axis may get no 1-2-5 tick at all.
+            let (a, b) = (lo.log10().floor(), hi.log10().ceil());
+            (10f64.powf(a.min(b - 2.0)), 10f64.powf(b))
+        }
+    };
+    let (d0, d1) = decades(rows.iter().flat_map(|r| [r.norm_deficit_mean.abs(), r.norm_deficit_worst.abs()]).collect());
+    let (s0, s1) = decades(rows.iter().map(|r| 1.0 - r.ssim_mean).collect());
+    let deficit = panel("|norm deficit| on in-between frames (log; SLERP: f32 rounding)", "| |v| / ((1-a)|v0| + a|v1|) - 1 |", &|r| r.norm_deficit_mean.abs())
+        .series(Series::new("LERP worst", pts("lerp", &|r| r.norm_deficit_worst.abs())).style(LineStyle::Dashed).color(3))
+        .series(Series::new("SLERP worst", pts("slerp", &|r| r.norm_deficit_worst.abs())).style(LineStyle::Dashed).color(0))
+        .log_y()
+        .y_range(d0, d1)
+        .legend(Legend::MiddleRight);
+    let psnr = panel("PSNR vs dense decode (mean)", "dB", &|r| r.psnr_db_mean);
+    let ssim = panel("1 - SSIM vs dense decode (mean, luma; log)", "1 - SSIM", &|r| 1.0 - r.ssim_mean).log_y().y_range(s0, s1).legend(Legend::LowerRight);
+    let sharp = panel("sharpness change vs dense decode (mean)", "Laplacian variance ratio - 1 (%)", &|r| 100.0 * (r.sharpness_ratio - 1.0));
+    let title = format!(
+        "LERP vs SLERP on dense UNet latent trajectories ({n} frames, {kind} weights, {profile} profile, {})",
+        engines.decoder.model()
+    );
+    let files = line_plot_grid(&out_dir.join("lerp_slerp_trajectory"), &title, &[deficit, psnr, ssim, sharp], 2, &prov)?;
+    println!("wrote {} and {}", files.png.display(), files.svg.display());
+    println!("trajectory part took {:.1} s (UNet {unet_s:.1} s, decoding + metrics {decode_s:.1} s)", t_run.elapsed().as_secs_f64());
     Ok(())
 }
