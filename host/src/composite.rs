@@ -133,12 +133,7 @@ impl Compositor {
                 let t = |c: usize| (rgb[c][0], rgb[c][1], rgb[c][2], rgb[c][3]);
                 let blk = color::convert_block(&coeffs, t(0), t(1), t(2));
                 let x = f.x + 2 * bx;
-                y0[x] = blk.y.0;
-                y0[x + 1] = blk.y.1;
-                y1[x] = blk.y.2;
-                y1[x + 1] = blk.y.3;
-                uvrow[x] = blk.u;
-                uvrow[x + 1] = blk.v;
+                crate::cpu::store_block(&blk, y0, y1, uvrow, x);
             }
         });
     }

@@ -577,16 +577,22 @@ pub fn rgb_to_nv12<T: Elem>(rgb: &[T], layout: RgbLayout, matrix: ColorMatrix, r
                             (px(4, a), px(4, b), px(5, a), px(5, b)),
                         );
                         let x = x0 + a;
-                        y0[x] = blk.y.0;
-                        y0[x + 1] = blk.y.1;
-                        y1[x] = blk.y.2;
-                        y1[x + 1] = blk.y.3;
-                        uvrow[x] = blk.u;
-                        uvrow[x + 1] = blk.v;
+                        store_block(&blk, y0, y1, uvrow, x);
                     }
                     x0 += n;
                 }
             },
         );
     });
+}
+
+/// Writes one converted 2x2 block: two luma rows and the interleaved U,V row, at column `x`.
+#[inline(always)]
+pub(crate) fn store_block(blk: &cadence_kernels::color::Block2x2, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8], x: usize) {
+    y0[x] = blk.y.0;
+    y0[x + 1] = blk.y.1;
+    y1[x] = blk.y.2;
+    y1[x + 1] = blk.y.3;
+    uv[x] = blk.u;
+    uv[x + 1] = blk.v;
 }
