@@ -100,6 +100,21 @@ thread_local! {
     static COL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// dst = src (equal lengths) in 16-float blocks the compiler inlines: the gather copies 16-192
+/// floats at a time, where a `memcpy` call per piece cost a tenth of TAESD's time.
+#[inline(always)]
+fn copy(dst: &mut [f32], src: &[f32]) {
+    let mut d = dst.chunks_exact_mut(16);
+    let mut s = src.chunks_exact(16);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let d: &mut [f32; 16] = d.try_into().unwrap();
+        *d = *<&[f32; 16]>::try_from(s).unwrap();
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = *s;
+    }
+}
+
 /// y = conv3x3(upsample2?(x)) + bias (+ residual), then ReLU if `relu`.
 pub fn conv3x3(
     x: &Nhwc,
@@ -147,6 +162,18 @@ pub fn conv3x3(
                         let ox = q % ow;
                         for ky in 0..3 {
                             let iy = (oy * p.stride + ky) as isize - 1;
+                            let taps = &mut colrow[ky * 3 * cin..(ky + 1) * 3 * cin];
+                            if iy < 0 || iy >= ih as isize {
+                                taps.fill(0.0);
+                                continue;
+                            }
+                            // Interior pixel of a plain stride-1 conv: its three taps of this row
+                            // are three neighbouring source pixels, one contiguous copy.
+                            if !upsample && p.stride == 1 && ox >= 1 && ox + 1 < iw {
+                                let s = (iy as usize * x.w + ox - 1) * cin;
+                                copy(taps, &src[s..s + 3 * cin]);
+                                continue;
+                            }
                             for kx in 0..3 {
                                 let ix = (ox * p.stride + kx) as isize - 1;
                                 let d = &mut colrow[(ky * 3 + kx) * cin..(ky * 3 + kx + 1) * cin];
@@ -159,7 +186,7 @@ pub fn conv3x3(
                                         (iy as usize, ix as usize)
                                     };
                                     let s = (sy * x.w + sx) * cin;
-                                    d.copy_from_slice(&src[s..s + cin]);
+                                    copy(d, &src[s..s + cin]);
                                 }
                             }
                         }

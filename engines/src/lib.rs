@@ -28,8 +28,10 @@
 //!
 //! ## Devices
 //! Constructors take a [`Device`] (re-exported from candle): `Device::Cpu` by default; with the
-//! `cuda` feature, `Device::new_cuda(0)`. The `tensorrt` feature adds [`trt::TensorRtUnet`] and
-//! [`trt::TensorRtDecoder`] which run serialized TensorRT engines behind the same traits.
+//! `cuda` feature, `Device::new_cuda(0)`. [`engine_device`] maps a user's `auto|cpu|cuda[:N]`
+//! ([`DeviceRequest`]) to one (module [`device`]). The `tensorrt` feature adds
+//! [`trt::TensorRtUnet`] and [`trt::TensorRtDecoder`] which run serialized TensorRT engines behind
+//! the same traits.
 //!
 //! ## Benchmarks
 //! [`bench::bench_decoder`], [`bench::bench_keyframe`], [`bench::bench_audio`] time engines
@@ -38,6 +40,7 @@
 
 pub mod bench;
 pub mod cpu_conv;
+pub mod device;
 pub mod error;
 mod flops;
 pub mod sd_vae;
@@ -45,10 +48,12 @@ pub mod taesd;
 #[cfg(feature = "tensorrt")]
 pub mod trt;
 pub mod unet;
+pub mod unet_cpu;
 pub mod weights;
 pub mod whisper;
 
 pub use candle_core::Device;
+pub use device::{engine_device, select_device, DeviceRequest, EngineDevice};
 pub use error::{EngineError, Result};
 pub use sd_vae::SdVae;
 pub use taesd::Taesd;
@@ -297,6 +302,13 @@ pub trait Engine: Send + Sync {
     fn flops_per_frame(&self) -> f64 {
         self.info().flops_per_frame
     }
+    fn runtime(&self) -> Runtime {
+        self.info().runtime
+    }
+    /// `name (runtime profile)`, e.g. `musetalk-unet (cadence CPU kernels, cpu-reduced)`.
+    fn describe(&self) -> String {
+        format!("{} ({}, {})", self.model(), self.runtime(), self.profile())
+    }
 }
 
 /// The description every engine carries (see [`Engine`]).
@@ -311,6 +323,28 @@ pub struct EngineInfo {
     /// Floating-point operations (2 x multiply-adds of convolutions, linears and attention
     /// matmuls; norms and activations not counted) for one batch element.
     pub flops_per_frame: f64,
+    /// What executes the network: [`Runtime::Candle`] on its device, the hand-written CPU path
+    /// ([`Runtime::CpuKernels`]: NHWC convolutions and fused layers, tested against candle), or
+    /// TensorRT.
+    pub runtime: Runtime,
+}
+
+/// What executes an engine's network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    Candle,
+    CpuKernels,
+    TensorRt,
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Runtime::Candle => "candle",
+            Runtime::CpuKernels => "cadence CPU kernels",
+            Runtime::TensorRt => "TensorRT",
+        })
+    }
 }
 
 /// MuseTalk's single-step UNet.

@@ -11,7 +11,7 @@
 use crate::flops::{attention_flops, index_after, weight_flops};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
-    EngineInfo,
+    EngineInfo, Runtime,
     Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result,
     WeightsSource,
 };
@@ -129,6 +129,7 @@ impl SdVae {
                 weights: weights.label(),
                 num_params,
                 flops_per_frame: flops,
+                runtime: Runtime::Candle,
             },
             vae,
             device: device.clone(),

@@ -17,7 +17,7 @@
 use crate::cpu_conv::{self, Nhwc, PackedConv};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
-    EngineInfo,
+    EngineInfo, Runtime,
     Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result,
     WeightsSource,
 };
@@ -367,6 +367,7 @@ impl Taesd {
                 weights: weights.label(),
                 num_params: table.num_params(),
                 flops_per_frame: 0.0,
+                runtime: if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle },
             },
             layers,
             fast,

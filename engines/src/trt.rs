@@ -17,7 +17,7 @@
 //! A dynamic batch dimension (-1) is set per call; fixed dimensions are checked against inputs.
 //! Not run in this repository's CI (no GPU, no TensorRT); it is only compiled there.
 
-use crate::{Batch, Engine, EngineError, EngineInfo, KeyframeModel, LatentDecoder, ModelKind, Profile, Result};
+use crate::{Batch, Engine, EngineError, EngineInfo, Runtime, KeyframeModel, LatentDecoder, ModelKind, Profile, Result};
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -66,11 +66,16 @@ impl Session {
             path: path.to_path_buf(),
             source,
         })?;
-        // SAFETY: only probes whether libcuda can be dlopen'ed.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(EngineError::Unavailable(
-                "TensorRT: the CUDA driver library (libcuda) is not present".into(),
-            ));
+        // SAFETY: only probes whether libcuda can be dlopen'ed. With the `cuda` feature candle
+        // makes cudarc link libcuda (`dynamic-linking`): then it is present whenever the program
+        // runs, and cudarc has no loader to probe.
+        #[cfg(not(feature = "cuda"))]
+        {
+            if !unsafe { cudarc::driver::sys::is_culib_present() } {
+                return Err(EngineError::Unavailable(
+                    "TensorRT: the CUDA driver library (libcuda) is not present".into(),
+                ));
+            }
         }
         trtx::dynamically_load_tensorrt(None::<String>).map_err(|e| {
             trt_err(
@@ -236,6 +241,7 @@ impl TensorRtUnet {
                 .map(|t| t.num_params())
                 .unwrap_or(0),
             flops_per_frame: crate::unet::full_flops_per_frame(),
+            runtime: Runtime::TensorRt,
         };
         Ok(TensorRtUnet { s, pe, info })
     }
@@ -313,6 +319,7 @@ impl TensorRtDecoder {
                 .unwrap_or(0),
             // Not derived for an opaque engine graph.
             flops_per_frame: 0.0,
+            runtime: Runtime::TensorRt,
         };
         Ok(TensorRtDecoder { s, scaling, info })
     }

@@ -7,7 +7,8 @@
 
 use crate::flops::{attention_flops, index_after, weight_flops};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
-use crate::{Batch, Device, Engine, EngineInfo, KeyframeModel, ModelKind, Profile, Result, WeightsSource};
+use crate::unet_cpu::UnetCpu;
+use crate::{Batch, Device, Engine, EngineInfo, Runtime, KeyframeModel, ModelKind, Profile, Result, WeightsSource};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use candle_transformers::models::stable_diffusion::unet_2d::{
@@ -179,6 +180,8 @@ fn unet_flops(table: &ParamTable) -> f64 {
 pub struct MuseTalkUnet {
     info: EngineInfo,
     unet: UNet2DConditionModel,
+    /// CPU fast path (None on other devices, which use the candle model).
+    fast: Option<UnetCpu>,
     pe: Tensor,
     device: Device,
 }
@@ -187,6 +190,11 @@ impl MuseTalkUnet {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<MuseTalkUnet> {
         let table = param_table(profile)?;
         let tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
+        let fast = if device.is_cpu() {
+            Some(UnetCpu::for_profile(&tensors, profile)?)
+        } else {
+            None
+        };
         let unet =
             weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
         let pe = Tensor::from_vec(
@@ -201,22 +209,25 @@ impl MuseTalkUnet {
                 weights: weights.label(),
                 num_params: table.num_params(),
                 flops_per_frame: unet_flops(&table),
+                runtime: if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle },
             },
             unet,
+            fast,
             pe,
             device: device.clone(),
         })
     }
-}
 
-impl Engine for MuseTalkUnet {
-    fn info(&self) -> &EngineInfo {
-        &self.info
+    /// The candle model's forward, on any device (the reference the CPU fast path is tested
+    /// against). Same inputs as [`KeyframeModel::predict`].
+    pub fn predict_candle(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
+        self.check(latents, audio)?;
+        let x = latents.to_tensor(&self.device)?;
+        let a = audio.to_tensor(&self.device)?.broadcast_add(&self.pe)?;
+        Batch::from_tensor(&self.unet.forward(&x, 0.0, &a)?)
     }
-}
 
-impl KeyframeModel for MuseTalkUnet {
-    fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
+    fn check(&self, latents: &Batch, audio: &Batch) -> Result<()> {
         latents.expect(
             "MuseTalk UNet latents",
             &[None, Some(8), Some(LATENT_HW), Some(LATENT_HW)],
@@ -228,10 +239,28 @@ impl KeyframeModel for MuseTalkUnet {
                 Some(AUDIO_TOKENS),
                 Some(AUDIO_DIM),
             ],
-        )?;
-        let x = latents.to_tensor(&self.device)?;
-        let a = audio.to_tensor(&self.device)?.broadcast_add(&self.pe)?;
-        Batch::from_tensor(&self.unet.forward(&x, 0.0, &a)?)
+        )
+    }
+}
+
+impl Engine for MuseTalkUnet {
+    fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+}
+
+impl KeyframeModel for MuseTalkUnet {
+    fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
+        let Some(fast) = &self.fast else {
+            return self.predict_candle(latents, audio);
+        };
+        self.check(latents, audio)?;
+        let b = latents.batch_size();
+        let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
+        let mut context = audio.data.clone();
+        context.chunks_mut(pe.len()).for_each(|w| w.iter_mut().zip(&pe).for_each(|(a, p)| *a += p));
+        let out = fast.forward(&latents.data, b, (LATENT_HW, LATENT_HW), &context);
+        Batch::new(vec![b, 4, LATENT_HW, LATENT_HW], out)
     }
 }
 

@@ -26,7 +26,7 @@
 
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
-    EngineInfo,
+    EngineInfo, Runtime,
     AudioEncoder, Batch, Device, Engine, EngineError, ModelKind, Profile, Result, WeightsSource,
 };
 use candle_core::{Module, Tensor};
@@ -333,6 +333,7 @@ impl WhisperAudio {
                 num_params: table.num_params(),
                 // One 30 s window's FLOPs spread over its 750 video frames at 25 fps.
                 flops_per_frame: flops_window / 750.0,
+                runtime: Runtime::Candle,
             },
             enc,
             device: device.clone(),

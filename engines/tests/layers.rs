@@ -151,13 +151,18 @@ fn block_matches_naive_composition() {
 
 #[test]
 fn fast_conv3x3_matches_naive_loops() {
+    // 5 and 21 input channels: the gather copies whole 16-float blocks plus a remainder.
+    for cin in [5, 21] {
+        let x = test_input(vec![2, cin, 9, 7], 71);
+        let w = test_input(vec![6, cin, 3, 3], 72);
+        let b = test_input(vec![6], 73);
+        for stride in [1, 2] {
+            let got = ops::conv3x3_fast(&x, &w, Some(&b), stride, false, false).unwrap();
+            assert_close(&got, &naive_conv(&x, &w, Some(&b), stride), 1e-5);
+        }
+    }
     let x = test_input(vec![2, 5, 9, 7], 71);
     let w = test_input(vec![6, 5, 3, 3], 72);
-    let b = test_input(vec![6], 73);
-    for stride in [1, 2] {
-        let got = ops::conv3x3_fast(&x, &w, Some(&b), stride, false, false).unwrap();
-        assert_close(&got, &naive_conv(&x, &w, Some(&b), stride), 1e-5);
-    }
     // ReLU epilogue
     let got = ops::conv3x3_fast(&x, &w, None, 1, false, true).unwrap();
     let want = naive_conv(&x, &w, None, 1);

@@ -273,3 +273,44 @@ pub fn time_nv12<T: Elem>(backend: &Backend, layout: RgbLayout, r: Reps) -> Resu
     };
     Ok(Timing { times_ms, compulsory_bytes })
 }
+
+/// Compulsory bytes of one compositing call: the crop in (f32), the per-render blend weight and
+/// three background terms read (f32 per box pixel), the face box's NV12 written.
+pub fn composite_bytes(crop: usize, box_w: usize, box_h: usize) -> u64 {
+    (3 * crop * crop * 4 + 4 * box_w * box_h * 4 + box_w * box_h * 3 / 2) as u64
+}
+
+/// The face compositor (bilinear resize of a `crop`-square decoded face into a `box_side`-square
+/// box, feathered blend, NV12 of the box) into a reused `width` x `height` frame, as the render
+/// loop runs it: [`cadence::composite::Compositor::compose_box`].
+pub fn time_composite(backend: &Backend, width: usize, height: usize, box_side: usize, crop: usize, r: Reps) -> Result<Timing> {
+    use cadence::composite::{Compositor, FaceBox};
+    anyhow::ensure!(box_side <= width && box_side <= height, "a {box_side} px face box does not fit a {width}x{height} frame");
+    let bg: Vec<u8> = data::<f32>(width * height * 3, 43).into_iter().map(|x| (x * 37.0 + 128.0).clamp(0.0, 255.0) as u8).collect();
+    let face = FaceBox { x: ((width - box_side) / 2) & !1, y: ((height - box_side) / 2) & !1, w: box_side, h: box_side };
+    let comp = Compositor::new(backend, &bg, width, height, face, (box_side / 8) as f32, ColorMatrix::Bt709)?;
+    let rgb: Vec<f32> = data::<f32>(3 * crop * crop, 44).into_iter().map(|x| x * 0.15 + 0.5).collect();
+    let mut frame = comp.background_nv12().to_vec();
+    let compulsory_bytes = composite_bytes(crop, box_side, box_side);
+    let times_ms = match backend {
+        Backend::Cpu => {
+            let mut err = None;
+            let t = host_times(r, || {
+                if let Err(e) = comp.compose_box(&rgb, crop, crop, RgbRange::Unit, &mut frame) {
+                    err = Some(e);
+                }
+            });
+            if let Some(e) = err {
+                return Err(e);
+            }
+            t
+        }
+        Backend::Cuda(c) => {
+            let dc = comp.device().ok_or_else(|| anyhow::anyhow!("the CUDA compositor was not built"))?;
+            let d_rgb = c.upload(&rgb)?;
+            let mut d_frame = c.upload(&frame)?;
+            cuda_times(c, r, || dc.compose_on_device(&d_rgb, crop, crop, RgbRange::Unit, &comp, &mut d_frame))?
+        }
+    };
+    Ok(Timing { times_ms, compulsory_bytes })
+}

@@ -5,6 +5,11 @@ use cadence::Backend;
 use std::path::Path;
 use std::process::Command;
 
+/// Key of the note naming where the neural engines ran (`cpu`, `cuda:0 (NVIDIA H200)`, or `cpu
+/// (auto: <why not CUDA>)`); pipeline experiments add it right after the fixed fields
+/// (`Session::provenance`), kernel-only ones have no engines and no such line.
+pub const ENGINE_DEVICE_KEY: &str = "engine_device";
+
 /// Provenance of one experiment run. `gather*` fills the fields the run can find out itself
 /// (commit, dirty, date, hardware, command line); the caller names the backend, the engine
 /// profile and the weights (`"n/a"` for kernel-only experiments).
@@ -76,6 +81,11 @@ impl Provenance {
         self
     }
 
+    /// The value of the first note with this key.
+    pub fn note_value(&self, key: &str) -> Option<&str> {
+        self.notes.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
     pub fn dirty_str(&self) -> &'static str {
         match self.dirty {
             Some(true) => "yes",
@@ -117,7 +127,10 @@ impl Provenance {
                 "commit {}{} | {} | profile: {} | weights: {}",
                 self.commit, dirty, self.date_utc, self.engine_profile, self.weights
             ),
-            format!("backend: {} | hardware: {}", self.backend, self.hardware),
+            match self.note_value(ENGINE_DEVICE_KEY) {
+                Some(d) => format!("backend: {} | engines on: {d} | hardware: {}", self.backend, self.hardware),
+                None => format!("backend: {} | hardware: {}", self.backend, self.hardware),
+            },
         ]
     }
 }

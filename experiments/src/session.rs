@@ -5,7 +5,7 @@ use anyhow::{bail, ensure, Context, Result};
 use cadence::composite::FaceBox;
 use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
 use cadence::{render, Backend, BackendChoice};
-use cadence_engines::{Device, Profile};
+use cadence_engines::{DeviceRequest, EngineDevice, Profile};
 use std::path::PathBuf;
 
 /// The bundled clip: espeak-ng speech with pauses, 25.6 s (640 frames at 25 fps).
@@ -29,9 +29,14 @@ pub struct SessionArgs {
     /// Face box x,y,w,h (default: 284,544,512,512 for the bundled anchor, else centred).
     #[arg(long)]
     pub face_box: Option<String>,
-    /// Engine size: cpu-reduced (default on CPU) or full.
+    /// Engine size: cpu-reduced (default on CPU) or full (default on CUDA).
     #[arg(long)]
     pub profile: Option<String>,
+    /// Device of the neural engines: auto (CUDA device 0 when built with the `engines-cuda`
+    /// feature and a GPU opens, else the CPU), cpu, cuda or cuda:N (needs a build with
+    /// `engines-cuda`: scripts/build_cuda.sh).
+    #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg)]
+    pub device: DeviceRequest,
     #[arg(long, value_enum, default_value = "taesd")]
     pub decoder: DecoderKind,
     /// Directory of real weights (else $CADENCE_MODELS, else seeded synthetic weights).
@@ -49,6 +54,8 @@ pub struct SessionArgs {
 
 pub struct Session {
     pub backend: Backend,
+    /// Where the neural engines run (`--device`).
+    pub engine_device: EngineDevice,
     pub engines: Engines,
     pub opts: RenderOptions,
     pub audio: cadence_media::Audio,
@@ -87,7 +94,8 @@ impl Session {
         };
         let encoder = parse_encoder(&a.encoder)?;
         let backend = Backend::select(a.backend)?;
-        let device = Device::Cpu;
+        let engine_device = cadence_engines::select_device(a.device)?;
+        let device = engine_device.device.clone();
         let profile = match &a.profile {
             Some(p) => Profile::parse(p)?,
             None => Profile::default_for(&device),
@@ -102,11 +110,12 @@ impl Session {
         }
         let img = render::load_avatar(&avatar_path)?;
         let face = render::face_box(&img, face)?;
-        Ok(Session { backend, engines, opts, audio, audio_path, avatar_path, img, face, encoder })
+        Ok(Session { backend, engine_device, engines, opts, audio, audio_path, avatar_path, img, face, encoder })
     }
 
     pub fn provenance(&self) -> crate::provenance::Provenance {
         let mut p = crate::provenance::Provenance::for_backend(&self.backend, self.engines.profile.to_string(), self.engines.weights_summary());
+        p.note(crate::provenance::ENGINE_DEVICE_KEY, self.engine_device.label());
         p.note("engines", self.engines.describe());
         p.note("input", format!("{} + {} face box {:?}", self.audio_path.display(), self.avatar_path.display(), self.face));
         p.note("output_frame", format!("{}x{} NV12", self.img.width(), self.img.height()));

@@ -74,7 +74,7 @@ fn kernel_bench_covers_every_kernel_and_type() {
     let out = dir.path().to_str().unwrap();
     run(
         env!("CARGO_BIN_EXE_kernel_bench"),
-        &["--frames", "5", "--latents", "1x4x4", "--nv12", "8x4", "--nv12-frames", "2", "--min-reps", "3", "--max-reps", "4", "--warmup", "0", "--backends", "cpu", "--out", out],
+        &["--frames", "5", "--latents", "1x4x4", "--nv12", "8x4", "--nv12-frames", "2", "--composite", "16x12/8/6", "--min-reps", "3", "--max-reps", "4", "--warmup", "0", "--backends", "cpu", "--out", out],
     );
     let csv = dir.path().join("kernel_bench.csv");
     let lines = data_lines(&csv);
@@ -83,8 +83,8 @@ fn kernel_bench_covers_every_kernel_and_type() {
         "backend,kernel,dtype,method,shape,frames,stride,keyframes,compulsory_bytes,reps,median_ms,min_ms,gbps,copy_gbps,ratio_to_copy"
     );
     let rows: Vec<Vec<String>> = lines[1..].iter().map(|l| l.split(',').map(str::to_string).collect()).collect();
-    // expand and slerp_pairs: 2 types x 2 methods; ease: 2 types; NV12: 2 types.
-    assert_eq!(rows.len(), 4 + 4 + 2 + 2);
+    // expand and slerp_pairs: 2 types x 2 methods; ease: 2 types; NV12: 2 types; compositing: f32.
+    assert_eq!(rows.len(), 4 + 4 + 2 + 2 + 1);
     for kernel in ["expand", "slerp_pairs", "ease", "rgb_to_nv12"] {
         for dt in ["f32", "f16"] {
             assert!(rows.iter().any(|r| r[1] == kernel && r[2] == dt), "{kernel} {dt} missing");
@@ -102,5 +102,20 @@ fn kernel_bench_covers_every_kernel_and_type() {
     assert_eq!(expand_f32[8], ((3 + 5) * 16 * 4).to_string());
     let nv12_f16 = rows.iter().find(|r| r[1] == "rgb_to_nv12" && r[2] == "f16").unwrap();
     assert_eq!(nv12_f16[8], (2 * (3 * 8 * 4 * 2 + 8 * 4 * 3 / 2)).to_string());
+    // Compositing a 6x6 crop into an 8x8 box: crop + 4 per-pixel f32 terms in, the box's NV12 out.
+    let comp = rows.iter().find(|r| r[1] == "composite_nv12").unwrap();
+    assert_eq!((comp[2].as_str(), comp[4].as_str()), ("f32", "16x12/8/6"));
+    assert_eq!(comp[8], (3 * 6 * 6 * 4 + 4 * 8 * 8 * 4 + 8 * 8 * 3 / 2).to_string());
     assert!(dir.path().join("kernel_bench.png").is_file() && dir.path().join("kernel_bench.svg").is_file());
+}
+
+#[test]
+fn kernel_bench_rejects_bad_compositing_cases() {
+    for (case, msg) in [("10x10/12/6", "must be even-sized and hold the box"), ("10x10/8", "WIDTHxHEIGHT/BOX/CROP"), ("10x10/8/5", "even numbers")] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_kernel_bench")).args(["--kernels", "composite", "--composite", case, "--out", dir.path().to_str().unwrap()]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(msg), "{case}: {err}");
+        assert!(!dir.path().join("kernel_bench.csv").exists(), "{case}: no output on bad input");
+    }
 }

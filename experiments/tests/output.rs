@@ -97,6 +97,11 @@ fn provenance_gathers_what_the_run_can_know() {
     let footer = pb.footer_lines();
     assert!(footer[0].contains(&pb.commit) && footer[0].contains("reduced") && footer[0].contains("synthetic"));
     assert!(footer[1].contains(&pb.backend) && footer[1].contains(&pb.hardware));
+    assert!(!footer[1].contains("engines on"), "no engines, no engine device: {}", footer[1]);
+    let mut pe = pb.clone();
+    pe.note(experiments::provenance::ENGINE_DEVICE_KEY, "cuda:0 (Test GPU)");
+    assert_eq!(pe.note_value(experiments::provenance::ENGINE_DEVICE_KEY), Some("cuda:0 (Test GPU)"));
+    assert!(pe.footer_lines()[1].contains("engines on: cuda:0 (Test GPU)"), "{}", pe.footer_lines()[1]);
 }
 
 #[test]

@@ -69,6 +69,8 @@ fn ablation_trajectory_part_end_to_end() {
     assert!(get("weights_caveat").starts_with("SYNTHETIC WEIGHTS"));
     assert!(get("dense_motion").contains("lag 1: mean"));
     assert!(get("trajectory").contains("no silence bypass"));
+    // --device auto (the default): what the engines crate picks on this machine and build.
+    assert_eq!(get("engine_device"), cadence_engines::select_device(cadence_engines::DeviceRequest::Auto).unwrap().label());
     let header = std::fs::read_to_string(&csv).unwrap().lines().find(|l| !l.starts_with('#')).unwrap().to_string();
     assert!(header.starts_with("stride,method,weights_kind,engine_profile,frames,keyframes,inbetween_frames,"), "{header}");
     let rows: Vec<TrajectoryRow> = experiments::read_rows(&csv).unwrap();
@@ -109,12 +111,33 @@ fn ablation_rejects_bad_trajectory_arguments() {
     fails_with(bin, &["--skip-synthetic", "--frames", "4", "--strides", "4"], "must exceed the largest stride");
 }
 
+/// `--device` of the pipeline experiments (SessionArgs): bad strings are usage errors, `cuda` in a
+/// build without the engines' CUDA feature names the feature, and --help documents the flag.
+#[test]
+fn pipeline_experiments_take_an_engine_device() {
+    let bins = [env!("CARGO_BIN_EXE_stride_table"), env!("CARGO_BIN_EXE_calibrate"), env!("CARGO_BIN_EXE_lerp_slerp_ablation")];
+    for bin in bins {
+        let help = run(bin, &["--help"]);
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(text.contains("--device <DEVICE>") && text.contains("engines-cuda") && text.contains("[default: auto]"), "{bin}: {text}");
+        fails_with(bin, &["--device", "gpu"], "expected auto, cpu, cuda or cuda:N");
+        fails_with(bin, &["--device", "cuda:x"], "`x` is not a device ordinal");
+    }
+    if !cadence_engines::device::CUDA_COMPILED {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().to_str().unwrap();
+        fails_with(bins[0], &["--device", "cuda", "--frames", "4", "--out", out], "`engines-cuda` feature");
+        fails_with(bins[1], &["--device", "cuda", "--frames", "4", "--out", out], "scripts/build_cuda.sh");
+        fails_with(bins[2], &["--skip-synthetic", "--device", "cuda", "--frames", "6", "--out", out], "`engines-cuda` feature");
+    }
+}
+
 #[test]
 fn calibrate_end_to_end_has_the_source_json_shape() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
     let bin = env!("CARGO_BIN_EXE_calibrate");
-    run(bin, &["--frames", "10", "--strides", "1,2", "--runs", "1", "--batch", "2", "--encoder", "none", "--backend", "cpu", "--out", out]);
+    run(bin, &["--frames", "10", "--strides", "1,2", "--runs", "1", "--batch", "2", "--encoder", "none", "--backend", "cpu", "--device", "cpu", "--out", out]);
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("calibrate.json")).unwrap()).unwrap();
     let m = &json["benchmarks"]["musetalk"];
     for engine in ["unet", "taesd"] {
@@ -134,6 +157,8 @@ fn calibrate_end_to_end_has_the_source_json_shape() {
     let csv = dir.path().join("calibrate.csv");
     let get = provenance(&csv);
     assert_eq!(get("engine_profile"), "cpu-reduced");
+    assert_eq!(get("engine_device"), "cpu");
+    assert_eq!(json["provenance"]["engine_device"].as_str(), Some("cpu"));
     assert!(get("load_average").contains("noisy"));
     assert!(experiments::read_provenance(&csv).unwrap().iter().all(|(k, _)| k != "count_mismatch"), "the projected evaluation counts match the render's");
     let text = std::fs::read_to_string(&csv).unwrap();

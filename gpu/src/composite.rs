@@ -55,7 +55,18 @@ pub fn tap(p: u32, box_len: u32, crop_len: u32) -> Tap {
 /// = (1 - alpha) x background, which is the same every frame and precomputed.
 #[inline(always)]
 pub fn blend_bilinear(p00: f32, p10: f32, p01: f32, p11: f32, tx: &Tap, ty: &Tap, alpha: f32, background_term: f32) -> f32 {
-    let top = p00 + tx.f * (p10 - p00);
-    let bot = p01 + tx.f * (p11 - p01);
-    alpha * (top + ty.f * (bot - top)) + background_term
+    blend_vertical(lerp_tap(p00, p10, tx.f), lerp_tap(p01, p11, tx.f), ty.f, alpha, background_term)
+}
+
+/// The horizontal half of [`blend_bilinear`]: one crop row sampled between two columns.
+#[inline(always)]
+pub fn lerp_tap(p0: f32, p1: f32, f: f32) -> f32 {
+    p0 + f * (p1 - p0)
+}
+
+/// The vertical half of [`blend_bilinear`] and the blend: `top` and `bot` are [`lerp_tap`] of
+/// the two crop rows. Separable CPU code calls the halves directly and gets the same bits.
+#[inline(always)]
+pub fn blend_vertical(top: f32, bot: f32, fy: f32, alpha: f32, background_term: f32) -> f32 {
+    alpha * (top + fy * (bot - top)) + background_term
 }

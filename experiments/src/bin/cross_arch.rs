@@ -49,6 +49,8 @@ fn main() -> Result<()> {
     let mut prov = Provenance::gather(get("backend"), get("engine_profile"), get("weights"));
     prov.note("source", format!("{} (commit {}, {})", src.display(), get("commit"), get("date_utc")));
     prov.note("source_hardware", get("hardware"));
+    // Where the source's engines ran ("unknown" for a stride table written before --device).
+    prov.note(experiments::provenance::ENGINE_DEVICE_KEY, get(experiments::provenance::ENGINE_DEVICE_KEY));
     let out: Vec<Row> = rows
         .iter()
         .map(|r| Row {
@@ -60,7 +62,7 @@ fn main() -> Result<()> {
             ditto: "missing: no Ditto engine in cadence yet".into(),
         })
         .collect();
-    println!("CROSS-ARCHITECTURE STRIDE SCALING (render FPS), measured on: {}", get("hardware"));
+    println!("CROSS-ARCHITECTURE STRIDE SCALING (render FPS), measured on: {} (engines on {})", get("hardware"), get(experiments::provenance::ENGINE_DEVICE_KEY));
     println!("{:<10} {:>34} {:>34}", "stride", "MuseTalk (neural / end to end)", "Ditto");
     for r in &out {
         println!(

@@ -31,6 +31,10 @@ struct Args {
     /// NV12 frame sizes, WIDTHxHEIGHT (even).
     #[arg(long, value_delimiter = ',', default_value = "256x256,512x512,1080x1920")]
     nv12: Vec<String>,
+    /// Compositing cases, WIDTHxHEIGHT/BOX/CROP: a CROP-square decoded face resized into a
+    /// BOX-square face box of a WIDTHxHEIGHT frame (blend + NV12 of the box).
+    #[arg(long, value_delimiter = ',', default_value = "1080x1920/512/256,512x512/256/256")]
+    composite: Vec<String>,
     /// Frames converted per NV12 call.
     #[arg(long, default_value_t = 4)]
     nv12_frames: usize,
@@ -53,7 +57,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     warmup: usize,
     /// Kernels to run.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "expand,slerp-pairs,ease,nv12")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "expand,slerp-pairs,ease,nv12,composite")]
     kernels: Vec<Kernel>,
     /// Backends: every available one, or only the CPU or only CUDA.
     #[arg(long, value_enum, default_value = "all")]
@@ -68,6 +72,7 @@ enum Kernel {
     SlerpPairs,
     Ease,
     Nv12,
+    Composite,
 }
 
 impl Kernel {
@@ -77,6 +82,7 @@ impl Kernel {
             Kernel::SlerpPairs => "slerp_pairs",
             Kernel::Ease => "ease",
             Kernel::Nv12 => "rgb_to_nv12",
+            Kernel::Composite => "composite_nv12",
         }
     }
 }
@@ -113,6 +119,8 @@ struct Case {
     /// Elements per latent frame, or the NV12 layout.
     dim: usize,
     layout: Option<RgbLayout>,
+    /// Compositing: frame width, height, box side, crop side.
+    composite: Option<[usize; 4]>,
     frames: usize,
 }
 
@@ -162,13 +170,26 @@ fn cases(a: &Args) -> Result<Vec<Case>> {
     kernels.sort();
     kernels.dedup();
     for &k in &kernels {
+        if k == Kernel::Composite {
+            for s in &a.composite {
+                let parts: Vec<&str> = s.split('/').collect();
+                ensure!(parts.len() == 3, "compositing case '{s}' is not of the form WIDTHxHEIGHT/BOX/CROP");
+                let d = parse_dims(parts[0], 2, "frame size")?;
+                let side = |p: &str| p.trim().parse::<usize>().ok().filter(|&v| v >= 2 && v % 2 == 0);
+                let (b, c) = (side(parts[1]), side(parts[2]));
+                let (Some(b), Some(c)) = (b, c) else { bail!("compositing case '{s}': BOX and CROP must be even numbers of at least 2") };
+                ensure!(d[0] % 2 == 0 && d[1] % 2 == 0 && b <= d[0] && b <= d[1], "compositing case '{s}': the frame must be even-sized and hold the box");
+                out.push(Case { kernel: k, dtype: Dt::F32, method: None, shape: s.clone(), dim: 0, layout: None, composite: Some([d[0], d[1], b, c]), frames: 1 });
+            }
+            continue;
+        }
         if k == Kernel::Nv12 {
             for s in &a.nv12 {
                 let d = parse_dims(s, 2, "NV12 size")?;
                 let layout = RgbLayout::packed(d[0], d[1], a.nv12_frames);
                 layout.validate(layout.len()).with_context(|| format!("NV12 size {s}"))?;
                 for dt in [Dt::F32, Dt::F16] {
-                    out.push(Case { kernel: k, dtype: dt, method: None, shape: s.clone(), dim: layout.frame_len(), layout: Some(layout), frames: a.nv12_frames });
+                    out.push(Case { kernel: k, dtype: dt, method: None, shape: s.clone(), dim: layout.frame_len(), layout: Some(layout), composite: None, frames: a.nv12_frames });
                 }
             }
             continue;
@@ -180,7 +201,7 @@ fn cases(a: &Args) -> Result<Vec<Case>> {
                 for dt in [Dt::F32, Dt::F16] {
                     let methods: &[Option<Method>] = if k == Kernel::Ease { &[None] } else { &[Some(Method::Slerp), Some(Method::Lerp)] };
                     for &m in methods {
-                        out.push(Case { kernel: k, dtype: dt, method: m, shape: s.clone(), dim, layout: None, frames });
+                        out.push(Case { kernel: k, dtype: dt, method: m, shape: s.clone(), dim, layout: None, composite: None, frames });
                     }
                 }
             }
@@ -200,6 +221,11 @@ fn time_case(b: &Backend, c: &Case, a: &Args, r: Reps) -> Result<Timing> {
         (Kernel::Ease, Dt::F16) => kbench::time_ease::<f16>(b, c.frames, c.dim, a.ramp, r),
         (Kernel::Nv12, Dt::F32) => kbench::time_nv12::<f32>(b, c.layout.unwrap(), r),
         (Kernel::Nv12, Dt::F16) => kbench::time_nv12::<f16>(b, c.layout.unwrap(), r),
+        (Kernel::Composite, Dt::F32) => {
+            let [w, h, side, crop] = c.composite.unwrap();
+            kbench::time_composite(b, w, h, side, crop, r)
+        }
+        (Kernel::Composite, Dt::F16) => bail!("the compositor takes f32 crops only"),
     }
 }
 
@@ -276,7 +302,7 @@ fn run(a: Args) -> Result<()> {
     );
     prov.note(
         "compulsory_bytes",
-        "expand: (keyframes + frames) x frame; slerp_pairs: 3 x rows x frame + alphas; ease: 2 x frames x frame + rest + distances (every frame in a transition); rgb_to_nv12: RGB in + NV12 out",
+        "expand: (keyframes + frames) x frame; slerp_pairs: 3 x rows x frame + alphas; ease: 2 x frames x frame + rest + distances (every frame in a transition); rgb_to_nv12: RGB in + NV12 out; composite_nv12: crop in (f32) + blend weight and 3 background terms per box pixel (f32) + the box's NV12 out",
     );
     prov.note(
         "copy_bound",
@@ -328,7 +354,7 @@ fn print_table(rows: &[Row]) {
 fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Provenance) -> Result<experiments::plot::PlotFiles> {
     let mut charts = Vec::new();
     for b in backends {
-        for k in [Kernel::Expand, Kernel::SlerpPairs, Kernel::Ease, Kernel::Nv12] {
+        for k in [Kernel::Expand, Kernel::SlerpPairs, Kernel::Ease, Kernel::Nv12, Kernel::Composite] {
             for dt in ["f32", "f16"] {
                 let mine: Vec<&Row> = rows.iter().filter(|r| r.backend == b.name() && r.kernel == k.name() && r.dtype == dt).collect();
                 if mine.is_empty() {
@@ -339,6 +365,7 @@ fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Pr
                 for r in &mine {
                     let name = match k {
                         Kernel::Nv12 => format!("BT.709, {} frames per call", r.frames),
+                        Kernel::Composite => "BT.709, box feathered 1/8".to_string(),
                         _ => format!("{} {}", r.method, r.shape).trim().to_string(),
                     };
                     series.entry(name).or_default().push((r.compulsory_bytes as f64 / 1e6, r.gbps));
@@ -346,14 +373,15 @@ fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Pr
                 }
                 let title = match k {
                     Kernel::Expand => format!("expand {dt}, stride {} ({})", mine[0].stride.unwrap_or(0), b.name()),
-                    Kernel::Nv12 => {
+                    Kernel::Nv12 | Kernel::Composite => {
                         let sizes: Vec<&str> = mine.iter().map(|r| r.shape.as_str()).collect();
-                        format!("rgb_to_nv12 {dt}: {} ({})", sizes.join(", "), b.name())
+                        format!("{} {dt}: {} ({})", k.name(), sizes.join(", "), b.name())
                     }
                     _ => format!("{} {dt} ({})", k.name(), b.name()),
                 };
                 let x_label = match k {
                     Kernel::Nv12 => "compulsory MB (RGB in + NV12 out)".to_string(),
+                    Kernel::Composite => "compulsory MB (crop + per-box-pixel terms in, box NV12 out)".to_string(),
                     _ => format!("compulsory MB (frames {})", frames_list(&mine)),
                 };
                 let mut chart = LineChart::new(title, x_label, "GB/s (log scale)").log_x().log_y().legend(Legend::UpperRight);

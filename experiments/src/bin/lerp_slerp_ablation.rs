@@ -655,7 +655,14 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     prov.note("runtime", format!("UNet {unet_s:.1} s, decoding + metrics {decode_s:.1} s, trajectory part {:.1} s", t_run.elapsed().as_secs_f64()));
 
     println!();
-    println!("trajectory part: {n} frames from frame {} ({:.0}% speech), {} weights, {profile} profile, decoder {}", args.start, 100.0 * speech_frac, kind, engines.decoder.model());
+    println!(
+        "trajectory part: {n} frames from frame {} ({:.0}% speech), {} weights, {profile} profile, decoder {}, engines on {}",
+        args.start,
+        100.0 * speech_frac,
+        kind,
+        engines.decoder.model(),
+        session.engine_device
+    );
     println!(
         "dense motion: {}; all pairs {:.4} rad; time-varying energy share {:.2e}; |v| CV {:.2e}",
         lag_text.join("; "),

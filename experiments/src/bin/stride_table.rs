@@ -6,6 +6,7 @@
 use anyhow::{ensure, Context, Result};
 use cadence::render::{self, Output};
 use cadence::KeyframeSchedule;
+use cadence_engines::Engine;
 use clap::Parser;
 use experiments::session::{Session, SessionArgs};
 use experiments::plot::{bar_plot, BarChart};
@@ -103,8 +104,8 @@ fn main() -> Result<()> {
             unet_evaluations: s.keyframes_evaluated,
             bypassed_frames: s.bypassed_frames,
             unet_duty_cycle_pct: 100.0 * s.keyframes_scheduled as f64 / n as f64,
-            unet_engine: format!("MuseTalk UNet (candle {})", engines.profile),
-            decoder_engine: format!("{} (candle {})", engines.decoder.model(), engines.profile),
+            unet_engine: engines.unet.describe(),
+            decoder_engine: engines.decoder.describe(),
             precision: "f32".into(),
             slerp_infill_ms: t.expand_ms,
             easing_ms: t.ease_ms,
@@ -148,29 +149,39 @@ fn main() -> Result<()> {
 }
 
 fn print_table(rows: &[Row], prov: &Provenance) {
-    let col = |name: &str, f: &dyn Fn(&Row) -> String| {
-        print!("{name:<38}");
-        for r in rows {
-            print!("{:>22}", f(r));
-        }
-        println!();
-    };
+    type Cell = dyn Fn(&Row) -> String;
+    let lines: Vec<(&str, Box<Cell>)> = vec![
+        ("Metric", Box::new(|r| format!("Stride {}", r.stride))),
+        ("UNet keyframes scheduled", Box::new(|r| format!("{} / {}", r.keyframes, r.frames))),
+        ("UNet evaluations (silence bypassed)", Box::new(|r| format!("{} ({} bypassed)", r.unet_evaluations, r.bypassed_frames))),
+        ("UNet duty cycle", Box::new(|r| format!("{:.1}%", r.unet_duty_cycle_pct))),
+        ("SLERP infill (total)", Box::new(|r| format!("{:.2} ms", r.slerp_infill_ms))),
+        ("Pure neural time", Box::new(|r| format!("{:.1} ms", r.pure_neural_ms))),
+        ("Pure neural throughput", Box::new(|r| format!("{:.1} FPS", r.neural_fps))),
+        ("Neural real-time factor", Box::new(|r| format!("{:.2}x", r.neural_rtf))),
+        ("Video encoder", Box::new(|r| r.encoder.clone())),
+        ("Encoder time", Box::new(|r| format!("{:.1} ms", r.encoder_ms))),
+        ("Outside neural engines (excl. enc.)", Box::new(|r| format!("{:.2}%", r.outside_neural_pct))),
+        ("End-to-end render time", Box::new(|r| format!("{:.1} ms", r.end_to_end_ms))),
+        ("End-to-end FPS", Box::new(|r| format!("{:.1} FPS", r.end_to_end_fps))),
+        ("End-to-end real-time factor", Box::new(|r| format!("{:.2}x", r.end_to_end_rtf))),
+    ];
+    let cells: Vec<(&str, Vec<String>)> = lines.iter().map(|(name, f)| (*name, rows.iter().map(f.as_ref()).collect())).collect();
+    let label_w = cells.iter().map(|(n, _)| n.len()).max().unwrap_or(0) + 2;
+    let col_w = cells.iter().flat_map(|(_, v)| v.iter().map(|c| c.len())).max().unwrap_or(0) + 3;
     println!("\nCADENCE STRIDE TABLE ({} frames), {}", rows[0].frames, prov.hardware);
-    col("Metric", &|r| format!("Stride {}", r.stride));
-    col("UNet keyframes scheduled", &|r| format!("{} / {}", r.keyframes, r.frames));
-    col("UNet evaluations (silence bypassed)", &|r| format!("{} ({} frames bypassed)", r.unet_evaluations, r.bypassed_frames));
-    col("UNet duty cycle", &|r| format!("{:.1}%", r.unet_duty_cycle_pct));
-    col("UNet engine", &|r| r.unet_engine.clone());
-    col("Decoder engine", &|r| r.decoder_engine.clone());
-    col("SLERP infill (total)", &|r| format!("{:.2} ms", r.slerp_infill_ms));
-    col("Pure neural time", &|r| format!("{:.1} ms", r.pure_neural_ms));
-    col("Pure neural throughput", &|r| format!("{:.1} FPS", r.neural_fps));
-    col("Neural real-time factor", &|r| format!("{:.2}x", r.neural_rtf));
-    col("Video encoder", &|r| r.encoder.clone());
-    col("Encoder time", &|r| format!("{:.1} ms", r.encoder_ms));
-    col("Outside neural engines (excl. enc.)", &|r| format!("{:.2}%", r.outside_neural_pct));
-    col("End-to-end render time", &|r| format!("{:.1} ms", r.end_to_end_ms));
-    col("End-to-end FPS", &|r| format!("{:.1} FPS", r.end_to_end_fps));
-    col("End-to-end real-time factor", &|r| format!("{:.2}x", r.end_to_end_rtf));
-    println!("backend {} | profile {} | weights {} | commit {}", prov.backend, prov.engine_profile, prov.weights, prov.commit);
+    for (name, values) in &cells {
+        print!("{name:<label_w$}");
+        values.iter().for_each(|v| print!("{v:>col_w$}"));
+        println!();
+    }
+    println!("UNet engine: {} | decoder: {} | precision {}", rows[0].unet_engine, rows[0].decoder_engine, rows[0].precision);
+    println!(
+        "backend {} | engines on {} | profile {} | weights {} | commit {}",
+        prov.backend,
+        prov.note_value(experiments::provenance::ENGINE_DEVICE_KEY).unwrap_or("unknown"),
+        prov.engine_profile,
+        prov.weights,
+        prov.commit
+    );
 }
