@@ -7,6 +7,7 @@
 //! ReLU while the tile is hot; nearest x2 upsampling is folded into the im2col gather. Tiles run in
 //! parallel on rayon.
 
+use crate::simd::simd_fn;
 use rayon::prelude::*;
 
 /// Activations, NHWC, row-major.
@@ -157,40 +158,7 @@ pub fn conv3x3(
                     // the buffer is reused across tiles without clearing.
                     col.resize(col.len().max(npix * k), 0.0);
                     let col = &mut col[..npix * k];
-                    for (q, colrow) in col.chunks_mut(k).enumerate() {
-                        let oy = oy0 + q / ow;
-                        let ox = q % ow;
-                        for ky in 0..3 {
-                            let iy = (oy * p.stride + ky) as isize - 1;
-                            let taps = &mut colrow[ky * 3 * cin..(ky + 1) * 3 * cin];
-                            if iy < 0 || iy >= ih as isize {
-                                taps.fill(0.0);
-                                continue;
-                            }
-                            // Interior pixel of a plain stride-1 conv: its three taps of this row
-                            // are three neighbouring source pixels, one contiguous copy.
-                            if !upsample && p.stride == 1 && ox >= 1 && ox + 1 < iw {
-                                let s = (iy as usize * x.w + ox - 1) * cin;
-                                copy(taps, &src[s..s + 3 * cin]);
-                                continue;
-                            }
-                            for kx in 0..3 {
-                                let ix = (ox * p.stride + kx) as isize - 1;
-                                let d = &mut colrow[(ky * 3 + kx) * cin..(ky * 3 + kx + 1) * cin];
-                                if iy < 0 || ix < 0 || iy >= ih as isize || ix >= iw as isize {
-                                    d.fill(0.0);
-                                } else {
-                                    let (sy, sx) = if upsample {
-                                        (iy as usize / 2, ix as usize / 2)
-                                    } else {
-                                        (iy as usize, ix as usize)
-                                    };
-                                    let s = (sy * x.w + sx) * cin;
-                                    copy(d, &src[s..s + cin]);
-                                }
-                            }
-                        }
-                    }
+                    gather(col, src, x.w, cin, (ih, iw), ow, oy0, p.stride, upsample);
                     // SAFETY: dst is npix x cout row-major, col npix x k row-major, w k x cout row-major;
                     // all slices are exactly that long and do not overlap.
                     unsafe {
@@ -221,19 +189,7 @@ pub fn conv3x3(
                         &r.data[b * img_out + oy0 * ow * cout
                             ..b * img_out + oy0 * ow * cout + dst.len()]
                     });
-                    for (q, px) in dst.chunks_mut(cout).enumerate() {
-                        if let Some(bias) = &p.bias {
-                            px.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-                        }
-                        if let Some(r) = res {
-                            px.iter_mut()
-                                .zip(&r[q * cout..(q + 1) * cout])
-                                .for_each(|(v, r)| *v += r);
-                        }
-                        if relu {
-                            px.iter_mut().for_each(|v| *v = v.max(0.0));
-                        }
-                    }
+                    epilogue(dst, cout, p.bias.as_deref(), res, relu);
                 });
         });
     Nhwc {
@@ -242,6 +198,67 @@ pub fn conv3x3(
         w: ow,
         c: cout,
         data: out,
+    }
+}
+
+simd_fn! {
+    /// The im2col rows of output pixels from row `oy0` on: per pixel, 9 taps x `cin` values
+    /// (zeros outside the image; nearest x2 upsampling folded in).
+    #[allow(clippy::too_many_arguments)]
+    fn gather(col: &mut [f32], src: &[f32], xw: usize, cin: usize, in_hw: (usize, usize), ow: usize, oy0: usize, stride: usize, upsample: bool) {
+        let (ih, iw) = in_hw;
+        let k = 9 * cin;
+        for (q, colrow) in col.chunks_mut(k).enumerate() {
+            let oy = oy0 + q / ow;
+            let ox = q % ow;
+            for ky in 0..3 {
+                let iy = (oy * stride + ky) as isize - 1;
+                let taps = &mut colrow[ky * 3 * cin..(ky + 1) * 3 * cin];
+                if iy < 0 || iy >= ih as isize {
+                    taps.fill(0.0);
+                    continue;
+                }
+                // Interior pixel of a plain stride-1 conv: its three taps of this row
+                // are three neighbouring source pixels, one contiguous copy.
+                if !upsample && stride == 1 && ox >= 1 && ox + 1 < iw {
+                    let s = (iy as usize * xw + ox - 1) * cin;
+                    copy(taps, &src[s..s + 3 * cin]);
+                    continue;
+                }
+                for kx in 0..3 {
+                    let ix = (ox * stride + kx) as isize - 1;
+                    let d = &mut colrow[(ky * 3 + kx) * cin..(ky * 3 + kx + 1) * cin];
+                    if iy < 0 || ix < 0 || iy >= ih as isize || ix >= iw as isize {
+                        d.fill(0.0);
+                    } else {
+                        let (sy, sx) = if upsample {
+                            (iy as usize / 2, ix as usize / 2)
+                        } else {
+                            (iy as usize, ix as usize)
+                        };
+                        let s = (sy * xw + sx) * cin;
+                        copy(d, &src[s..s + cin]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+simd_fn! {
+    /// bias (+ residual), then ReLU, on `cout`-wide output pixels.
+    fn epilogue(dst: &mut [f32], cout: usize, bias: Option<&[f32]>, res: Option<&[f32]>, relu: bool) {
+        for (q, px) in dst.chunks_exact_mut(cout).enumerate() {
+            if let Some(bias) = bias {
+                px.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+            if let Some(r) = res {
+                px.iter_mut().zip(&r[q * cout..(q + 1) * cout]).for_each(|(v, r)| *v += r);
+            }
+            if relu {
+                px.iter_mut().for_each(|v| *v = v.max(0.0));
+            }
+        }
     }
 }
 

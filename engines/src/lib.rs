@@ -44,6 +44,7 @@ pub mod device;
 pub mod error;
 mod flops;
 pub mod sd_vae;
+mod simd;
 pub mod taesd;
 #[cfg(feature = "tensorrt")]
 pub mod trt;

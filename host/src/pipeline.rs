@@ -36,6 +36,10 @@ pub struct Engines {
     pub image_encoder: Box<dyn ImageEncoder>,
     pub decoder_kind: DecoderKind,
     pub profile: Profile,
+    /// The audio encoder's (1, window, features) for one 40 ms frame of zeros, what the rest
+    /// latent is predicted from. Whisper pads every input to its 30 s window, so this costs as
+    /// much as encoding a whole clip; it depends only on the engines, so it is part of loading.
+    pub silence_window: Batch,
 }
 
 impl Engines {
@@ -58,7 +62,9 @@ impl Engines {
                 Box::new(SdVae::encoder(profile, &w(ModelKind::SdVaeEncoder), device).context("loading the SD VAE encoder")?),
             ),
         };
-        Ok(Self { audio, unet, decoder, image_encoder, decoder_kind, profile })
+        let s = audio.encode_audio(&vec![0.0f32; 16000 / 25], 25.0).context("encoding one frame of silence")?;
+        let silence_window = Batch::new(vec![1, s.shape[1], s.shape[2]], s.data[..s.shape[1] * s.shape[2]].to_vec())?;
+        Ok(Self { audio, unet, decoder, image_encoder, decoder_kind, profile, silence_window })
     }
 
     fn all(&self) -> [&dyn Engine; 4] {
@@ -119,9 +125,7 @@ pub fn prepare_avatar(engines: &Engines, face: &[f32]) -> Result<AvatarLatents> 
     ensure!(enc.data.len() == 2 * LATENT_DIM, "image encoder returned shape {:?}", enc.shape);
     let (reference, masked) = (enc.data[..LATENT_DIM].to_vec(), enc.data[LATENT_DIM..].to_vec());
     // Rest state: the UNet's answer to silence (one 40 ms frame of zeros).
-    let silence = engines.audio.encode_audio(&vec![0.0f32; 16000 / 25], 25.0)?;
-    let window = Batch::new(vec![1, silence.shape[1], silence.shape[2]], silence.data[..silence.shape[1] * silence.shape[2]].to_vec())?;
-    let rest = engines.unet.predict(&unet_input(&masked, &reference, 1), &window)?.data;
+    let rest = engines.unet.predict(&unet_input(&masked, &reference, 1), &engines.silence_window)?.data;
     let rest_rgb = engines.decoder.decode(&Batch::new(vec![1, 4, 32, 32], rest.clone())?)?.data;
     Ok(AvatarLatents { reference, masked, rest, rest_rgb })
 }
