@@ -281,11 +281,12 @@ pub fn render(
         };
         for (i, frame) in (f..g).enumerate() {
             let t = Instant::now();
-            let src = match &rgb {
-                Some(d) => &d[i * crop..(i + 1) * crop],
-                None => &avatar.rest_rgb[..],
-            };
-            compositor.compose_box(src, FACE, FACE, range, &mut frame_nv12)?;
+            match &rgb {
+                Some(d) => compositor.compose_box(&d[i * crop..(i + 1) * crop], FACE, FACE, range, &mut frame_nv12)?,
+                // Inside a run of bypassed frames the buffer already holds the rest frame.
+                None if frame > 0 && bypassed[frame - 1] => {}
+                None => compositor.compose_box(&avatar.rest_rgb, FACE, FACE, range, &mut frame_nv12)?,
+            }
             times.composite_nv12_ms += ms(t);
             let t = Instant::now();
             sink(frame, &frame_nv12).with_context(|| format!("encoding frame {frame}"))?;
