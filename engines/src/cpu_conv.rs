@@ -159,31 +159,9 @@ pub fn conv3x3(
                     col.resize(col.len().max(npix * k), 0.0);
                     let col = &mut col[..npix * k];
                     gather(col, src, x.w, cin, (ih, iw), ow, oy0, p.stride, upsample);
-                    // SAFETY: dst is npix x cout row-major, col npix x k row-major, w k x cout row-major;
-                    // all slices are exactly that long and do not overlap.
-                    unsafe {
-                        gemm::gemm(
-                            npix,
-                            cout,
-                            k,
-                            dst.as_mut_ptr(),
-                            1,
-                            cout as isize,
-                            false,
-                            col.as_ptr(),
-                            1,
-                            k as isize,
-                            p.w.as_ptr(),
-                            1,
-                            cout as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
-                    }
+                    // SAFETY: dst is npix x cout, col npix x k, w k x cout, all row-major, exactly
+                    // that long and disjoint.
+                    unsafe { gemm_st(npix, cout, k, dst.as_mut_ptr(), cout, col.as_ptr(), k, 1, p.w.as_ptr(), cout, 1, 1.0) };
                     });
                     let res = residual.map(|r| {
                         &r.data[b * img_out + oy0 * ow * cout
@@ -245,9 +223,57 @@ simd_fn! {
     }
 }
 
+/// dst = scale x lhs rhs for an m x k `lhs` and a k x n `rhs` given by row and column strides
+/// (in elements), into a row-major `dst` with row stride `dst_rs`; one thread (callers split the
+/// work into tiles). The `gemm` crate is what candle uses on the CPU.
+///
+/// # Safety
+/// Every element the strides address must lie in the allocation behind its pointer, and `dst`
+/// must not overlap `lhs` or `rhs`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_st(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: usize,
+    lhs: *const f32,
+    lhs_rs: usize,
+    lhs_cs: usize,
+    rhs: *const f32,
+    rhs_rs: usize,
+    rhs_cs: usize,
+    scale: f32,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            dst_rs as isize,
+            false,
+            lhs,
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs,
+            rhs_cs as isize,
+            rhs_rs as isize,
+            0.0,
+            scale,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
 simd_fn! {
     /// bias (+ residual), then ReLU, on `cout`-wide output pixels.
-    fn epilogue(dst: &mut [f32], cout: usize, bias: Option<&[f32]>, res: Option<&[f32]>, relu: bool) {
+    pub(crate) fn epilogue(dst: &mut [f32], cout: usize, bias: Option<&[f32]>, res: Option<&[f32]>, relu: bool) {
         for (q, px) in dst.chunks_exact_mut(cout).enumerate() {
             if let Some(bias) = bias {
                 px.iter_mut().zip(bias).for_each(|(v, b)| *v += b);

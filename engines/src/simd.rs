@@ -4,9 +4,9 @@
 /// cached by std), else for the baseline x86-64. Same code and operation order (reductions use
 /// explicit 8-lane partial sums, multiplies and adds are never fused), so both give identical bits.
 macro_rules! simd_fn {
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? $body:block) => {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? $body:block) => {
         $(#[$m])*
-        fn $name($($a: $t),*) $(-> $r)? {
+        $vis fn $name($($a: $t),*) $(-> $r)? {
             #[inline(always)]
             #[allow(clippy::too_many_arguments)]
             fn imp($($a: $t),*) $(-> $r)? $body

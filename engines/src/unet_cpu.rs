@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
-use crate::cpu_conv::{self, Nhwc, PackedConv};
+use crate::cpu_conv::{self, epilogue, gemm_st, Nhwc, PackedConv};
 use crate::simd::simd_fn;
 use crate::unet::AUDIO_DIM;
 
@@ -78,30 +78,8 @@ impl Linear {
         let rows = x.len() / self.din;
         debug_assert_eq!(dst.len(), rows * self.dout);
         // SAFETY: dst is rows x dout, x rows x din, wt din x dout, all row-major and disjoint.
-        unsafe {
-            gemm::gemm(
-                rows,
-                self.dout,
-                self.din,
-                dst.as_mut_ptr(),
-                1,
-                self.dout as isize,
-                false,
-                x.as_ptr(),
-                1,
-                self.din as isize,
-                self.wt.as_ptr(),
-                1,
-                self.dout as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
-        epilogue(dst, self.dout, self.bias.as_deref(), residual);
+        unsafe { gemm_st(rows, self.dout, self.din, dst.as_mut_ptr(), self.dout, x.as_ptr(), self.din, 1, self.wt.as_ptr(), self.dout, 1, 1.0) };
+        epilogue(dst, self.dout, self.bias.as_deref(), residual, false);
     }
 
     /// As [`Linear::apply`] over all rows, in parallel chunks.
@@ -123,15 +101,6 @@ impl Linear {
 /// Rows per parallel task in token-wise layers.
 const ROWS: usize = 128;
 
-fn epilogue(dst: &mut [f32], width: usize, bias: Option<&[f32]>, residual: Option<&[f32]>) {
-    if let Some(b) = bias {
-        dst.chunks_mut(width)
-            .for_each(|row| row.iter_mut().zip(b).for_each(|(v, b)| *v += b));
-    }
-    if let Some(r) = residual {
-        dst.iter_mut().zip(r).for_each(|(v, r)| *v += r);
-    }
-}
 
 /// e^x without libm, branch-free so that the loops below vectorize: libm's scalar expf/tanhf took
 /// a fifth of the UNet's time. Cephes' range reduction and degree-6 polynomial (relative error
@@ -389,52 +358,13 @@ impl Attention {
                     // SAFETY: s is rows x kv_tokens; q/k/v rows have stride `inner` and head h
                     // occupies columns h*d..(h+1)*d, all within the slices; dst is rows x inner.
                     unsafe {
-                        gemm::gemm(
-                            rows,
-                            kv_tokens,
-                            d,
-                            s.as_mut_ptr(),
-                            1,
-                            kv_tokens as isize,
-                            false,
-                            qb.as_ptr().add(h * d),
-                            1,
-                            inner as isize,
-                            kb.as_ptr().add(h * d),
-                            inner as isize,
-                            1,
-                            0.0,
-                            scale,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
-                    }
+                        gemm_st(rows, kv_tokens, d, s.as_mut_ptr(), kv_tokens, qb.as_ptr().add(h * d), inner, 1, kb.as_ptr().add(h * d), 1, inner, scale)
+                    };
                     softmax_rows(s, kv_tokens);
+                    // SAFETY: as above; s is rows x kv_tokens, v rows have stride `inner`.
                     unsafe {
-                        gemm::gemm(
-                            rows,
-                            d,
-                            kv_tokens,
-                            dst.as_mut_ptr().add(h * d),
-                            1,
-                            inner as isize,
-                            false,
-                            s.as_ptr(),
-                            1,
-                            kv_tokens as isize,
-                            vb.as_ptr().add(h * d),
-                            1,
-                            inner as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
-                    }
+                        gemm_st(rows, d, kv_tokens, dst.as_mut_ptr().add(h * d), inner, s.as_ptr(), kv_tokens, 1, vb.as_ptr().add(h * d), inner, 1, 1.0)
+                    };
                 }
             });
         });
@@ -785,6 +715,10 @@ mod tests {
     use candle_nn::VarBuilder;
     use candle_transformers::models::stable_diffusion::unet_2d::UNet2DConditionModel;
 
+    fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+    }
+
     /// Deterministic inputs in a typical latent/feature range.
     fn inputs(batch: usize) -> (Vec<f32>, Vec<f32>) {
         let mut s = 0x9e37_79b9_u32;
@@ -831,11 +765,7 @@ mod tests {
         let got = fast.forward(&lat, batch, (LATENT_HW, LATENT_HW), &ctx);
         assert_eq!(got.len(), want.len());
         let scale = want.iter().map(|v| v.abs()).fold(0f32, f32::max);
-        let err = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let err = max_abs_diff(&got, &want);
         assert!(
             scale > 0.1,
             "reference output is degenerate (max |y| = {scale})"
@@ -851,11 +781,7 @@ mod tests {
             (LATENT_HW, LATENT_HW),
             &ctx[..ctx.len() / 2],
         );
-        let err1 = one
-            .iter()
-            .zip(&got)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let err1 = max_abs_diff(&one, &got);
         assert!(
             err1 <= 1e-5 * scale,
             "batch 1 vs batch 2 rows differ by {err1}"
@@ -927,7 +853,7 @@ mod tests {
         let want = reference.forward(&x, 0.0, &c).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let got = fast.forward(&lat, 1, (LATENT_HW, LATENT_HW), &ctx);
         let scale = want.iter().map(|v| v.abs()).fold(0f32, f32::max);
-        let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let err = max_abs_diff(&got, &want);
         assert!(scale > 0.1 && err <= 1e-4 * scale, "full profile: max |fast - candle| = {err} at output scale {scale}");
     }
 }
