@@ -3,16 +3,8 @@
 use std::path::Path;
 use std::process::Command;
 
-fn run(bin: &str, args: &[&str]) -> std::process::Output {
-    let out = Command::new(bin).args(args).output().expect("binary starts");
-    assert!(
-        out.status.success(),
-        "{bin} {args:?} failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+mod common;
+use common::run;
 
 fn data_lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect()

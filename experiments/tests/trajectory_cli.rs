@@ -5,16 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-fn run(bin: &str, args: &[&str]) -> std::process::Output {
-    let out = Command::new(bin).args(args).env_remove("CADENCE_MODELS").output().expect("binary starts");
-    assert!(
-        out.status.success(),
-        "{bin} {args:?} failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+mod common;
+use common::run;
 
 fn fails_with(bin: &str, args: &[&str], message: &str) {
     let out = Command::new(bin).args(args).output().expect("binary starts");

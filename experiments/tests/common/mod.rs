@@ -1,0 +1,16 @@
+//! Shared by the experiment binaries' end-to-end tests.
+
+use std::process::Command;
+
+/// Runs an experiment binary (without `$CADENCE_MODELS`, so engines use synthetic weights) and
+/// fails the test with its output when it does not succeed.
+pub fn run(bin: &str, args: &[&str]) -> std::process::Output {
+    let out = Command::new(bin).args(args).env_remove("CADENCE_MODELS").output().expect("binary starts");
+    assert!(
+        out.status.success(),
+        "{bin} {args:?} failed:\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
