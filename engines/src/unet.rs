@@ -179,11 +179,16 @@ fn unet_flops(table: &ParamTable) -> f64 {
 /// MuseTalk UNet engine.
 pub struct MuseTalkUnet {
     info: EngineInfo,
-    unet: UNet2DConditionModel,
-    /// CPU fast path (None on other devices, which use the candle model).
-    fast: Option<UnetCpu>,
+    forward: Forward,
     pe: Tensor,
     device: Device,
+}
+
+/// What runs the network: cadence's CPU path on the CPU (the candle model is built once to check
+/// the weights, then dropped, so the weights are held once), candle elsewhere.
+enum Forward {
+    Cpu(UnetCpu),
+    Candle(UNet2DConditionModel),
 }
 
 impl MuseTalkUnet {
@@ -197,6 +202,11 @@ impl MuseTalkUnet {
         };
         let unet =
             weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
+        let runtime = if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle };
+        let forward = match fast {
+            Some(f) => Forward::Cpu(f),
+            None => Forward::Candle(unet),
+        };
         let pe = Tensor::from_vec(
             positional_encoding(AUDIO_TOKENS, AUDIO_DIM),
             (1, AUDIO_TOKENS, AUDIO_DIM),
@@ -209,22 +219,12 @@ impl MuseTalkUnet {
                 weights: weights.label(),
                 num_params: table.num_params(),
                 flops_per_frame: unet_flops(&table),
-                runtime: if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle },
+                runtime,
             },
-            unet,
-            fast,
+            forward,
             pe,
             device: device.clone(),
         })
-    }
-
-    /// The candle model's forward, on any device (the reference the CPU fast path is tested
-    /// against). Same inputs as [`KeyframeModel::predict`].
-    pub fn predict_candle(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
-        self.check(latents, audio)?;
-        let x = latents.to_tensor(&self.device)?;
-        let a = audio.to_tensor(&self.device)?.broadcast_add(&self.pe)?;
-        Batch::from_tensor(&self.unet.forward(&x, 0.0, &a)?)
     }
 
     fn check(&self, latents: &Batch, audio: &Batch) -> Result<()> {
@@ -251,10 +251,15 @@ impl Engine for MuseTalkUnet {
 
 impl KeyframeModel for MuseTalkUnet {
     fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
-        let Some(fast) = &self.fast else {
-            return self.predict_candle(latents, audio);
-        };
         self.check(latents, audio)?;
+        let fast = match &self.forward {
+            Forward::Cpu(f) => f,
+            Forward::Candle(unet) => {
+                let x = latents.to_tensor(&self.device)?;
+                let a = audio.to_tensor(&self.device)?.broadcast_add(&self.pe)?;
+                return Batch::from_tensor(&unet.forward(&x, 0.0, &a)?);
+            }
+        };
         let b = latents.batch_size();
         let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
         let mut context = audio.data.clone();
