@@ -3,6 +3,7 @@
 //! face box are recomputed (bilinear resize of the crop, feathered blend, BT.709/601).
 
 use crate::elem::{ColorMatrix, RgbLayout, RgbRange};
+use crate::cpu::multiversion;
 use crate::Backend;
 use anyhow::{ensure, Result};
 use cadence_kernels::color;
@@ -171,46 +172,25 @@ struct BoxRow<'a> {
     bg: [&'a [f32]; 3],
 }
 
-/// One crop row to the 8-bit scale and resampled to the box width ([`lerp_tap`] per box column),
-/// compiled for the instruction set [`crate::cpu::isa`] returns.
-fn resample_row(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
-    #[inline(always)]
-    fn body(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
-        row8.clear();
-        row8.extend(src.iter().map(|&v| color::to_8bit(v, range)));
-        for (d, t) in dst.iter_mut().zip(taps) {
-            *d = lerp_tap(row8[t.i0 as usize], row8[t.i1 as usize], t.f);
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx,fma,f16c")]
-        fn avx(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
-            body(src, taps, range, row8, dst)
-        }
-        if crate::cpu::isa() == crate::cpu::Isa::Avx {
-            // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
-            return unsafe { avx(src, taps, range, row8, dst) };
-        }
-    }
-    body(src, taps, range, row8, dst)
+multiversion! {
+    /// One crop row to the 8-bit scale and resampled to the box width ([`lerp_tap`] per box
+    /// column), compiled for the instruction set [`crate::cpu::isa`] returns.
+    fn resample_row(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) => resample_row_body
 }
 
-/// Two box rows (one row of 2x2 blocks) to NV12, compiled for the instruction set
-/// [`crate::cpu::isa`] returns (the same code, so the same bytes).
-fn block_row(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx,fma,f16c")]
-        fn avx(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) {
-            block_row_body(rows, coeffs, y0, y1, uv)
-        }
-        if crate::cpu::isa() == crate::cpu::Isa::Avx {
-            // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
-            return unsafe { avx(rows, coeffs, y0, y1, uv) };
-        }
+#[inline(always)]
+fn resample_row_body(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
+    row8.clear();
+    row8.extend(src.iter().map(|&v| color::to_8bit(v, range)));
+    for (d, t) in dst.iter_mut().zip(taps) {
+        *d = lerp_tap(row8[t.i0 as usize], row8[t.i1 as usize], t.f);
     }
-    block_row_body(rows, coeffs, y0, y1, uv)
+}
+
+multiversion! {
+    /// Two box rows (one row of 2x2 blocks) to NV12, compiled for the instruction set
+    /// [`crate::cpu::isa`] returns (the same code, so the same bytes).
+    fn block_row(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) => block_row_body
 }
 
 #[inline(always)]

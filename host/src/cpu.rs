@@ -95,7 +95,8 @@ pub fn set_isa(choice: Option<Isa>) -> anyhow::Result<()> {
 }
 
 /// `pub fn $name` runs `$body` compiled for the instruction set [`isa`] returns. The bodies are
-/// `#[inline(always)]`, so each is compiled once per version, loops included.
+/// `#[inline(always)]`, so each is compiled once per version, loops included. Generic over the
+/// storage type (`fn name<T: Elem>(..)`) or not.
 macro_rules! multiversion {
     ($(#[$m:meta])* $vis:vis fn $name:ident<T: Elem>($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? => $body:ident) => {
         $(#[$m])*
@@ -108,7 +109,7 @@ macro_rules! multiversion {
                 fn avx<T: Elem>($($a: $t),*) $(-> $r)? {
                     $body::<T>($($a),*)
                 }
-                if isa() == Isa::Avx {
+                if $crate::cpu::isa() == $crate::cpu::Isa::Avx {
                     // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
                     return unsafe { avx::<T>($($a),*) };
                 }
@@ -116,7 +117,27 @@ macro_rules! multiversion {
             $body::<T>($($a),*)
         }
     };
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? => $body:ident) => {
+        $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name($($a: $t),*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx,fma,f16c")]
+                #[allow(clippy::too_many_arguments)]
+                fn avx($($a: $t),*) $(-> $r)? {
+                    $body($($a),*)
+                }
+                if $crate::cpu::isa() == $crate::cpu::Isa::Avx {
+                    // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
+                    return unsafe { avx($($a),*) };
+                }
+            }
+            $body($($a),*)
+        }
+    };
 }
+pub(crate) use multiversion;
 
 // ---------------------------------------------------------------------------------------------
 // Building blocks (always inlined into the versions above)
@@ -588,7 +609,7 @@ pub fn rgb_to_nv12<T: Elem>(rgb: &[T], layout: RgbLayout, matrix: ColorMatrix, r
 
 /// Writes one converted 2x2 block: two luma rows and the interleaved U,V row, at column `x`.
 #[inline(always)]
-pub(crate) fn store_block(blk: &cadence_kernels::color::Block2x2, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8], x: usize) {
+fn store_block(blk: &cadence_kernels::color::Block2x2, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8], x: usize) {
     y0[x] = blk.y.0;
     y0[x + 1] = blk.y.1;
     y1[x] = blk.y.2;
