@@ -49,9 +49,7 @@ impl DeviceRequest {
             },
         }
     }
-}
 
-impl DeviceRequest {
     /// [`DeviceRequest::parse`] for a command-line parser (clap's `value_parser`): the message
     /// without the error kind's prefix.
     pub fn parse_arg(s: &str) -> std::result::Result<DeviceRequest, String> {
