@@ -837,7 +837,7 @@ mod tests {
     }
 
     /// The published size (860M parameters, 8 heads of 40..160 channels, 10-channel groups):
-    /// ~7 GB and a minute on 2 cores, so not in the default run (`cargo test -- --ignored`).
+    /// 6.7 GB peak and about a minute on 2 cores (measured), so not in the default run (`cargo test -- --ignored`).
     #[test]
     #[ignore]
     fn fast_path_matches_candle_full_profile() {
