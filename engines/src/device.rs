@@ -13,6 +13,9 @@ use crate::{Device, EngineError, Result};
 use std::fmt;
 use std::str::FromStr;
 
+/// The `--help` text of every `--device` flag (the cadence CLI and the experiments).
+pub const DEVICE_HELP: &str = "Device of the neural engines: auto (CUDA device 0 when this binary was built with the `engines-cuda` feature and a GPU opens, else the CPU), cpu, cuda or cuda:N (needs a build with `engines-cuda`: scripts/build_cuda.sh)";
+
 /// Whether this build has candle's CUDA backend (this crate's `cuda` feature).
 pub const CUDA_COMPILED: bool = cfg!(feature = "cuda");
 

@@ -32,10 +32,7 @@ pub struct SessionArgs {
     /// Engine size: cpu-reduced (default on CPU) or full (default on CUDA).
     #[arg(long)]
     pub profile: Option<String>,
-    /// Device of the neural engines: auto (CUDA device 0 when built with the `engines-cuda`
-    /// feature and a GPU opens, else the CPU), cpu, cuda or cuda:N (needs a build with
-    /// `engines-cuda`: scripts/build_cuda.sh).
-    #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg)]
+    #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = cadence_engines::device::DEVICE_HELP)]
     pub device: DeviceRequest,
     #[arg(long, value_enum, default_value = "taesd")]
     pub decoder: DecoderKind,

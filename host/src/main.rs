@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use cadence::npy::{self, Array};
 use cadence::{ptx, Backend, BackendChoice, Elem, KeyframeSchedule, Method};
+use cadence_engines::device::DEVICE_HELP;
 use cadence_engines::DeviceRequest;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -193,9 +194,6 @@ struct RenderArgs {
     #[arg(long)]
     json: bool,
 }
-
-/// --help of every `--device` flag (the neural engines' candle device).
-const DEVICE_HELP: &str = "Device of the neural engines: auto (CUDA device 0 when this binary was built with the `engines-cuda` feature and a GPU opens, else the CPU), cpu, cuda or cuda:N (needs a build with `engines-cuda`: scripts/build_cuda.sh)";
 
 fn parse_face_box(s: &str) -> std::result::Result<cadence::composite::FaceBox, String> {
     let v: Vec<usize> = s.split(',').map(|p| p.trim().parse::<usize>()).collect::<std::result::Result<_, _>>().map_err(|_| format!("'{s}': expected x,y,w,h"))?;
