@@ -4,11 +4,16 @@
 # wheels, installed into a venv (.venv-cuda). Idempotent; every step says what it does and the
 # script stops at the first failure.
 #
-# usage: scripts/build_cuda.sh [--check] [--engines-only]
+# usage: scripts/build_cuda.sh [--check] [--engines-only | --experiments | --test-resident]
 #   --check         `cargo check` instead of `cargo build` (still runs candle-kernels' build
 #                   script, i.e. all of the nvcc work; skips codegen and the final link)
 #   --engines-only  build `-p cadence-engines --features cuda` (a library) instead of the
 #                   `cadence` binary with `--features engines-cuda`
+#   --experiments   build the experiments' binaries (stride_table, ...) with `--features
+#                   engines-cuda` instead of the `cadence` binary (the same target dir reuses candle's kernels)
+#   --test-resident build and RUN host/tests/resident.rs with `engines-cuda` (needs a GPU machine
+#                   with its driver and Rust): the render loop with the engines on CUDA and the
+#                   frames kept on the GPU, against the frame-by-frame reference
 # environment:
 #   CUDA_COMPUTE_CAP  target GPU (default 90 = H100/H200; candle's build turns 90 into sm_90a)
 #   CARGO_TARGET_DIR  cargo's target dir (default: target)
@@ -31,6 +36,8 @@ for arg in "$@"; do
     case "$arg" in
         --check) mode=check ;;
         --engines-only) pkg_args=(-p cadence-engines --features cuda) ;;
+        --experiments) pkg_args=(-p experiments --features engines-cuda) ;;
+        --test-resident) mode=test; pkg_args=(-p cadence --features engines-cuda --test resident) ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "build_cuda.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
     esac
@@ -144,6 +151,8 @@ echo "probe: $(grep -m1 '^\.version' "$probe/probe.ptx"), $(grep -m1 '^\.target'
 
 step "cargo $mode --release ${pkg_args[*]} (CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP, target dir $CARGO_TARGET_DIR)"
 start=$(date +%s)
+# A test run loads the wheels' CUDA libraries (candle links them) next to the driver's libcuda.
+[ "$mode" = test ] && export LD_LIBRARY_PATH="$cu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo "$mode" --release "${pkg_args[@]}" || die "cargo $mode failed"
 echo "cargo $mode: $(( $(date +%s) - start )) s"
 
@@ -163,12 +172,14 @@ if [ "$mode" = build ]; then
         readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(lib\(cuda\|cublas\|curand\|nvrtc\)[^]]*\)\]/  \1/p'
         echo
         echo "binary: $bin"
+    elif [ "${pkg_args[1]}" = experiments ]; then
+        echo "built: the experiments' binaries (stride_table, ...) with candle's CUDA backend under $CARGO_TARGET_DIR/release"
     else
         echo "built: cadence-engines (library) with candle's CUDA backend under $CARGO_TARGET_DIR/release"
     fi
     echo "to run it on a GPU machine (driver >= 580, i.e. CUDA 13.0), with the driver's libcuda.so.1 and"
     echo "the wheels' libcudart.so.13, libcublas.so.13, libcublasLt.so.13, libcurand.so.10 (about 0.73 GB):"
     echo "  LD_LIBRARY_PATH=$libpath"
-else
+elif [ "$mode" = check ]; then
     echo "cargo check with --features cuda passed"
 fi

@@ -54,7 +54,7 @@ impl Nhwc {
     }
 }
 
-/// A 3x3 convolution (padding 1) with weights packed as [(ky*3+kx)*cin + ci][cout].
+/// A 3x3 convolution (padding 1) with weights packed as `[(ky*3+kx)*cin + ci][cout]`.
 #[derive(Debug, Clone)]
 pub struct PackedConv {
     pub cin: usize,

@@ -1,13 +1,15 @@
 //! # cadence-engines
 //!
 //! The neural networks whose cost cadence's keyframe strides save, behind small traits that work
-//! on plain host buffers ([`Batch`]), so callers need no candle types.
+//! on plain host buffers ([`Batch`]), so callers need no candle types. Device-resident callers
+//! use the tensor entry points ([`KeyframeModel::predict_tensor`],
+//! [`LatentDecoder::decode_tensor`]): candle engines on a GPU keep the data there.
 //!
 //! | engine | type | trait | input -> output |
 //! |---|---|---|---|
 //! | MuseTalk UNet (diffusers `UNet2DConditionModel`, candle-transformers) | [`MuseTalkUnet`] | [`KeyframeModel`] | (B,8,32,32) + audio (B,50,384) -> (B,4,32,32) |
-//! | TAESD decoder (hand-written, not in candle) | [`Taesd`] | [`LatentDecoder`] | (B,4,h,w) -> (B,3,8h,8w), about [0,1] |
-//! | TAESD encoder | [`Taesd`] | [`ImageEncoder`] | (B,3,H,W) in [0,1] -> (B,4,H/8,W/8) |
+//! | TAESD decoder (hand-written, not in candle) | [`Taesd`] | [`LatentDecoder`] | (B,4,h,w) -> (B,3,8h,8w), about `[0,1]` |
+//! | TAESD encoder | [`Taesd`] | [`ImageEncoder`] | (B,3,H,W) in `[0,1]` -> (B,4,H/8,W/8) |
 //! | SD VAE decoder (sd-vae-ft-mse, candle-transformers `AutoEncoderKL`) | [`SdVae`] | [`LatentDecoder`] | latents / 0.18215 decoded, [-1,1] |
 //! | SD VAE encoder | [`SdVae`] | [`ImageEncoder`] | (B,3,H,W) in [-1,1] -> posterior mean x 0.18215 |
 //! | whisper-tiny encoder + MuseTalk windows | [`WhisperAudio`] | [`AudioEncoder`] | 16 kHz mono -> (frames, 50, 384) |
@@ -30,7 +32,7 @@
 //! Constructors take a [`Device`] (re-exported from candle): `Device::Cpu` by default; with the
 //! `cuda` feature, `Device::new_cuda(0)`. [`engine_device`] maps a user's `auto|cpu|cuda[:N]`
 //! ([`DeviceRequest`]) to one (module [`device`]). The `tensorrt` feature adds
-//! [`trt::TensorRtUnet`] and [`trt::TensorRtDecoder`] which run serialized TensorRT engines behind
+//! `trt::TensorRtUnet` and `trt::TensorRtDecoder` which run serialized TensorRT engines behind
 //! the same traits.
 //!
 //! ## Benchmarks
@@ -53,7 +55,7 @@ pub mod unet_cpu;
 pub mod weights;
 pub mod whisper;
 
-pub use candle_core::Device;
+pub use candle_core::{Device, Tensor};
 pub use device::{engine_device, select_device, DeviceRequest, EngineDevice};
 pub use error::{EngineError, Result};
 pub use sd_vae::SdVae;
@@ -61,19 +63,18 @@ pub use taesd::Taesd;
 pub use unet::MuseTalkUnet;
 pub use whisper::WhisperAudio;
 
-use candle_core::Tensor;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Architecture size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Profile {
-    /// Exact published sizes (TAESD 64 channels, UNet [320,640,1280,1280], VAE [128,256,512,512],
+    /// Exact published sizes (TAESD 64 channels, UNet `[320,640,1280,1280]`, VAE `[128,256,512,512]`,
     /// whisper-tiny d=384). Real weights need this profile.
     Full,
     /// Reduced widths, same layers and keys, for CPU runs: TAESD 16 channels (1/16 of the FLOPs),
-    /// UNet [32,64,128,128] with 1 attention head (candle's 32-group norms need multiples of 32),
-    /// SD VAE [32,64,128,128], whisper-tiny unchanged (25.6 s of audio encode in about 1.4 s).
+    /// UNet `[32,64,128,128]` with 1 attention head (candle's 32-group norms need multiples of 32),
+    /// SD VAE `[32,64,128,128]`, whisper-tiny unchanged (25.6 s of audio encode in about 1.4 s).
     ///
     /// Measured on the 2-vCPU AMD EPYC (AVX2/FMA) development machine, f32, release build, with
     /// another workspace build running (candle 2048^3 matmul 44-52 GFLOP/s in the same runs;
@@ -251,7 +252,12 @@ impl Batch {
             device,
         )?)
     }
-    pub(crate) fn from_tensor(t: &Tensor) -> Result<Batch> {
+    /// As `to_tensor` without copying the data on the CPU (the vector is moved).
+    pub fn into_tensor(self, device: &Device) -> Result<Tensor> {
+        Ok(Tensor::from_vec(self.data, self.shape, device)?)
+    }
+    /// A tensor's values as f32 on the host (copied from the device if needed).
+    pub fn from_tensor(t: &Tensor) -> Result<Batch> {
         let shape = t.dims().to_vec();
         let data = t
             .to_dtype(candle_core::DType::F32)?
@@ -261,26 +267,44 @@ impl Batch {
     }
     /// Checks rank and the fixed (non-`None`) dimensions.
     pub(crate) fn expect(&self, what: &str, dims: &[Option<usize>]) -> Result<()> {
-        let ok = self.shape.len() == dims.len()
-            && self
-                .shape
-                .iter()
-                .zip(dims)
-                .all(|(s, d)| d.is_none_or(|d| d == *s));
-        if !ok || self.data.len() != self.shape.iter().product::<usize>() {
-            let want: Vec<String> = dims
-                .iter()
-                .map(|d| d.map_or("_".into(), |d| d.to_string()))
-                .collect();
+        if !shape_matches(&self.shape, dims) || self.data.len() != self.shape.iter().product::<usize>() {
             return Err(EngineError::BadInput(format!(
                 "{what}: expected shape ({}), got {:?} with {} values",
-                want.join(","),
+                dims_text(dims),
                 self.shape,
                 self.data.len()
             )));
         }
         Ok(())
     }
+}
+
+fn shape_matches(shape: &[usize], dims: &[Option<usize>]) -> bool {
+    shape.len() == dims.len() && shape.iter().zip(dims).all(|(s, d)| d.is_none_or(|d| d == *s))
+}
+
+fn dims_text(dims: &[Option<usize>]) -> String {
+    let want: Vec<String> = dims.iter().map(|d| d.map_or("_".into(), |d| d.to_string())).collect();
+    want.join(",")
+}
+
+/// [`Batch::expect`] for a tensor an engine runs directly: f32, on the engine's `device`, with
+/// the given rank and fixed dimensions.
+pub(crate) fn expect_tensor(what: &str, t: &Tensor, dims: &[Option<usize>], device: &Device) -> Result<()> {
+    if t.dtype() != candle_core::DType::F32 {
+        return Err(EngineError::BadInput(format!("{what}: expected f32, got {:?}", t.dtype())));
+    }
+    if !t.device().same_device(device) {
+        return Err(EngineError::BadInput(format!(
+            "{what}: the tensor is on {:?}, the engine on {:?}",
+            t.device().location(),
+            device.location()
+        )));
+    }
+    if !shape_matches(t.dims(), dims) {
+        return Err(EngineError::BadInput(format!("{what}: expected shape ({}), got {:?}", dims_text(dims), t.dims())));
+    }
+    Ok(())
 }
 
 /// What every engine reports.
@@ -355,12 +379,24 @@ pub trait KeyframeModel: Engine {
     /// sinusoidal PE, d=384, as MuseTalk does right before its UNet call). Returns (B, 4, 32, 32),
     /// the UNet's raw output at timestep 0.
     fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch>;
+    /// [`Self::predict`] on f32 tensors, returning a tensor on the device of `latents`. Engines
+    /// that run candle on a GPU keep the data there (a device-resident render never copies the
+    /// latents to the host); the default goes through host buffers.
+    fn predict_tensor(&self, latents: &Tensor, audio: &Tensor) -> Result<Tensor> {
+        let out = self.predict(&Batch::from_tensor(latents)?, &Batch::from_tensor(audio)?)?;
+        out.into_tensor(latents.device())
+    }
 }
 
 /// A latent -> RGB decoder.
 pub trait LatentDecoder: Engine {
     /// (B, 4, h, w) -> (B, 3, 8h, 8w), exactly as the network computes it (no clamping).
     fn decode(&self, latents: &Batch) -> Result<Batch>;
+    /// [`Self::decode`] on an f32 tensor, returning a tensor on its device (see
+    /// [`KeyframeModel::predict_tensor`]).
+    fn decode_tensor(&self, latents: &Tensor) -> Result<Tensor> {
+        self.decode(&Batch::from_tensor(latents)?)?.into_tensor(latents.device())
+    }
     /// Nominal range of the output: (0, 1) for TAESD, (-1, 1) for the SD VAE.
     fn output_range(&self) -> (f32, f32);
 }

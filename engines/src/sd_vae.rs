@@ -233,8 +233,15 @@ impl LatentDecoder for SdVae {
             ));
         }
         latents.expect("SD VAE decoder input", &[None, Some(4), None, None])?;
-        let x = (latents.to_tensor(&self.device)? / SCALING_FACTOR)?;
-        Batch::from_tensor(&self.vae.decode(&x)?)
+        Batch::from_tensor(&self.decode_tensor(&latents.to_tensor(&self.device)?)?)
+    }
+    /// Candle on the engine's device: on a GPU the tensors never leave it.
+    fn decode_tensor(&self, latents: &Tensor) -> Result<Tensor> {
+        if self.info.model != ModelKind::SdVaeDecoder {
+            return Err(EngineError::BadInput("this SD VAE engine is an encoder; use encode()".into()));
+        }
+        crate::expect_tensor("SD VAE decoder input", latents, &[None, Some(4), None, None], &self.device)?;
+        Ok(self.vae.decode(&(latents / SCALING_FACTOR)?)?)
     }
     fn output_range(&self) -> (f32, f32) {
         (-1.0, 1.0)

@@ -339,7 +339,7 @@ impl Taesd {
     pub fn decoder(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
         Self::new(ModelKind::TaesdDecoder, profile, weights, device)
     }
-    /// TAESD encoder: (B,3,H,W) in [0,1] -> (B,4,H/8,W/8).
+    /// TAESD encoder: (B,3,H,W) in `[0,1]` -> (B,4,H/8,W/8).
     pub fn encoder(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
         Self::new(ModelKind::TaesdEncoder, profile, weights, device)
     }
@@ -481,6 +481,17 @@ impl LatentDecoder for Taesd {
         }
         latents.expect("TAESD decoder input", &[None, Some(4), None, None])?;
         self.run(latents)
+    }
+    /// With candle (on a GPU) the tensors never leave the device.
+    fn decode_tensor(&self, latents: &Tensor) -> Result<Tensor> {
+        if self.fast.is_some() {
+            return self.decode(&Batch::from_tensor(latents)?)?.into_tensor(latents.device());
+        }
+        if self.info.model != ModelKind::TaesdDecoder {
+            return Err(EngineError::BadInput("this TAESD engine is an encoder; use encode()".into()));
+        }
+        crate::expect_tensor("TAESD decoder input", latents, &[None, Some(4), None, None], &self.device)?;
+        Ok(self.forward(latents)?)
     }
     fn output_range(&self) -> (f32, f32) {
         (0.0, 1.0)

@@ -228,19 +228,15 @@ impl MuseTalkUnet {
     }
 
     fn check(&self, latents: &Batch, audio: &Batch) -> Result<()> {
-        latents.expect(
-            "MuseTalk UNet latents",
-            &[None, Some(8), Some(LATENT_HW), Some(LATENT_HW)],
-        )?;
-        audio.expect(
-            "MuseTalk UNet audio",
-            &[
-                Some(latents.batch_size()),
-                Some(AUDIO_TOKENS),
-                Some(AUDIO_DIM),
-            ],
-        )
+        latents.expect("MuseTalk UNet latents", &LATENTS_DIMS)?;
+        audio.expect("MuseTalk UNet audio", &audio_dims(latents.batch_size()))
     }
+}
+
+const LATENTS_DIMS: [Option<usize>; 4] = [None, Some(8), Some(LATENT_HW), Some(LATENT_HW)];
+
+fn audio_dims(batch: usize) -> [Option<usize>; 3] {
+    [Some(batch), Some(AUDIO_TOKENS), Some(AUDIO_DIM)]
 }
 
 impl Engine for MuseTalkUnet {
@@ -266,6 +262,21 @@ impl KeyframeModel for MuseTalkUnet {
         context.chunks_mut(pe.len()).for_each(|w| w.iter_mut().zip(&pe).for_each(|(a, p)| *a += p));
         let out = fast.forward(&latents.data, b, (LATENT_HW, LATENT_HW), &context);
         Batch::new(vec![b, 4, LATENT_HW, LATENT_HW], out)
+    }
+
+    /// With candle (on a GPU) the tensors never leave the device.
+    fn predict_tensor(&self, latents: &Tensor, audio: &Tensor) -> Result<Tensor> {
+        match &self.forward {
+            Forward::Candle(unet) => {
+                crate::expect_tensor("MuseTalk UNet latents", latents, &LATENTS_DIMS, &self.device)?;
+                crate::expect_tensor("MuseTalk UNet audio", audio, &audio_dims(latents.dim(0)?), &self.device)?;
+                Ok(unet.forward(latents, 0.0, &audio.broadcast_add(&self.pe)?)?)
+            }
+            Forward::Cpu(_) => {
+                let out = self.predict(&Batch::from_tensor(latents)?, &Batch::from_tensor(audio)?)?;
+                out.into_tensor(latents.device())
+            }
+        }
     }
 }
 

@@ -45,7 +45,7 @@ pub const N_HEADS: usize = 6;
 pub const N_LAYERS: usize = 4;
 /// Hidden states per step (embedding output + each layer).
 pub const N_HIDDEN: usize = N_LAYERS + 1;
-/// 50 Hz steps per window on each side of the centre (MuseTalk audio_feat_length [2,2]).
+/// 50 Hz steps per window on each side of the centre (MuseTalk `audio_feat_length [2,2]`).
 pub const STEPS_LEFT: usize = 4;
 pub const STEPS_RIGHT: usize = 6;
 

@@ -200,7 +200,7 @@ pub fn time_expand<T: Elem>(backend: &Backend, frames: usize, stride: usize, dim
             let dk = c.upload(&keys)?;
             let di = c.upload(s.keyframes())?;
             let mut out = c.alloc::<T>(frames * dim)?;
-            cuda_times(c, r, || c.expand_on_device(&dk, &di, s.count(), &mut out, frames, dim, method))?
+            cuda_times(c, r, || c.expand_on_device(&dk.as_view(), &di, s.count(), &mut out, frames, dim, method))?
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })
@@ -309,7 +309,7 @@ pub fn time_composite(backend: &Backend, width: usize, height: usize, box_side: 
             let dc = comp.device().ok_or_else(|| anyhow::anyhow!("the CUDA compositor was not built"))?;
             let d_rgb = c.upload(&rgb)?;
             let mut d_frame = c.upload(&frame)?;
-            cuda_times(c, r, || dc.compose_on_device(&d_rgb, crop, crop, RgbRange::Unit, &comp, &mut d_frame))?
+            cuda_times(c, r, || dc.compose_on_device(&d_rgb.as_view(), crop, crop, RgbRange::Unit, &comp, &mut d_frame))?
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })

@@ -209,7 +209,7 @@ pub fn sharpness(img: &[f32], shape: ImageShape) -> Result<f64> {
 /// Temporal flicker of a clip.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Flicker {
-    /// Mean |frame[t+1] - frame[t]| over all consecutive pairs and samples, in input units.
+    /// Mean `|frame[t+1] - frame[t]|` over all consecutive pairs and samples, in input units.
     pub mean_abs_diff: f64,
     /// The same on the 8-bit scale (x 255 / peak).
     pub mean_abs_diff_8bit: f64,

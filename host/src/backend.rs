@@ -38,6 +38,20 @@ impl Backend {
         }
     }
 
+    /// The backend of a render whose engines run on `engines`: with candle's CUDA engines and a
+    /// choice other than `cpu`, the CUDA backend is made on candle's stream for that GPU, so the
+    /// kernels work on the engines' tensors in place (see [`crate::resident`]); otherwise
+    /// [`Self::select`].
+    pub fn for_engines(choice: BackendChoice, engines: &cadence_engines::Device) -> Result<Backend> {
+        #[cfg(feature = "engines-cuda")]
+        if let (cadence_engines::Device::Cuda(d), BackendChoice::Auto | BackendChoice::Cuda) = (engines, choice) {
+            let c = CudaBackend::on_stream(d.cuda_stream()).context("CUDA kernels on the engines' GPU")?;
+            return Ok(Backend::Cuda(Box::new(c)));
+        }
+        let _ = engines;
+        Self::select(choice)
+    }
+
     /// Every backend usable here: the CPU always, CUDA when present (used by tests and benches
     /// that run one body per device).
     pub fn all_available() -> Vec<Backend> {

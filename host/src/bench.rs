@@ -227,7 +227,7 @@ pub fn bench_expand<T: Elem>(
             let dk = c.upload(keys)?;
             let di = c.upload(schedule.keyframes())?;
             let mut out = c.alloc::<T>(frames * dim)?;
-            let t = c.time_ms(3, reps, || c.expand_on_device(&dk, &di, schedule.count(), &mut out, frames, dim, method))?;
+            let t = c.time_ms(3, reps, || c.expand_on_device(&dk.as_view(), &di, schedule.count(), &mut out, frames, dim, method))?;
             let half_bytes = (bytes as usize / 2).max(1);
             let src = c.upload(&vec![1u8; half_bytes])?;
             let mut dst = c.alloc::<u8>(half_bytes)?;

@@ -15,7 +15,7 @@
 //!   outputs are bitwise identical whichever runs (tested).
 //! - f16 storage is never converted element by element: with F16C the conversions are fused
 //!   into the loops (`f16_avx`), otherwise each keyframe pair is widened once into per-task
-//!   staging ([`Scratch`]) and output is narrowed in blocks of [`BLOCK`] elements.
+//!   staging ([`Scratch`]) and output is narrowed in blocks of `BLOCK` elements.
 
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
 use crate::schedule::KeyframeSchedule;
@@ -493,7 +493,7 @@ pub fn pair_geometry<T: Elem>(a: &[T], b: &[T]) -> PairGeometry {
     PairGeometry::from_sums(&pair_sums(a, b))
 }
 
-/// out[r] = interp(v0[r], v1[r], alphas[r]) for rows of `dim` elements.
+/// `out[r] = interp(v0[r], v1[r], alphas[r])` for rows of `dim` elements.
 pub fn slerp_pairs<T: Elem>(v0: &[T], v1: &[T], alphas: &[f32], dim: usize, method: Method, out: &mut [T]) {
     assert!(dim > 0 && v0.len() == alphas.len() * dim && v1.len() == v0.len() && out.len() == v0.len());
     out.par_chunks_mut(dim)
@@ -542,7 +542,7 @@ pub fn interval_parts<'a, T>(schedule: &KeyframeSchedule, dim: usize, out: &'a m
     parts
 }
 
-/// Silence easing, in place: frame f becomes SLERP(rest, frame, h(1 - distance[f]/ramp)).
+/// Silence easing, in place: frame f becomes `SLERP(rest, frame, h(1 - distance[f]/ramp))`.
 pub fn ease<T: Elem>(frames: &mut [T], rest: &[T], distance: &[u32], ramp: u32) {
     let dim = rest.len();
     assert!(dim > 0 && frames.len() == distance.len() * dim);

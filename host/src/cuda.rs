@@ -5,7 +5,7 @@ use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
 use crate::ptx::{self, PtxTarget};
 use crate::schedule::KeyframeSchedule;
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use cudarc::driver::{DeviceRepr, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use std::sync::Arc;
 
@@ -46,13 +46,19 @@ impl CudaBackend {
         ensure!(count > 0, "CUDA driver present but it reports no GPU");
         ensure!((ordinal as i32) < count, "GPU {ordinal} requested, the driver reports {count}");
         let ctx = CudaContext::new(ordinal).map_err(|e| anyhow!("cannot create a CUDA context on GPU {ordinal}: {e:?}"))?;
+        Self::on_stream(ctx.default_stream())
+    }
+
+    /// A backend whose kernels run on `stream` (e.g. candle's stream for its CUDA device, so that
+    /// the kernels are ordered with the engines' work and can use candle's tensors in place).
+    pub fn on_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = stream.context().clone();
         let cc = ctx.compute_capability().map_err(|e| anyhow!("{e:?}"))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let target = ptx::for_compute_capability(cc.0, cc.1);
         let module = ctx
             .load_module(Ptx::from_src(target.source))
             .map_err(|e| anyhow!("the driver rejected the embedded {} PTX on {name} (sm_{}{}): {e:?}", target.name, cc.0, cc.1))?;
-        let stream = ctx.default_stream();
         Ok(Self { ctx, stream, module, target, device_name: name, compute_capability: cc })
     }
 
@@ -87,7 +93,7 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     pub fn expand_on_device<T: Elem>(
         &self,
-        keys: &CudaSlice<T>,
+        keys: &CudaView<'_, T>,
         key_idx: &CudaSlice<u32>,
         n_keys: usize,
         out: &mut CudaSlice<T>,
@@ -110,7 +116,7 @@ impl CudaBackend {
         let dk = self.upload(keys)?;
         let di = self.stream.clone_htod(schedule.keyframes()).map_err(|e| anyhow!("{e:?}"))?;
         let mut out = self.alloc::<T>(schedule.n_frames() * dim)?;
-        self.expand_on_device(&dk, &di, schedule.count(), &mut out, schedule.n_frames(), dim, method)?;
+        self.expand_on_device(&dk.as_view(), &di, schedule.count(), &mut out, schedule.n_frames(), dim, method)?;
         self.download(&out).context("reading back the expanded frames")
     }
 
@@ -263,13 +269,13 @@ impl DeviceCompositor {
     pub fn compose(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, c: &crate::composite::Compositor, out: &mut [u8]) -> Result<()> {
         let d_crop = self.stream.clone_htod(crop).map_err(|e| anyhow!("host to device copy failed: {e:?}"))?;
         let mut frame = self.stream.clone_dtod(&self.background_nv12).map_err(|e| anyhow!("device copy failed: {e:?}"))?;
-        self.compose_on_device(&d_crop, cw, ch, range, c, &mut frame)?;
+        self.compose_on_device(&d_crop.as_view(), cw, ch, range, c, &mut frame)?;
         self.stream.memcpy_dtoh(&frame, out).map_err(|e| anyhow!("device to host copy failed: {e:?}"))?;
         self.stream.synchronize().map_err(|e| anyhow!("CUDA error: {e:?}"))
     }
 
     /// One launch over the face box's 2x2 blocks; `frame` must already hold the background.
-    pub fn compose_on_device(&self, crop: &CudaSlice<f32>, cw: usize, ch: usize, range: RgbRange, c: &crate::composite::Compositor, frame: &mut CudaSlice<u8>) -> Result<()> {
+    pub fn compose_on_device(&self, crop: &CudaView<'_, f32>, cw: usize, ch: usize, range: RgbRange, c: &crate::composite::Compositor, frame: &mut CudaSlice<u8>) -> Result<()> {
         ensure!(crop.len() == 3 * cw * ch, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
         ensure!(frame.len() == c.frame_bytes(), "frame buffer has {} bytes, {} expected", frame.len(), c.frame_bytes());
         let f = c.face;

@@ -146,7 +146,7 @@ pub fn run(reps: usize) -> Result<Report> {
     let crop = c.upload(&test_data(3 * 256 * 256, 4))?;
     let mut frame = c.alloc::<u8>(comp.frame_bytes())?;
     let dc = comp.device().expect("built on CUDA");
-    let tc = median(&c.time_ms(3, reps, || dc.compose_on_device(&crop, 256, 256, RgbRange::Unit, &comp, &mut frame))?);
+    let tc = median(&c.time_ms(3, reps, || dc.compose_on_device(&crop.as_view(), 256, 256, RgbRange::Unit, &comp, &mut frame))?);
     println!("composite_nv12_f32 512x512 box in 1080x1920 (256x256 crop): {tc:.4} ms median of {reps}");
     let failed = checks.iter().filter(|c| !c.pass).count();
     let report = Report { device: cuda.describe(), cpu: cpu.describe(), checks, expand, nv12_1080x1920_ms: t, nv12_gbps: gbps };

@@ -11,8 +11,9 @@ pub mod gpucheck;
 pub mod hardware;
 pub mod npy;
 pub mod pipeline;
-pub mod render;
 pub mod ptx;
+pub mod render;
+pub mod resident;
 pub mod schedule;
 
 pub use backend::{Backend, BackendChoice};

@@ -353,7 +353,7 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
     let audio = render::load_audio(&a.audio, a.max_seconds)?;
     let img = render::load_avatar(&a.avatar)?;
     let face = render::face_box(&img, a.face_box)?;
-    let backend = Backend::select(a.backend)?;
+    let backend = Backend::for_engines(a.backend, &device)?;
     let profile = match &a.profile {
         Some(p) => cadence_engines::Profile::parse(p)?,
         None => cadence_engines::Profile::default_for(&device),
@@ -396,6 +396,7 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
         "encoder": result.video.as_ref().map(|v| v.encoder.clone()),
         "mp4_bytes": result.video.as_ref().map(|v| v.bytes),
         "backend": backend.describe(),
+        "frames_kept_in": s.residency,
         "engine_device": engine_device.label(),
         "engines": engines.describe(),
         "profile": engines.profile.to_string(),
@@ -413,13 +414,14 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
             t.neural_ms() + prepared.audio_encoder_ms, prepared.audio_encoder_ms, t.unet_ms, t.decoder_ms, t.expand_ms, t.ease_ms, t.composite_nv12_ms, t.encoder_ms
         );
         eprintln!(
-            "  total {:.2} s: {:.1} frames/s, {:.2}x real time | {} | engines on {}: {} | {} profile | weights {}",
+            "  total {:.2} s: {:.1} frames/s, {:.2}x real time | {} | engines on {}: {} | frames: {} | {} profile | weights {}",
             total_ms / 1e3,
             summary["render_fps"].as_f64().unwrap_or(0.0),
             summary["realtime_factor"].as_f64().unwrap_or(0.0),
             backend.describe(),
             engine_device,
             engines.describe(),
+            s.residency,
             engines.profile,
             engines.weights_summary()
         );

@@ -3,15 +3,20 @@
 //! bypassed -> one-launch SLERP expansion -> Hermite easing toward the rest latent -> decoder
 //! (bypassed frames reuse the decoded rest frame) -> compositing fused with NV12 -> a sink
 //! (the encoder). Every stage is timed.
+//!
+//! Between the stages the frames are candle tensors on the engines' device ([`crate::resident`]):
+//! with candle's CUDA engines they stay on the GPU from the UNet to the encoder's input, on the
+//! CPU they are host memory, and the loop below is the same for both.
 
 use crate::composite::Compositor;
 use crate::elem::{Method, RgbRange};
+use crate::resident::{self, FrameBuffer, Residency};
 use crate::schedule::{speech_distance, KeyframeSchedule};
 use crate::Backend;
 use anyhow::{ensure, Context, Result};
 use cadence_engines::{
     resolve_weights, AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind, MuseTalkUnet, Profile, SdVae,
-    Taesd, WhisperAudio,
+    Taesd, Tensor, WhisperAudio,
 };
 use std::path::Path;
 use std::time::Instant;
@@ -36,6 +41,8 @@ pub struct Engines {
     pub image_encoder: Box<dyn ImageEncoder>,
     pub decoder_kind: DecoderKind,
     pub profile: Profile,
+    /// Where the engines run (and where a render keeps its frames).
+    pub device: Device,
     /// The audio encoder's (1, window, features) for one 40 ms frame of zeros, what the rest
     /// latent is predicted from. Whisper pads every input to its 30 s window, so this costs as
     /// much as encoding a whole clip; it depends only on the engines, so it is part of loading.
@@ -64,7 +71,7 @@ impl Engines {
         };
         let s = audio.encode_audio(&vec![0.0f32; 16000 / 25], 25.0).context("encoding one frame of silence")?;
         let silence_window = Batch::new(vec![1, s.shape[1], s.shape[2]], s.data[..s.shape[1] * s.shape[2]].to_vec())?;
-        Ok(Self { audio, unet, decoder, image_encoder, decoder_kind, profile, silence_window })
+        Ok(Self { audio, unet, decoder, image_encoder, decoder_kind, profile, device: device.clone(), silence_window })
     }
 
     fn all(&self) -> [&dyn Engine; 4] {
@@ -187,6 +194,8 @@ pub struct RenderStats {
     pub keyframes_evaluated: usize,
     pub bypassed_frames: usize,
     pub decoded_frames: usize,
+    /// Where the frames were kept between the stages.
+    pub residency: Residency,
     pub times: StageTimes,
 }
 
@@ -216,7 +225,6 @@ pub fn render(
     ensure!(speech.len() == n && features.shape.first() == Some(&n), "audio features, activity and schedule disagree on the frame count");
     ensure!(opts.batch > 0, "batch size must be at least 1");
     let (win, dim_a) = (features.shape[1], features.shape[2]);
-    let per_window = win * dim_a;
 
     // Silence: distance to speech -> easing weight; weight 0 frames bypass every network.
     let t = Instant::now();
@@ -227,41 +235,44 @@ pub fn render(
     let evaluate: Vec<usize> = (0..keys.len()).filter(|&j| !bypassed[keys[j] as usize]).collect();
     times.other_ms += ms(t);
 
-    // UNet on the keyframes that are not bypassed, in batches; bypassed keyframes are the rest latent.
+    // UNet on the keyframes that are not bypassed, in batches; bypassed keyframes are the rest
+    // latent.
     let t = Instant::now();
-    let mut key_latents = vec![0.0f32; keys.len() * LATENT_DIM];
-    for j in 0..keys.len() {
-        if bypassed[keys[j] as usize] {
-            key_latents[j * LATENT_DIM..(j + 1) * LATENT_DIM].copy_from_slice(&avatar.rest);
-        }
-    }
+    let dev = &engines.device;
+    let residency = resident::residency(backend, dev);
+    let b_max = opts.batch.min(evaluate.len()).max(1);
+    let unet_latents = unet_input(&avatar.masked, &avatar.reference, b_max).into_tensor(dev)?;
+    let rest = Tensor::from_slice(&avatar.rest, (1, 4, 32, 32), dev)?;
+    let mut key_latents: Vec<Tensor> = vec![rest; keys.len()];
     for chunk in evaluate.chunks(opts.batch) {
         let b = chunk.len();
-        let mut audio = Vec::with_capacity(b * per_window);
+        let mut audio = Vec::with_capacity(b * win * dim_a);
         for &j in chunk {
             let f = keys[j] as usize;
-            audio.extend_from_slice(&features.data[f * per_window..(f + 1) * per_window]);
+            audio.extend_from_slice(&features.data[f * win * dim_a..(f + 1) * win * dim_a]);
         }
-        let out = engines.unet.predict(&unet_input(&avatar.masked, &avatar.reference, b), &Batch::new(vec![b, win, dim_a], audio)?)?;
+        let audio = Tensor::from_vec(audio, (b, win, dim_a), dev)?;
+        let out = engines.unet.predict_tensor(&unet_latents.narrow(0, 0, b)?, &audio)?;
+        ensure!(out.dims() == [b, 4, 32, 32], "the UNet returned shape {:?}", out.dims());
         for (i, &j) in chunk.iter().enumerate() {
-            key_latents[j * LATENT_DIM..(j + 1) * LATENT_DIM].copy_from_slice(&out.data[i * LATENT_DIM..(i + 1) * LATENT_DIM]);
+            key_latents[j] = out.narrow(0, i, 1)?;
         }
         progress(0);
     }
+    let key_latents = Tensor::cat(&key_latents, 0)?;
+    resident::synchronize(dev)?;
     times.unet_ms = ms(t);
 
-    let t = Instant::now();
-    let mut latents = backend.expand(&key_latents, schedule, LATENT_DIM, opts.method)?;
-    times.expand_ms = ms(t);
-    let t = Instant::now();
-    backend.ease(&mut latents, &avatar.rest, &distance, opts.ramp)?;
-    times.ease_ms = ms(t);
+    let (latents, expand_ms, ease_ms) =
+        resident::expand_eased(backend, &key_latents, schedule, opts.method, &avatar.rest, &distance, opts.ramp)?;
+    times.expand_ms = expand_ms;
+    times.ease_ms = ease_ms;
 
     // Decode (batches of non-bypassed frames), composite + NV12, hand to the sink, in order.
     let range = engines.decoder_range();
-    let crop = 3 * FACE * FACE;
+    let rest_rgb = Tensor::from_slice(&avatar.rest_rgb, (1, 3, FACE, FACE), dev)?;
     // One frame buffer for the whole render: outside the face box it keeps the background.
-    let mut frame_nv12 = compositor.background_nv12().to_vec();
+    let mut frame_nv12 = FrameBuffer::new(compositor);
     let mut decoded_frames = 0;
     let mut f = 0;
     while f < n {
@@ -272,24 +283,24 @@ pub fn render(
         } else {
             let t = Instant::now();
             let b = g - f;
-            let data = latents[f * LATENT_DIM..g * LATENT_DIM].to_vec();
-            let out = engines.decoder.decode(&Batch::new(vec![b, 4, 32, 32], data)?)?;
-            ensure!(out.data.len() == b * crop, "decoder returned shape {:?}", out.shape);
+            let out = engines.decoder.decode_tensor(&latents.narrow(0, f, b)?)?;
+            ensure!(out.dims() == [b, 3, FACE, FACE], "the decoder returned shape {:?}", out.dims());
+            resident::synchronize(dev)?;
             times.decoder_ms += ms(t);
             decoded_frames += b;
-            Some(out.data)
+            Some(out)
         };
         for (i, frame) in (f..g).enumerate() {
             let t = Instant::now();
             match &rgb {
-                Some(d) => compositor.compose_box(&d[i * crop..(i + 1) * crop], FACE, FACE, range, &mut frame_nv12)?,
+                Some(crops) => frame_nv12.compose(backend, compositor, crops, i, range)?,
                 // Inside a run of bypassed frames the buffer already holds the rest frame.
                 None if frame > 0 && bypassed[frame - 1] => {}
-                None => compositor.compose_box(&avatar.rest_rgb, FACE, FACE, range, &mut frame_nv12)?,
+                None => frame_nv12.compose(backend, compositor, &rest_rgb, 0, range)?,
             }
             times.composite_nv12_ms += ms(t);
             let t = Instant::now();
-            sink(frame, &frame_nv12).with_context(|| format!("encoding frame {frame}"))?;
+            sink(frame, frame_nv12.host()).with_context(|| format!("encoding frame {frame}"))?;
             times.encoder_ms += ms(t);
             progress(1);
         }
@@ -302,6 +313,7 @@ pub fn render(
         keyframes_evaluated: evaluate.len(),
         bypassed_frames: bypassed.iter().filter(|&&b| b).count(),
         decoded_frames,
+        residency,
         times,
     })
 }

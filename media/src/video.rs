@@ -2,7 +2,7 @@
 //!
 //! Encoders: OpenH264 (default; the `openh264` crate builds Cisco's source with `cc`), and
 //! with the `ffmpeg` feature libx264 and h264_nvenc through ffmpeg-next. Whatever the encoder,
-//! the MP4 is written by [`crate::mux`] (pure Rust), and the audio by [`crate::aac`].
+//! the MP4 is written by `mux` (pure Rust), and the audio by `aac`.
 
 use std::path::Path;
 use std::str::FromStr;

@@ -1,0 +1,183 @@
+//! The render loop (frames kept as tensors on the engines' device, `cadence::resident`) against
+//! a straightforward reference built from the host-buffer APIs, frame by frame. Written once and
+//! run per device: on the CPU always; in a build with `engines-cuda` on a machine with a GPU,
+//! also with the engines on CUDA and the backend made on candle's stream, i.e. the
+//! device-resident path (`cargo test -p cadence --features engines-cuda --test resident`).
+
+mod common;
+
+use cadence::composite::{Compositor, FaceBox};
+use cadence::pipeline::{self, DecoderKind, Engines, RenderOptions, FACE, LATENT_DIM};
+use cadence::resident::{self, Residency};
+use cadence::schedule::speech_distance;
+use cadence::{Backend, ColorMatrix, KeyframeSchedule};
+use cadence_engines::{Batch, Device, KeyframeModel, Profile, Tensor};
+
+/// (engines' device, backend, residency the render must report)
+fn devices() -> Vec<(Device, Backend, Residency)> {
+    #[allow(unused_mut)]
+    let mut v = vec![(Device::Cpu, Backend::Cpu, Residency::Host)];
+    #[cfg(feature = "engines-cuda")]
+    match Device::new_cuda(0) {
+        Ok(d) => {
+            let b = Backend::for_engines(cadence::BackendChoice::Cuda, &d).expect("CUDA backend on candle's stream");
+            v.push((d, b, Residency::Device));
+        }
+        Err(e) => eprintln!("no CUDA device ({e}): the device-resident run is skipped"),
+    }
+    v
+}
+
+/// A smooth face crop, planar 3 x 256 x 256 in [0, 1].
+fn face_crop() -> Vec<f32> {
+    let mut v = Vec::with_capacity(3 * FACE * FACE);
+    for c in 0..3 {
+        for y in 0..FACE {
+            for x in 0..FACE {
+                let (fx, fy) = (x as f32 / FACE as f32, y as f32 / FACE as f32);
+                v.push(0.5 + 0.4 * ((3.0 + c as f32) * fx + 2.0 * fy).sin() * (4.0 * fy - c as f32).cos());
+            }
+        }
+    }
+    v
+}
+
+fn background(w: usize, h: usize) -> Vec<u8> {
+    let mut r = common::rng(5);
+    common::uniform(&mut r, w * h * 3, 0.0, 255.0).iter().map(|&v| v as u8).collect()
+}
+
+/// Speech, a pause long enough to be bypassed, speech again.
+fn speech(n: usize) -> Vec<bool> {
+    (0..n).map(|f| !(9..21).contains(&f)).collect()
+}
+
+/// The reference: every keyframe through `predict` alone, the host expansion and easing, every
+/// frame decoded alone (a bypassed frame's eased latent is the rest latent, so it decodes to the
+/// rest crop) and composited into a fresh copy of the background.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    engines: &Engines,
+    features: &Batch,
+    speech: &[bool],
+    schedule: &KeyframeSchedule,
+    avatar: &pipeline::AvatarLatents,
+    compositor: &Compositor,
+    ramp: u32,
+) -> Vec<Vec<u8>> {
+    let distance = speech_distance(speech);
+    let per_window = features.shape[1] * features.shape[2];
+    let mut keys = Vec::new();
+    for &k in schedule.keyframes() {
+        let k = k as usize;
+        if cadence_kernels::math::easing_weight(distance[k], ramp) == 0.0 {
+            keys.extend_from_slice(&avatar.rest);
+            continue;
+        }
+        let latents = Batch::new(vec![1, 8, 32, 32], [avatar.masked.as_slice(), &avatar.reference].concat()).unwrap();
+        let audio = Batch::new(vec![1, features.shape[1], features.shape[2]], features.data[k * per_window..(k + 1) * per_window].to_vec()).unwrap();
+        keys.extend(engines.unet.predict(&latents, &audio).unwrap().data);
+    }
+    let mut frames = Backend::Cpu.expand(&keys, schedule, LATENT_DIM, cadence::Method::Slerp).unwrap();
+    Backend::Cpu.ease(&mut frames, &avatar.rest, &distance, ramp).unwrap();
+    frames
+        .chunks(LATENT_DIM)
+        .map(|latent| {
+            let crop = engines.decoder.decode(&Batch::new(vec![1, 4, 32, 32], latent.to_vec()).unwrap()).unwrap();
+            let mut nv12 = vec![0u8; compositor.frame_bytes()];
+            compositor.compose_frame(&crop.data, FACE, FACE, engines.decoder_range(), &mut nv12).unwrap();
+            nv12
+        })
+        .collect()
+}
+
+#[test]
+fn render_loop_matches_the_frame_by_frame_reference_on_every_device() {
+    let n = 30;
+    let (w, h) = (384, 320);
+    // A box of another size than the crop, so the compositor resamples.
+    let face = FaceBox { x: 40, y: 30, w: 200, h: 240 };
+    for (device, backend, residency) in devices() {
+        let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &device, None).unwrap();
+        let mut r = common::rng(11);
+        let windows = engines.silence_window.shape[1] * engines.silence_window.shape[2];
+        let features = Batch::new(vec![n, engines.silence_window.shape[1], engines.silence_window.shape[2]], common::randn(&mut r, n * windows)).unwrap();
+        let speech = speech(n);
+        let avatar = pipeline::prepare_avatar(&engines, &face_crop()).unwrap();
+        let compositor = Compositor::new(&backend, &background(w, h), w, h, face, 12.0, ColorMatrix::Bt709).unwrap();
+        // Stride 3 with a batch of 4: several UNet and decoder batches, keyframes inside the pause.
+        let schedule = KeyframeSchedule::fixed_stride(n, 3).unwrap();
+        let opts = RenderOptions { batch: 4, ..RenderOptions::default() };
+        let mut frames = Vec::new();
+        let stats = pipeline::render(&engines, &backend, &opts, &features, &speech, &schedule, &avatar, &compositor, |i, f| {
+            assert_eq!(i, frames.len(), "frames must reach the sink in order");
+            frames.push(f.to_vec());
+            Ok(())
+        }, |_| {})
+        .unwrap();
+        assert_eq!(stats.residency, residency, "{device:?}");
+        assert_eq!(frames.len(), n);
+        assert!(stats.bypassed_frames >= 4, "the pause must bypass frames: {stats:?}");
+        assert_eq!(stats.decoded_frames + stats.bypassed_frames, n);
+        assert!(stats.keyframes_evaluated < stats.keyframes_scheduled);
+
+        let want = reference(&engines, &features, &speech, &schedule, &avatar, &compositor, opts.ramp);
+        // On the CPU the batched loop gives the reference's bytes exactly (measured: every byte
+        // of every frame equal). On a GPU the reference runs the expansion and easing on the CPU
+        // and the engines at batch 1, so values differ in the last bits: 2 levels allowed (a
+        // bound not yet checked on a GPU).
+        let tolerance = if device.is_cpu() { 0 } else { 2 };
+        for (i, (got, want)) in frames.iter().zip(&want).enumerate() {
+            let worst = got.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+            assert!(worst <= tolerance, "{device:?}: frame {i} differs from the reference by {worst} levels");
+        }
+        // The frames are not all alike (the comparison above can fail).
+        assert!(frames[0] != frames[12] && frames[0] != frames[n - 1]);
+    }
+}
+
+#[test]
+fn host_view_of_a_tensor_respects_offsets_and_layouts() {
+    let t = Tensor::arange(0f32, 24.0, &Device::Cpu).unwrap().reshape((3, 2, 4)).unwrap();
+    let mid = t.narrow(0, 1, 1).unwrap();
+    resident::with_host_f32(&mid, |v| {
+        assert_eq!(v, (8..16).map(|x| x as f32).collect::<Vec<_>>().as_slice());
+        Ok(())
+    })
+    .unwrap();
+    let transposed = t.narrow(0, 2, 1).unwrap().transpose(1, 2).unwrap();
+    resident::with_host_f32(&transposed, |v| {
+        assert_eq!(v, &[16.0, 20.0, 17.0, 21.0, 18.0, 22.0, 19.0, 23.0]);
+        Ok(())
+    })
+    .unwrap();
+    let err = resident::with_host_f32(&t.to_dtype(candle_core::DType::F64).unwrap(), |_| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("f32"), "{err}");
+}
+
+#[test]
+fn expand_eased_checks_sizes_and_matches_the_host_ops() {
+    let schedule = KeyframeSchedule::fixed_stride(7, 3).unwrap();
+    let dim = 16;
+    let mut r = common::rng(3);
+    let keys = common::randn(&mut r, schedule.count() * dim);
+    let rest = common::randn(&mut r, dim);
+    let distance = speech_distance(&[true, true, false, false, false, false, true]);
+    let t = Tensor::from_slice(&keys, (schedule.count(), 4, 2, 2), &Device::Cpu).unwrap();
+    let (frames, _, _) = resident::expand_eased(&Backend::Cpu, &t, &schedule, cadence::Method::Slerp, &rest, &distance, 2).unwrap();
+    assert_eq!(frames.dims(), &[7, 4, 2, 2]);
+    let mut want = Backend::Cpu.expand(&keys, &schedule, dim, cadence::Method::Slerp).unwrap();
+    Backend::Cpu.ease(&mut want, &rest, &distance, 2).unwrap();
+    assert_eq!(frames.flatten_all().unwrap().to_vec1::<f32>().unwrap(), want);
+
+    let short = Tensor::from_slice(&keys[..dim], (1, 4, 2, 2), &Device::Cpu).unwrap();
+    let err = resident::expand_eased(&Backend::Cpu, &short, &schedule, cadence::Method::Slerp, &rest, &distance, 2).unwrap_err();
+    assert!(err.to_string().contains("keyframe"), "{err}");
+    let err = resident::expand_eased(&Backend::Cpu, &t, &schedule, cadence::Method::Slerp, &rest, &distance[..3], 2).unwrap_err();
+    assert!(err.to_string().contains("easing"), "{err}");
+}
+
+#[test]
+fn cpu_engines_keep_frames_in_host_memory() {
+    assert_eq!(resident::residency(&Backend::Cpu, &Device::Cpu), Residency::Host);
+}
