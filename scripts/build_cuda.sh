@@ -34,7 +34,7 @@ mode=build
 pkg_args=(-p cadence --features engines-cuda --bin cadence)
 for arg in "$@"; do
     case "$arg" in
-        --check) mode=check ;;
+        --check) check=1 ;;
         --engines-only) pkg_args=(-p cadence-engines --features cuda) ;;
         --experiments) pkg_args=(-p experiments --features engines-cuda) ;;
         --test-resident) mode=test; pkg_args=(-p cadence --features engines-cuda --test resident) ;;
@@ -42,6 +42,8 @@ for arg in "$@"; do
         *) echo "build_cuda.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
     esac
 done
+# --check wins whatever the order of the arguments.
+[ "${check:-0}" = 1 ] && mode=check
 
 die() { echo "build_cuda.sh: ERROR: $*" >&2; exit 1; }
 step() { echo "== build_cuda: $*"; }

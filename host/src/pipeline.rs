@@ -263,8 +263,8 @@ pub fn render(
     resident::synchronize(dev)?;
     times.unet_ms = ms(t);
 
-    let (latents, expand_ms, ease_ms) =
-        resident::expand_eased(backend, &key_latents, schedule, opts.method, &avatar.rest, &distance, opts.ramp)?;
+    let infill = resident::Infill { schedule, method: opts.method, rest: &avatar.rest, distance: &distance, ramp: opts.ramp };
+    let (latents, expand_ms, ease_ms) = resident::expand_eased(backend, &key_latents, &infill)?;
     times.expand_ms = expand_ms;
     times.ease_ms = ease_ms;
 

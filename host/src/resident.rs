@@ -62,19 +62,23 @@ pub fn synchronize(device: &Device) -> Result<()> {
     Ok(device.synchronize()?)
 }
 
-/// Every frame's latent from the keyframes' (one expansion launch), eased toward `rest` by the
-/// distance to speech (one easing launch), on the device of `keys`. Returns the frames as
+/// What turns keyframe latents into every frame's eased latent.
+#[derive(Clone, Copy)]
+pub struct Infill<'a> {
+    pub schedule: &'a KeyframeSchedule,
+    pub method: Method,
+    /// The rest latent (one frame) easing blends toward.
+    pub rest: &'a [f32],
+    /// Per frame, the distance to the nearest speech frame.
+    pub distance: &'a [u32],
+    pub ramp: u32,
+}
+
+/// Every frame's latent from the keyframes' (one expansion launch), eased toward the rest latent
+/// by the distance to speech (one easing launch), on the device of `keys`. Returns the frames as
 /// (n_frames, ..keys' frame shape) and the two stage times in ms.
-#[allow(clippy::too_many_arguments)]
-pub fn expand_eased(
-    backend: &Backend,
-    keys: &Tensor,
-    schedule: &KeyframeSchedule,
-    method: Method,
-    rest: &[f32],
-    distance: &[u32],
-    ramp: u32,
-) -> Result<(Tensor, f64, f64)> {
+pub fn expand_eased(backend: &Backend, keys: &Tensor, infill: &Infill) -> Result<(Tensor, f64, f64)> {
+    let Infill { schedule, method, rest, distance, ramp } = *infill;
     let dim = rest.len();
     ensure!(keys.elem_count() == schedule.count() * dim, "{} keyframe values, the schedule needs {} x {dim}", keys.elem_count(), schedule.count());
     ensure!(distance.len() == schedule.n_frames(), "easing distances cover {} frames, the schedule {}", distance.len(), schedule.n_frames());
@@ -82,7 +86,7 @@ pub fn expand_eased(
     shape[0] = schedule.n_frames();
     #[cfg(feature = "engines-cuda")]
     if let Some(cuda) = device_backend(backend, keys.device()) {
-        return on_gpu::expand_eased(cuda, keys, schedule, method, rest, distance, ramp, &shape);
+        return on_gpu::expand_eased(cuda, keys, infill, &shape);
     }
     let t = std::time::Instant::now();
     let mut frames = with_host_f32(keys, |k| backend.expand(k, schedule, dim, method))?;
@@ -169,17 +173,8 @@ mod on_gpu {
         f(slice.slice(start..start + t.elem_count()))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn expand_eased(
-        c: &CudaBackend,
-        keys: &Tensor,
-        schedule: &KeyframeSchedule,
-        method: Method,
-        rest: &[f32],
-        distance: &[u32],
-        ramp: u32,
-        shape: &[usize],
-    ) -> Result<(Tensor, f64, f64)> {
+    pub fn expand_eased(c: &CudaBackend, keys: &Tensor, infill: &Infill, shape: &[usize]) -> Result<(Tensor, f64, f64)> {
+        let Infill { schedule, method, rest, distance, ramp } = *infill;
         let Device::Cuda(dev) = keys.device() else { anyhow::bail!("the keyframes are not on a CUDA device") };
         let (n, dim) = (schedule.n_frames(), rest.len());
         let t = Instant::now();

@@ -164,16 +164,17 @@ fn expand_eased_checks_sizes_and_matches_the_host_ops() {
     let rest = common::randn(&mut r, dim);
     let distance = speech_distance(&[true, true, false, false, false, false, true]);
     let t = Tensor::from_slice(&keys, (schedule.count(), 4, 2, 2), &Device::Cpu).unwrap();
-    let (frames, _, _) = resident::expand_eased(&Backend::Cpu, &t, &schedule, cadence::Method::Slerp, &rest, &distance, 2).unwrap();
+    let infill = resident::Infill { schedule: &schedule, method: cadence::Method::Slerp, rest: &rest, distance: &distance, ramp: 2 };
+    let (frames, _, _) = resident::expand_eased(&Backend::Cpu, &t, &infill).unwrap();
     assert_eq!(frames.dims(), &[7, 4, 2, 2]);
     let mut want = Backend::Cpu.expand(&keys, &schedule, dim, cadence::Method::Slerp).unwrap();
     Backend::Cpu.ease(&mut want, &rest, &distance, 2).unwrap();
     assert_eq!(frames.flatten_all().unwrap().to_vec1::<f32>().unwrap(), want);
 
     let short = Tensor::from_slice(&keys[..dim], (1, 4, 2, 2), &Device::Cpu).unwrap();
-    let err = resident::expand_eased(&Backend::Cpu, &short, &schedule, cadence::Method::Slerp, &rest, &distance, 2).unwrap_err();
+    let err = resident::expand_eased(&Backend::Cpu, &short, &infill).unwrap_err();
     assert!(err.to_string().contains("keyframe"), "{err}");
-    let err = resident::expand_eased(&Backend::Cpu, &t, &schedule, cadence::Method::Slerp, &rest, &distance[..3], 2).unwrap_err();
+    let err = resident::expand_eased(&Backend::Cpu, &t, &resident::Infill { distance: &distance[..3], ..infill }).unwrap_err();
     assert!(err.to_string().contains("easing"), "{err}");
 }
 
