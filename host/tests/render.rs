@@ -87,6 +87,7 @@ fn render_real_speech_to_mp4() {
     if !cfg!(feature = "engines-cuda") {
         assert_eq!(device, "cpu (auto: built without the engines' CUDA feature)");
         assert_eq!(summary["profile"].as_str(), Some("cpu-reduced"));
+        assert_eq!(summary["frames_kept_in"].as_str(), Some("host"));
     }
 }
 
