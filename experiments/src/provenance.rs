@@ -9,6 +9,8 @@ use std::process::Command;
 /// (auto: <why not CUDA>)`); pipeline experiments add it right after the fixed fields
 /// (`Session::provenance`), kernel-only ones have no engines and no such line.
 pub const ENGINE_DEVICE_KEY: &str = "engine_device";
+/// Provenance note: where a render kept its frames between the stages (host memory or the GPU).
+pub const FRAMES_KEPT_IN_KEY: &str = "frames_kept_in";
 
 /// Provenance of one experiment run. `gather*` fills the fields the run can find out itself
 /// (commit, dirty, date, hardware, command line); the caller names the backend, the engine

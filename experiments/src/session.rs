@@ -113,7 +113,7 @@ impl Session {
     pub fn provenance(&self) -> crate::provenance::Provenance {
         let mut p = crate::provenance::Provenance::for_backend(&self.backend, self.engines.profile.to_string(), self.engines.weights_summary());
         p.note(crate::provenance::ENGINE_DEVICE_KEY, self.engine_device.label());
-        p.note("frames_kept_in", cadence::resident::residency(&self.backend, &self.engines.device).to_string());
+        p.note(crate::provenance::FRAMES_KEPT_IN_KEY, cadence::resident::residency(&self.backend, &self.engines.device).to_string());
         p.note("engines", self.engines.describe());
         p.note("input", format!("{} + {} face box {:?}", self.audio_path.display(), self.avatar_path.display(), self.face));
         p.note("output_frame", format!("{}x{} NV12", self.img.width(), self.img.height()));

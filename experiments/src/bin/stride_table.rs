@@ -177,9 +177,10 @@ fn print_table(rows: &[Row], prov: &Provenance) {
     }
     println!("UNet engine: {} | decoder: {} | precision {}", rows[0].unet_engine, rows[0].decoder_engine, rows[0].precision);
     println!(
-        "backend {} | engines on {} | profile {} | weights {} | commit {}",
+        "backend {} | engines on {} | frames: {} | profile {} | weights {} | commit {}",
         prov.backend,
         prov.note_value(experiments::provenance::ENGINE_DEVICE_KEY).unwrap_or("unknown"),
+        prov.note_value(experiments::provenance::FRAMES_KEPT_IN_KEY).unwrap_or("unknown"),
         prov.engine_profile,
         prov.weights,
         prov.commit
