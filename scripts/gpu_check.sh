@@ -3,7 +3,8 @@
 #   cargo build --release -p cadence && mkdir -p .device && cp target/release/cadence .device/
 # then on the GPU machine (with .device carried):  scripts/gpu_check.sh [.device/cadence]
 # It prints the GPU, compares every kernel's CUDA output with the CPU path on fresh random
-# data (non-zero exit on any mismatch) and prints the timing table; with $OUT set (the device
+# data and a short render with the kernels on the GPU with the same render on the CPU (non-zero
+# exit on any mismatch) and prints the timing table; with $OUT set (the device
 # tool) the log and JSON land there.
 set -uo pipefail
 bin=${1:-.device/cadence}

@@ -70,8 +70,9 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// On a CUDA machine: every kernel's GPU output against the CPU path on random data, then
-    /// a timing table. Exits non-zero on any mismatch.
+    /// On a CUDA machine: every kernel's GPU output against the CPU path on random data, a short
+    /// render with the kernels on the GPU against the same render on the CPU, then a timing
+    /// table. Exits non-zero on any mismatch.
     GpuCheck {
         #[arg(long, default_value_t = 51)]
         reps: usize,

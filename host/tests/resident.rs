@@ -6,11 +6,11 @@
 
 mod common;
 
-use cadence::composite::{Compositor, FaceBox};
-use cadence::pipeline::{self, DecoderKind, Engines, RenderOptions, FACE, LATENT_DIM};
+use cadence::composite::Compositor;
+use cadence::pipeline::{CheckClip, DecoderKind, Engines, FACE, LATENT_DIM};
 use cadence::resident::{self, Residency};
 use cadence::schedule::speech_distance;
-use cadence::{Backend, ColorMatrix, KeyframeSchedule};
+use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::{Batch, Device, KeyframeModel, Profile, Tensor};
 
 /// (engines' device, backend, residency the render must report)
@@ -28,43 +28,12 @@ fn devices() -> Vec<(Device, Backend, Residency)> {
     v
 }
 
-/// A smooth face crop, planar 3 x 256 x 256 in [0, 1].
-fn face_crop() -> Vec<f32> {
-    let mut v = Vec::with_capacity(3 * FACE * FACE);
-    for c in 0..3 {
-        for y in 0..FACE {
-            for x in 0..FACE {
-                let (fx, fy) = (x as f32 / FACE as f32, y as f32 / FACE as f32);
-                v.push(0.5 + 0.4 * ((3.0 + c as f32) * fx + 2.0 * fy).sin() * (4.0 * fy - c as f32).cos());
-            }
-        }
-    }
-    v
-}
-
-fn background(w: usize, h: usize) -> Vec<u8> {
-    let mut r = common::rng(5);
-    common::uniform(&mut r, w * h * 3, 0.0, 255.0).iter().map(|&v| v as u8).collect()
-}
-
-/// Speech, a pause long enough to be bypassed, speech again.
-fn speech(n: usize) -> Vec<bool> {
-    (0..n).map(|f| !(9..21).contains(&f)).collect()
-}
-
 /// The reference: every keyframe through `predict` alone, the host expansion and easing, every
 /// frame decoded alone (a bypassed frame's eased latent is the rest latent, so it decodes to the
 /// rest crop) and composited into a fresh copy of the background.
-#[allow(clippy::too_many_arguments)]
-fn reference(
-    engines: &Engines,
-    features: &Batch,
-    speech: &[bool],
-    schedule: &KeyframeSchedule,
-    avatar: &pipeline::AvatarLatents,
-    compositor: &Compositor,
-    ramp: u32,
-) -> Vec<Vec<u8>> {
+fn reference(engines: &Engines, clip: &CheckClip, compositor: &Compositor) -> Vec<Vec<u8>> {
+    let CheckClip { features, speech, schedule, avatar, opts, .. } = clip;
+    let ramp = opts.ramp;
     let distance = speech_distance(speech);
     let per_window = features.shape[1] * features.shape[2];
     let mut keys = Vec::new();
@@ -94,34 +63,17 @@ fn reference(
 #[test]
 fn render_loop_matches_the_frame_by_frame_reference_on_every_device() {
     let n = 30;
-    let (w, h) = (384, 320);
-    // A box of another size than the crop, so the compositor resamples.
-    let face = FaceBox { x: 40, y: 30, w: 200, h: 240 };
     for (device, backend, residency) in devices() {
         let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &device, None).unwrap();
-        let mut r = common::rng(11);
-        let windows = engines.silence_window.shape[1] * engines.silence_window.shape[2];
-        let features = Batch::new(vec![n, engines.silence_window.shape[1], engines.silence_window.shape[2]], common::randn(&mut r, n * windows)).unwrap();
-        let speech = speech(n);
-        let avatar = pipeline::prepare_avatar(&engines, &face_crop()).unwrap();
-        let compositor = Compositor::new(&backend, &background(w, h), w, h, face, 12.0, ColorMatrix::Bt709).unwrap();
-        // Stride 3 with a batch of 4: several UNet and decoder batches, keyframes inside the pause.
-        let schedule = KeyframeSchedule::fixed_stride(n, 3).unwrap();
-        let opts = RenderOptions { batch: 4, ..RenderOptions::default() };
-        let mut frames = Vec::new();
-        let stats = pipeline::render(&engines, &backend, &opts, &features, &speech, &schedule, &avatar, &compositor, |i, f| {
-            assert_eq!(i, frames.len(), "frames must reach the sink in order");
-            frames.push(f.to_vec());
-            Ok(())
-        }, |_| {})
-        .unwrap();
+        let clip = CheckClip::new(&engines, n, 11).unwrap();
+        let (frames, stats) = clip.render(&engines, &backend).unwrap();
         assert_eq!(stats.residency, residency, "{device:?}");
         assert_eq!(frames.len(), n);
         assert!(stats.bypassed_frames >= 4, "the pause must bypass frames: {stats:?}");
         assert_eq!(stats.decoded_frames + stats.bypassed_frames, n);
         assert!(stats.keyframes_evaluated < stats.keyframes_scheduled);
 
-        let want = reference(&engines, &features, &speech, &schedule, &avatar, &compositor, opts.ramp);
+        let want = reference(&engines, &clip, &clip.compositor(&Backend::Cpu).unwrap());
         // On the CPU the batched loop gives the reference's bytes exactly (measured: every byte
         // of every frame equal). On a GPU the reference runs the expansion and easing on the CPU
         // and the engines at batch 1, so values differ in the last bits: 2 levels allowed (a
