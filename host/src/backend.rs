@@ -12,7 +12,9 @@ pub enum BackendChoice {
     /// CUDA if a driver and GPU are usable, else the CPU (with a one-line notice).
     #[default]
     Auto,
+    /// The CPU (rayon, with AVX2 paths picked at run time).
     Cpu,
+    /// CUDA device 0; an error if no driver or GPU is usable.
     Cuda,
 }
 

@@ -161,11 +161,13 @@ struct RenderArgs {
     /// Face box in the avatar as x,y,w,h (pixels); default: a centred square of half the shorter side.
     #[arg(long, value_parser = parse_face_box)]
     face_box: Option<cadence::composite::FaceBox>,
+    /// Video frame rate; the video has ceil(audio seconds x fps) frames.
     #[arg(long, default_value_t = 25.0)]
     fps: f32,
     /// Frames of Hermite easing between speech and rest.
     #[arg(long, default_value_t = 4)]
     ramp: u32,
+    /// Latent decoder (and the matching image encoder for the avatar).
     #[arg(long, value_enum, default_value = "taesd")]
     decoder: cadence::pipeline::DecoderKind,
     /// Engine size: cpu-reduced (default on CPU) or full (the published architectures; default
@@ -177,16 +179,20 @@ struct RenderArgs {
     /// Directory of real weights (else $CADENCE_MODELS; else seeded synthetic weights).
     #[arg(long)]
     models: Option<PathBuf>,
+    /// Where cadence's kernels run (expansion, easing, compositing + NV12). With the engines on
+    /// CUDA, auto and cuda use the engines' GPU and stream, and the frames stay on the GPU.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
     /// H.264 encoder: openh264 (built in), x264 or nvenc (builds with the media crate's `ffmpeg` feature).
     #[arg(long, default_value = "openh264")]
     encoder: String,
+    /// Frames per UNet and decoder call.
     #[arg(long, default_value_t = 8)]
     batch: usize,
+    /// How in-between latents are made from the keyframes.
     #[arg(long, value_enum, default_value = "slerp")]
     method: Method,
-    /// Refuse audio longer than this.
+    /// Refuse audio longer than this (seconds).
     #[arg(long, default_value_t = 600.0)]
     max_seconds: f64,
     #[arg(long)]
@@ -349,6 +355,7 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
     let encoder = encoder_kind(&a.encoder)?;
     anyhow::ensure!(a.fps > 0.0 && a.fps <= 120.0, "--fps must be in (0, 120]");
     anyhow::ensure!(a.stride > 0, "--stride must be at least 1 (got 0)");
+    anyhow::ensure!(a.batch > 0, "--batch must be at least 1 (got 0)");
     let engine_device = cadence_engines::select_device(a.device)?;
     let device = engine_device.device.clone();
     let audio = render::load_audio(&a.audio, a.max_seconds)?;

@@ -162,6 +162,7 @@ fn bad_inputs_fail_cleanly() {
         (vec!["--audio", s(&good_wav), "--avatar", s(&tiny)], "avatar"),
         (vec!["--audio", s(&good_wav), "--avatar", s(&img), "--face-box", "200,200,128,128"], "face box"),
         (vec!["--audio", s(&good_wav), "--avatar", s(&img), "--stride", "0"], "stride"),
+        (vec!["--audio", s(&good_wav), "--avatar", s(&img), "--batch", "0"], "--batch must be at least 1"),
         (vec!["--audio", "/nonexistent.wav", "--avatar", s(&img)], "nonexistent"),
         (vec!["--audio", s(&good_wav), "--avatar", s(&img), "--device", "gpu"], "expected auto, cpu, cuda or cuda:N"),
     ];
