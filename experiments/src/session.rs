@@ -89,6 +89,7 @@ impl Session {
             (None, None) => Some(DEFAULT_FACE),
             (None, Some(_)) => None,
         };
+        ensure!(a.batch > 0, "--batch must be at least 1 (got 0)");
         let encoder = parse_encoder(&a.encoder)?;
         let engine_device = cadence_engines::select_device(a.device)?;
         let device = engine_device.device.clone();

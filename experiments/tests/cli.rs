@@ -111,3 +111,14 @@ fn kernel_bench_rejects_bad_compositing_cases() {
         assert!(!dir.path().join("kernel_bench.csv").exists(), "{case}: no output on bad input");
     }
 }
+
+#[test]
+fn pipeline_experiments_refuse_a_zero_batch_before_loading_engines() {
+    let dir = tempfile::tempdir().unwrap();
+    for bin in [env!("CARGO_BIN_EXE_stride_table"), env!("CARGO_BIN_EXE_calibrate")] {
+        let out = Command::new(bin).args(["--batch", "0", "--out"]).arg(dir.path()).output().unwrap();
+        assert!(!out.status.success(), "{bin}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--batch must be at least 1"), "{bin}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{bin} wrote into the output directory");
+    }
+}
