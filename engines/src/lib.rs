@@ -257,7 +257,7 @@ impl Batch {
         Ok(Tensor::from_vec(self.data, self.shape, device)?)
     }
     /// A tensor's values as f32 on the host (copied from the device if needed).
-    pub fn from_tensor(t: &Tensor) -> Result<Batch> {
+    pub(crate) fn from_tensor(t: &Tensor) -> Result<Batch> {
         let shape = t.dims().to_vec();
         let data = t
             .to_dtype(candle_core::DType::F32)?
@@ -383,9 +383,19 @@ pub trait KeyframeModel: Engine {
     /// that run candle on a GPU keep the data there (a device-resident render never copies the
     /// latents to the host); the default goes through host buffers.
     fn predict_tensor(&self, latents: &Tensor, audio: &Tensor) -> Result<Tensor> {
-        let out = self.predict(&Batch::from_tensor(latents)?, &Batch::from_tensor(audio)?)?;
-        out.into_tensor(latents.device())
+        predict_through_host(self, latents, audio)
     }
+}
+
+/// [`KeyframeModel::predict_tensor`] through host buffers (the default, and what engines without
+/// a device path call).
+pub(crate) fn predict_through_host(m: &(impl KeyframeModel + ?Sized), latents: &Tensor, audio: &Tensor) -> Result<Tensor> {
+    m.predict(&Batch::from_tensor(latents)?, &Batch::from_tensor(audio)?)?.into_tensor(latents.device())
+}
+
+/// [`LatentDecoder::decode_tensor`] through host buffers.
+pub(crate) fn decode_through_host(d: &(impl LatentDecoder + ?Sized), latents: &Tensor) -> Result<Tensor> {
+    d.decode(&Batch::from_tensor(latents)?)?.into_tensor(latents.device())
 }
 
 /// A latent -> RGB decoder.
@@ -395,7 +405,7 @@ pub trait LatentDecoder: Engine {
     /// [`Self::decode`] on an f32 tensor, returning a tensor on its device (see
     /// [`KeyframeModel::predict_tensor`]).
     fn decode_tensor(&self, latents: &Tensor) -> Result<Tensor> {
-        self.decode(&Batch::from_tensor(latents)?)?.into_tensor(latents.device())
+        decode_through_host(self, latents)
     }
     /// Nominal range of the output: (0, 1) for TAESD, (-1, 1) for the SD VAE.
     fn output_range(&self) -> (f32, f32);

@@ -485,7 +485,7 @@ impl LatentDecoder for Taesd {
     /// With candle (on a GPU) the tensors never leave the device.
     fn decode_tensor(&self, latents: &Tensor) -> Result<Tensor> {
         if self.fast.is_some() {
-            return self.decode(&Batch::from_tensor(latents)?)?.into_tensor(latents.device());
+            return crate::decode_through_host(self, latents);
         }
         if self.info.model != ModelKind::TaesdDecoder {
             return Err(EngineError::BadInput("this TAESD engine is an encoder; use encode()".into()));

@@ -180,15 +180,15 @@ fn unet_flops(table: &ParamTable) -> f64 {
 pub struct MuseTalkUnet {
     info: EngineInfo,
     forward: Forward,
-    pe: Tensor,
     device: Device,
 }
 
-/// What runs the network: cadence's CPU path on the CPU (the candle model is built once to check
-/// the weights, then dropped, so the weights are held once), candle elsewhere.
+/// What runs the network, each with the positional-encoding table in the form it adds: cadence's
+/// CPU path on the CPU (the candle model is built once to check the weights, then dropped, so the
+/// weights are held once), candle elsewhere.
 enum Forward {
-    Cpu(UnetCpu),
-    Candle(UNet2DConditionModel),
+    Cpu { net: UnetCpu, pe: Vec<f32> },
+    Candle { net: UNet2DConditionModel, pe: Tensor },
 }
 
 impl MuseTalkUnet {
@@ -203,15 +203,11 @@ impl MuseTalkUnet {
         let unet =
             weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
         let runtime = if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle };
+        let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
         let forward = match fast {
-            Some(f) => Forward::Cpu(f),
-            None => Forward::Candle(unet),
+            Some(net) => Forward::Cpu { net, pe },
+            None => Forward::Candle { net: unet, pe: Tensor::from_vec(pe, (1, AUDIO_TOKENS, AUDIO_DIM), device)? },
         };
-        let pe = Tensor::from_vec(
-            positional_encoding(AUDIO_TOKENS, AUDIO_DIM),
-            (1, AUDIO_TOKENS, AUDIO_DIM),
-            device,
-        )?;
         Ok(MuseTalkUnet {
             info: EngineInfo {
                 model: ModelKind::MuseTalkUnet,
@@ -222,7 +218,6 @@ impl MuseTalkUnet {
                 runtime,
             },
             forward,
-            pe,
             device: device.clone(),
         })
     }
@@ -248,35 +243,25 @@ impl Engine for MuseTalkUnet {
 impl KeyframeModel for MuseTalkUnet {
     fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
         self.check(latents, audio)?;
-        let fast = match &self.forward {
-            Forward::Cpu(f) => f,
-            Forward::Candle(unet) => {
-                let x = latents.to_tensor(&self.device)?;
-                let a = audio.to_tensor(&self.device)?.broadcast_add(&self.pe)?;
-                return Batch::from_tensor(&unet.forward(&x, 0.0, &a)?);
-            }
+        let Forward::Cpu { net, pe } = &self.forward else {
+            let out = self.predict_tensor(&latents.to_tensor(&self.device)?, &audio.to_tensor(&self.device)?)?;
+            return Batch::from_tensor(&out);
         };
         let b = latents.batch_size();
-        let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
         let mut context = audio.data.clone();
-        context.chunks_mut(pe.len()).for_each(|w| w.iter_mut().zip(&pe).for_each(|(a, p)| *a += p));
-        let out = fast.forward(&latents.data, b, (LATENT_HW, LATENT_HW), &context);
+        context.chunks_mut(pe.len()).for_each(|w| w.iter_mut().zip(pe).for_each(|(a, p)| *a += p));
+        let out = net.forward(&latents.data, b, (LATENT_HW, LATENT_HW), &context);
         Batch::new(vec![b, 4, LATENT_HW, LATENT_HW], out)
     }
 
     /// With candle (on a GPU) the tensors never leave the device.
     fn predict_tensor(&self, latents: &Tensor, audio: &Tensor) -> Result<Tensor> {
-        match &self.forward {
-            Forward::Candle(unet) => {
-                crate::expect_tensor("MuseTalk UNet latents", latents, &LATENTS_DIMS, &self.device)?;
-                crate::expect_tensor("MuseTalk UNet audio", audio, &audio_dims(latents.dim(0)?), &self.device)?;
-                Ok(unet.forward(latents, 0.0, &audio.broadcast_add(&self.pe)?)?)
-            }
-            Forward::Cpu(_) => {
-                let out = self.predict(&Batch::from_tensor(latents)?, &Batch::from_tensor(audio)?)?;
-                out.into_tensor(latents.device())
-            }
-        }
+        let Forward::Candle { net, pe } = &self.forward else {
+            return crate::predict_through_host(self, latents, audio);
+        };
+        crate::expect_tensor("MuseTalk UNet latents", latents, &LATENTS_DIMS, &self.device)?;
+        crate::expect_tensor("MuseTalk UNet audio", audio, &audio_dims(latents.dim(0)?), &self.device)?;
+        Ok(net.forward(latents, 0.0, &audio.broadcast_add(pe)?)?)
     }
 }
 
