@@ -260,7 +260,8 @@ pub fn render(
         progress(0);
     }
     let key_latents = Tensor::cat(&key_latents, 0)?;
-    resident::synchronize(dev)?;
+    // Wait for the device so that stage times are the stages' and not their launches'.
+    dev.synchronize()?;
     times.unet_ms = ms(t);
 
     let infill = resident::Infill { schedule, method: opts.method, rest: &avatar.rest, distance: &distance, ramp: opts.ramp };
@@ -285,7 +286,7 @@ pub fn render(
             let b = g - f;
             let out = engines.decoder.decode_tensor(&latents.narrow(0, f, b)?)?;
             ensure!(out.dims() == [b, 3, FACE, FACE], "the decoder returned shape {:?}", out.dims());
-            resident::synchronize(dev)?;
+            dev.synchronize()?;
             times.decoder_ms += ms(t);
             decoded_frames += b;
             Some(out)

@@ -56,12 +56,6 @@ pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Resu
     f(&t.flatten_all()?.to_vec1::<f32>()?)
 }
 
-/// Waits for the work queued on `device` (a no-op on the CPU), so that stage times are the
-/// stages' and not their launches'.
-pub fn synchronize(device: &Device) -> Result<()> {
-    Ok(device.synchronize()?)
-}
-
 /// What turns keyframe latents into every frame's eased latent.
 #[derive(Clone, Copy)]
 pub struct Infill<'a> {
