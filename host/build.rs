@@ -34,13 +34,11 @@ fn main() {
             .expect("KERNEL_NAMES in gpu/src/lib.rs")
             .split_whitespace()
         {
-            assert!(
-                ptx.contains(&format!(".entry {kernel}(")),
-                "PTX for {name} lacks kernel {kernel}"
-            );
+            assert!(ptx.contains(&format!(".entry {kernel}(")), "PTX for {name} lacks kernel {kernel}");
         }
     }
-    let version = Command::new(&rustc).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let version =
+        Command::new(&rustc).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     println!("cargo:rustc-env=CADENCE_PTX_RUSTC={}", version.unwrap_or_else(|_| "unknown".into()));
 }
 

@@ -5,10 +5,7 @@ use cadence_engines::cpu_conv::{conv3x3, Nhwc, PackedConv};
 use std::time::Instant;
 
 fn main() {
-    let b: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
+    let b: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(8);
     let mm = matmul_probe(&cadence_engines::Device::Cpu, 2048, 5).unwrap();
     println!("matmul {mm:.1} GFLOP/s");
     for c in [8usize, 12, 16, 24, 32, 64] {
@@ -18,27 +15,14 @@ fn main() {
             let w: Vec<f32> = w.data.iter().map(|v| v * scale).collect();
             PackedConv::new(co, ci, &w, bias.then(|| vec![0.01; co]), 1)
         };
-        let blocks: Vec<[PackedConv; 3]> = (0..10)
-            .map(|i| {
-                [
-                    mk(c, c, true, 10 * i),
-                    mk(c, c, true, 10 * i + 1),
-                    mk(c, c, true, 10 * i + 2),
-                ]
-            })
-            .collect();
+        let blocks: Vec<[PackedConv; 3]> =
+            (0..10).map(|i| [mk(c, c, true, 10 * i), mk(c, c, true, 10 * i + 1), mk(c, c, true, 10 * i + 2)]).collect();
         let first = mk(4, c, true, 999);
         let mids: Vec<PackedConv> = (0..3).map(|i| mk(c, c, false, 500 + i)).collect();
         let last = mk(c, 3, true, 998);
         let x = test_input(vec![b, 4, 32, 32], 1);
         let run = || {
-            let mut a = conv3x3(
-                &Nhwc::from_nchw(b, 4, 32, 32, &x.data),
-                &first,
-                false,
-                None,
-                true,
-            );
+            let mut a = conv3x3(&Nhwc::from_nchw(b, 4, 32, 32, &x.data), &first, false, None, true);
             let mut bi = 0;
             #[allow(clippy::needless_range_loop)]
             for stage in 0..4 {

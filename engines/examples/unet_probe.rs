@@ -8,11 +8,8 @@ use std::time::Instant;
 fn main() -> candle_core::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let b: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(8);
-    for (ch, heads, groups) in [
-        ([32, 64, 128, 128], 8, 32),
-        ([32, 64, 128, 128], 1, 32),
-        ([64, 128, 256, 256], 1, 32),
-    ] {
+    for (ch, heads, groups) in [([32, 64, 128, 128], 8, 32), ([32, 64, 128, 128], 1, 32), ([64, 128, 256, 256], 1, 32)]
+    {
         let blk = |c: usize, attn: bool| BlockConfig {
             out_channels: c,
             use_cross_attn: attn.then_some(1),
@@ -22,12 +19,7 @@ fn main() -> candle_core::Result<()> {
             center_input_sample: false,
             flip_sin_to_cos: true,
             freq_shift: 0.0,
-            blocks: vec![
-                blk(ch[0], true),
-                blk(ch[1], true),
-                blk(ch[2], true),
-                blk(ch[3], false),
-            ],
+            blocks: vec![blk(ch[0], true), blk(ch[1], true), blk(ch[2], true), blk(ch[3], false)],
             layers_per_block: 2,
             downsample_padding: 1,
             mid_block_scale_factor: 1.0,
@@ -48,10 +40,7 @@ fn main() -> candle_core::Result<()> {
             u.forward(&x, 0.0, &a)?;
         }
         let s = t.elapsed().as_secs_f64() / 2.0;
-        println!(
-            "{ch:?} heads {heads} groups {groups}: {:.1} frames/s",
-            b as f64 / s
-        );
+        println!("{ch:?} heads {heads} groups {groups}: {:.1} frames/s", b as f64 / s);
     }
     Ok(())
 }

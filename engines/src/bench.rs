@@ -58,14 +58,10 @@ pub fn time_it(
 /// Deterministic pseudo-random input in [-1, 1].
 pub fn test_input(shape: Vec<usize>, seed: u64) -> Batch {
     let n: usize = shape.iter().product();
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     let data = (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect();
@@ -76,14 +72,7 @@ pub fn test_input(shape: Vec<usize>, seed: u64) -> Batch {
 pub fn bench_decoder(dec: &dyn LatentDecoder, batch: usize, runs: usize) -> Result<BenchResult> {
     let x = test_input(vec![batch, 4, 32, 32], 1);
     let name = format!("{} [{}]", dec.model(), dec.profile());
-    time_it(
-        &name,
-        batch,
-        batch,
-        dec.flops_per_frame() * batch as f64,
-        runs,
-        || dec.decode(&x).map(|_| ()),
-    )
+    time_it(&name, batch, batch, dec.flops_per_frame() * batch as f64, runs, || dec.decode(&x).map(|_| ()))
 }
 
 /// Keyframe-model throughput on (batch, 8, 32, 32) latents and (batch, 50, 384) audio.
@@ -91,14 +80,7 @@ pub fn bench_keyframe(m: &dyn KeyframeModel, batch: usize, runs: usize) -> Resul
     let x = test_input(vec![batch, 8, 32, 32], 2);
     let a = test_input(vec![batch, 50, 384], 3);
     let name = format!("{} [{}]", m.model(), m.profile());
-    time_it(
-        &name,
-        batch,
-        batch,
-        m.flops_per_frame() * batch as f64,
-        runs,
-        || m.predict(&x, &a).map(|_| ()),
-    )
+    time_it(&name, batch, batch, m.flops_per_frame() * batch as f64, runs, || m.predict(&x, &a).map(|_| ()))
 }
 
 /// Audio-encoder throughput on `seconds` of audio; frames = video frames at 25 fps.
@@ -107,14 +89,9 @@ pub fn bench_audio(m: &dyn AudioEncoder, seconds: f32, runs: usize) -> Result<Be
     let samples: Vec<f32> = (0..n).map(|i| 0.3 * (i as f32 * 0.05).sin()).collect();
     let frames = (seconds * 25.0).ceil() as usize;
     let name = format!("{} [{}]", m.model(), m.profile());
-    time_it(
-        &name,
-        1,
-        frames,
-        m.flops_per_frame() * 750.0 * (n as f64 / 480000.0).ceil(),
-        runs,
-        || m.encode_audio(&samples, 25.0).map(|_| ()),
-    )
+    time_it(&name, 1, frames, m.flops_per_frame() * 750.0 * (n as f64 / 480000.0).ceil(), runs, || {
+        m.encode_audio(&samples, 25.0).map(|_| ())
+    })
 }
 
 /// Large f32 matmul rate (GFLOP/s, median of `runs`) of candle on `device`: (n x n) @ (n x n).

@@ -24,32 +24,28 @@ impl Nhwc {
     /// From NCHW data.
     pub fn from_nchw(n: usize, c: usize, h: usize, w: usize, src: &[f32]) -> Nhwc {
         let mut data = vec![0f32; n * h * w * c];
-        data.par_chunks_mut(h * w * c)
-            .enumerate()
-            .for_each(|(b, dst)| {
-                let s = &src[b * c * h * w..(b + 1) * c * h * w];
-                for ch in 0..c {
-                    for p in 0..h * w {
-                        dst[p * c + ch] = s[ch * h * w + p];
-                    }
+        data.par_chunks_mut(h * w * c).enumerate().for_each(|(b, dst)| {
+            let s = &src[b * c * h * w..(b + 1) * c * h * w];
+            for ch in 0..c {
+                for p in 0..h * w {
+                    dst[p * c + ch] = s[ch * h * w + p];
                 }
-            });
+            }
+        });
         Nhwc { n, h, w, c, data }
     }
     /// To NCHW data.
     pub fn to_nchw(&self) -> Vec<f32> {
         let (h, w, c) = (self.h, self.w, self.c);
         let mut out = vec![0f32; self.data.len()];
-        out.par_chunks_mut(h * w * c)
-            .enumerate()
-            .for_each(|(b, dst)| {
-                let s = &self.data[b * h * w * c..(b + 1) * h * w * c];
-                for p in 0..h * w {
-                    for ch in 0..c {
-                        dst[ch * h * w + p] = s[p * c + ch];
-                    }
+        out.par_chunks_mut(h * w * c).enumerate().for_each(|(b, dst)| {
+            let s = &self.data[b * h * w * c..(b + 1) * h * w * c];
+            for p in 0..h * w {
+                for ch in 0..c {
+                    dst[ch * h * w + p] = s[p * c + ch];
                 }
-            });
+            }
+        });
         out
     }
 }
@@ -66,13 +62,7 @@ pub struct PackedConv {
 
 impl PackedConv {
     /// `w` in PyTorch layout (cout, cin, 3, 3).
-    pub fn new(
-        cout: usize,
-        cin: usize,
-        w: &[f32],
-        bias: Option<Vec<f32>>,
-        stride: usize,
-    ) -> PackedConv {
+    pub fn new(cout: usize, cin: usize, w: &[f32], bias: Option<Vec<f32>>, stride: usize) -> PackedConv {
         assert_eq!(w.len(), cout * cin * 9);
         let mut p = vec![0f32; 9 * cin * cout];
         for o in 0..cout {
@@ -82,13 +72,7 @@ impl PackedConv {
                 }
             }
         }
-        PackedConv {
-            cin,
-            cout,
-            stride,
-            w: p,
-            bias,
-        }
+        PackedConv { cin, cout, stride, w: p, bias }
     }
 }
 
@@ -117,66 +101,42 @@ fn copy(dst: &mut [f32], src: &[f32]) {
 }
 
 /// y = conv3x3(upsample2?(x)) + bias (+ residual), then ReLU if `relu`.
-pub fn conv3x3(
-    x: &Nhwc,
-    p: &PackedConv,
-    upsample: bool,
-    residual: Option<&Nhwc>,
-    relu: bool,
-) -> Nhwc {
+pub fn conv3x3(x: &Nhwc, p: &PackedConv, upsample: bool, residual: Option<&Nhwc>, relu: bool) -> Nhwc {
     assert_eq!(x.c, p.cin, "conv3x3: channel mismatch");
-    let (ih, iw) = if upsample {
-        (2 * x.h, 2 * x.w)
-    } else {
-        (x.h, x.w)
-    };
+    let (ih, iw) = if upsample { (2 * x.h, 2 * x.w) } else { (x.h, x.w) };
     let oh = (ih + 2 - 3) / p.stride + 1;
     let ow = (iw + 2 - 3) / p.stride + 1;
     let (cin, cout, k) = (p.cin, p.cout, 9 * p.cin);
     if let Some(r) = residual {
-        assert_eq!(
-            (r.n, r.h, r.w, r.c),
-            (x.n, oh, ow, cout),
-            "conv3x3: residual shape"
-        );
+        assert_eq!((r.n, r.h, r.w, r.c), (x.n, oh, ow, cout), "conv3x3: residual shape");
     }
     let rows = TILE_PIXELS.div_ceil(ow).clamp(1, oh);
     let mut out = vec![0f32; x.n * oh * ow * cout];
     let img_in = x.h * x.w * cin;
     let img_out = oh * ow * cout;
-    out.par_chunks_mut(img_out)
-        .enumerate()
-        .for_each(|(b, oimg)| {
-            let src = &x.data[b * img_in..(b + 1) * img_in];
-            oimg.par_chunks_mut(rows * ow * cout)
-                .enumerate()
-                .for_each(|(t, dst)| {
-                    let oy0 = t * rows;
-                    let npix = dst.len() / cout;
-                    COL.with_borrow_mut(|col| {
-                    // Every element is written below (taps outside the image are zero-filled), so
-                    // the buffer is reused across tiles without clearing.
-                    col.resize(col.len().max(npix * k), 0.0);
-                    let col = &mut col[..npix * k];
-                    gather(col, src, x.w, cin, (ih, iw), ow, oy0, p.stride, upsample);
-                    // SAFETY: dst is npix x cout, col npix x k, w k x cout, all row-major, exactly
-                    // that long and disjoint.
-                    unsafe { gemm_st(npix, cout, k, dst.as_mut_ptr(), cout, col.as_ptr(), k, 1, p.w.as_ptr(), cout, 1, 1.0) };
-                    });
-                    let res = residual.map(|r| {
-                        &r.data[b * img_out + oy0 * ow * cout
-                            ..b * img_out + oy0 * ow * cout + dst.len()]
-                    });
-                    epilogue(dst, cout, p.bias.as_deref(), res, relu);
-                });
+    out.par_chunks_mut(img_out).enumerate().for_each(|(b, oimg)| {
+        let src = &x.data[b * img_in..(b + 1) * img_in];
+        oimg.par_chunks_mut(rows * ow * cout).enumerate().for_each(|(t, dst)| {
+            let oy0 = t * rows;
+            let npix = dst.len() / cout;
+            COL.with_borrow_mut(|col| {
+                // Every element is written below (taps outside the image are zero-filled), so
+                // the buffer is reused across tiles without clearing.
+                col.resize(col.len().max(npix * k), 0.0);
+                let col = &mut col[..npix * k];
+                gather(col, src, x.w, cin, (ih, iw), ow, oy0, p.stride, upsample);
+                // SAFETY: dst is npix x cout, col npix x k, w k x cout, all row-major, exactly
+                // that long and disjoint.
+                unsafe {
+                    gemm_st(npix, cout, k, dst.as_mut_ptr(), cout, col.as_ptr(), k, 1, p.w.as_ptr(), cout, 1, 1.0)
+                };
+            });
+            let res =
+                residual.map(|r| &r.data[b * img_out + oy0 * ow * cout..b * img_out + oy0 * ow * cout + dst.len()]);
+            epilogue(dst, cout, p.bias.as_deref(), res, relu);
         });
-    Nhwc {
-        n: x.n,
-        h: oh,
-        w: ow,
-        c: cout,
-        data: out,
-    }
+    });
+    Nhwc { n: x.n, h: oh, w: ow, c: cout, data: out }
 }
 
 simd_fn! {
@@ -293,21 +253,13 @@ simd_fn! {
 pub fn upsample2(x: &Nhwc) -> Nhwc {
     let (h, w, c) = (x.h, x.w, x.c);
     let mut out = vec![0f32; x.n * 4 * h * w * c];
-    out.par_chunks_mut(2 * w * c)
-        .enumerate()
-        .for_each(|(row, dst)| {
-            let b = row / (2 * h);
-            let y = (row % (2 * h)) / 2;
-            for ox in 0..2 * w {
-                let s = ((b * h + y) * w + ox / 2) * c;
-                dst[ox * c..(ox + 1) * c].copy_from_slice(&x.data[s..s + c]);
-            }
-        });
-    Nhwc {
-        n: x.n,
-        h: 2 * h,
-        w: 2 * w,
-        c,
-        data: out,
-    }
+    out.par_chunks_mut(2 * w * c).enumerate().for_each(|(row, dst)| {
+        let b = row / (2 * h);
+        let y = (row % (2 * h)) / 2;
+        for ox in 0..2 * w {
+            let s = ((b * h + y) * w + ox / 2) * c;
+            dst[ox * c..(ox + 1) * c].copy_from_slice(&x.data[s..s + c]);
+        }
+    });
+    Nhwc { n: x.n, h: 2 * h, w: 2 * w, c, data: out }
 }

@@ -35,9 +35,7 @@ impl DeviceRequest {
     pub fn parse(s: &str) -> Result<DeviceRequest> {
         let t = s.trim().to_ascii_lowercase();
         let bad = |why: String| {
-            EngineError::BadInput(format!(
-                "engine device `{s}`: {why} (expected auto, cpu, cuda or cuda:N)"
-            ))
+            EngineError::BadInput(format!("engine device `{s}`: {why} (expected auto, cpu, cuda or cuda:N)"))
         };
         match t.as_str() {
             "auto" => Ok(DeviceRequest::Auto),
@@ -157,23 +155,15 @@ pub fn select_device(request: DeviceRequest) -> Result<EngineDevice> {
     let (device, fallback) = match request {
         DeviceRequest::Cpu => (Device::Cpu, None),
         DeviceRequest::Cuda(n) => (open_cuda(n)?, None),
-        DeviceRequest::Auto if !CUDA_COMPILED => (
-            Device::Cpu,
-            Some("built without the engines' CUDA feature".to_string()),
-        ),
+        DeviceRequest::Auto if !CUDA_COMPILED => {
+            (Device::Cpu, Some("built without the engines' CUDA feature".to_string()))
+        }
         DeviceRequest::Auto => match Device::new_cuda(0) {
             Ok(d) => (d, None),
-            Err(e) => (
-                Device::Cpu,
-                Some(format!("CUDA device 0 did not open: {}", one_line(&e))),
-            ),
+            Err(e) => (Device::Cpu, Some(format!("CUDA device 0 did not open: {}", one_line(&e)))),
         },
     };
-    Ok(EngineDevice {
-        device,
-        request,
-        fallback,
-    })
+    Ok(EngineDevice { device, request, fallback })
 }
 
 /// [`select_device`] without the description.
@@ -194,20 +184,10 @@ mod tests {
         assert_eq!(DeviceRequest::parse("auto").unwrap(), DeviceRequest::Auto);
         assert_eq!(DeviceRequest::parse("cpu").unwrap(), DeviceRequest::Cpu);
         assert_eq!(DeviceRequest::parse(" CPU ").unwrap(), DeviceRequest::Cpu);
-        assert_eq!(
-            DeviceRequest::parse("cuda").unwrap(),
-            DeviceRequest::Cuda(0)
-        );
-        assert_eq!(
-            DeviceRequest::parse("cuda:3").unwrap(),
-            DeviceRequest::Cuda(3)
-        );
+        assert_eq!(DeviceRequest::parse("cuda").unwrap(), DeviceRequest::Cuda(0));
+        assert_eq!(DeviceRequest::parse("cuda:3").unwrap(), DeviceRequest::Cuda(3));
         assert_eq!(DeviceRequest::default(), DeviceRequest::Auto);
-        for r in [
-            DeviceRequest::Auto,
-            DeviceRequest::Cpu,
-            DeviceRequest::Cuda(2),
-        ] {
+        for r in [DeviceRequest::Auto, DeviceRequest::Cpu, DeviceRequest::Cuda(2)] {
             assert_eq!(r.to_string().parse::<DeviceRequest>().unwrap(), r);
         }
     }
@@ -227,15 +207,9 @@ mod tests {
             assert!(msg.contains(needle), "{s}: {msg}");
             assert!(msg.contains("expected auto, cpu, cuda or cuda:N"), "{msg}");
             let arg = DeviceRequest::parse_arg(s).unwrap_err();
-            assert!(
-                arg.starts_with("engine device `"),
-                "no error-kind prefix: {arg}"
-            );
+            assert!(arg.starts_with("engine device `"), "no error-kind prefix: {arg}");
         }
-        assert_eq!(
-            DeviceRequest::parse_arg("cuda:1"),
-            Ok(DeviceRequest::Cuda(1))
-        );
+        assert_eq!(DeviceRequest::parse_arg("cuda:1"), Ok(DeviceRequest::Cuda(1)));
     }
 
     #[test]
@@ -266,10 +240,7 @@ mod tests {
     fn auto_without_the_feature_is_the_cpu_and_says_why() {
         let d = select_device(DeviceRequest::Auto).unwrap();
         assert!(d.device.is_cpu());
-        assert_eq!(
-            d.label(),
-            "cpu (auto: built without the engines' CUDA feature)"
-        );
+        assert_eq!(d.label(), "cpu (auto: built without the engines' CUDA feature)");
     }
 
     /// With the feature, `auto` never fails: CUDA when a device opens, else the CPU with the reason.

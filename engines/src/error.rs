@@ -6,24 +6,11 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("weights file {file}: missing tensor `{name}` (expected shape {expected:?})")]
-    MissingTensor {
-        file: PathBuf,
-        name: String,
-        expected: Vec<usize>,
-    },
+    MissingTensor { file: PathBuf, name: String, expected: Vec<usize> },
     #[error("weights file {file}: tensor `{name}` has shape {found:?}, expected {expected:?}")]
-    ShapeMismatch {
-        file: PathBuf,
-        name: String,
-        expected: Vec<usize>,
-        found: Vec<usize>,
-    },
+    ShapeMismatch { file: PathBuf, name: String, expected: Vec<usize>, found: Vec<usize> },
     #[error("weights file {file}: tensor `{name}` has dtype {dtype}, expected a float type (F32, F16, BF16, F64)")]
-    BadDtype {
-        file: PathBuf,
-        name: String,
-        dtype: String,
-    },
+    BadDtype { file: PathBuf, name: String, dtype: String },
     #[error("weights file {file}: {msg}")]
     BadFile { file: PathBuf, msg: String },
     #[error("bad input: {0}")]
@@ -31,10 +18,7 @@ pub enum EngineError {
     #[error("not available: {0}")]
     Unavailable(String),
     #[error("io error on {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
 }

@@ -10,9 +10,7 @@ pub(crate) fn weight_flops(table: &ParamTable, positions: impl Fn(&str) -> Optio
         .entries
         .iter()
         .filter(|e| e.shape.len() >= 2 && e.name.ends_with("weight"))
-        .filter_map(|e| {
-            positions(&e.name).map(|p| 2.0 * e.shape.iter().product::<usize>() as f64 * p)
-        })
+        .filter_map(|e| positions(&e.name).map(|p| 2.0 * e.shape.iter().product::<usize>() as f64 * p))
         .sum()
 }
 

@@ -98,9 +98,7 @@ impl Profile {
         match s {
             "full" => Ok(Profile::Full),
             "cpu" | "cpu-reduced" => Ok(Profile::Cpu),
-            _ => Err(EngineError::BadInput(format!(
-                "unknown profile `{s}` (expected full or cpu-reduced)"
-            ))),
+            _ => Err(EngineError::BadInput(format!("unknown profile `{s}` (expected full or cpu-reduced)"))),
         }
     }
 }
@@ -190,19 +188,11 @@ pub const MODELS_ENV: &str = "CADENCE_MODELS";
 /// Picks the weights of `model`: an explicit path wins; else `$CADENCE_MODELS/<file_name>` if that
 /// file exists; else synthetic weights with [`DEFAULT_SEED`].
 pub fn resolve_weights(model: ModelKind, explicit: Option<&Path>) -> WeightsSource {
-    resolve_weights_in(
-        model,
-        explicit,
-        std::env::var_os(MODELS_ENV).map(PathBuf::from).as_deref(),
-    )
+    resolve_weights_in(model, explicit, std::env::var_os(MODELS_ENV).map(PathBuf::from).as_deref())
 }
 
 /// [`resolve_weights`] with the models directory given (testable without touching the environment).
-pub fn resolve_weights_in(
-    model: ModelKind,
-    explicit: Option<&Path>,
-    models_dir: Option<&Path>,
-) -> WeightsSource {
+pub fn resolve_weights_in(model: ModelKind, explicit: Option<&Path>, models_dir: Option<&Path>) -> WeightsSource {
     if let Some(p) = explicit {
         return WeightsSource::File(p.to_path_buf());
     }
@@ -227,30 +217,20 @@ impl Batch {
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Batch> {
         let n: usize = shape.iter().product();
         if n != data.len() {
-            return Err(EngineError::BadInput(format!(
-                "shape {shape:?} needs {n} values, got {}",
-                data.len()
-            )));
+            return Err(EngineError::BadInput(format!("shape {shape:?} needs {n} values, got {}", data.len())));
         }
         Ok(Batch { shape, data })
     }
     pub fn zeros(shape: Vec<usize>) -> Batch {
         let n = shape.iter().product();
-        Batch {
-            shape,
-            data: vec![0.0; n],
-        }
+        Batch { shape, data: vec![0.0; n] }
     }
     /// Size of the first dimension.
     pub fn batch_size(&self) -> usize {
         self.shape.first().copied().unwrap_or(0)
     }
     pub(crate) fn to_tensor(&self, device: &Device) -> Result<Tensor> {
-        Ok(Tensor::from_slice(
-            &self.data,
-            self.shape.as_slice(),
-            device,
-        )?)
+        Ok(Tensor::from_slice(&self.data, self.shape.as_slice(), device)?)
     }
     /// As `to_tensor` without copying the data on the CPU (the vector is moved).
     pub fn into_tensor(self, device: &Device) -> Result<Tensor> {
@@ -259,10 +239,7 @@ impl Batch {
     /// A tensor's values as f32 on the host (copied from the device if needed).
     pub(crate) fn from_tensor(t: &Tensor) -> Result<Batch> {
         let shape = t.dims().to_vec();
-        let data = t
-            .to_dtype(candle_core::DType::F32)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        let data = t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         Ok(Batch { shape, data })
     }
     /// Checks rank and the fixed (non-`None`) dimensions.
@@ -389,7 +366,11 @@ pub trait KeyframeModel: Engine {
 
 /// [`KeyframeModel::predict_tensor`] through host buffers (the default, and what engines without
 /// a device path call).
-pub(crate) fn predict_through_host(m: &(impl KeyframeModel + ?Sized), latents: &Tensor, audio: &Tensor) -> Result<Tensor> {
+pub(crate) fn predict_through_host(
+    m: &(impl KeyframeModel + ?Sized),
+    latents: &Tensor,
+    audio: &Tensor,
+) -> Result<Tensor> {
     m.predict(&Batch::from_tensor(latents)?, &Batch::from_tensor(audio)?)?.into_tensor(latents.device())
 }
 
@@ -428,19 +409,10 @@ pub trait AudioEncoder: Engine {
 
 /// Synthetic weights of a model written to a safetensors file (the same tensors
 /// `WeightsSource::Synthetic { seed }` would use), e.g. to test the file path end to end.
-pub fn write_synthetic_weights(
-    model: ModelKind,
-    profile: Profile,
-    seed: u64,
-    path: &Path,
-) -> Result<()> {
+pub fn write_synthetic_weights(model: ModelKind, profile: Profile, seed: u64, path: &Path) -> Result<()> {
     let tensors = match model {
-        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => {
-            taesd::synthetic_weights(model, profile, seed)?
-        }
-        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => {
-            sd_vae::synthetic_weights(profile, seed)?
-        }
+        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => taesd::synthetic_weights(model, profile, seed)?,
+        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => sd_vae::synthetic_weights(profile, seed)?,
         ModelKind::MuseTalkUnet => unet::synthetic_weights(profile, seed)?,
         ModelKind::WhisperTiny => whisper::synthetic_weights(profile, seed)?,
     };

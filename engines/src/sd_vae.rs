@@ -11,8 +11,7 @@
 use crate::flops::{attention_flops, index_after, weight_flops};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
-    EngineInfo, Runtime,
-    Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result,
+    Batch, Device, Engine, EngineError, EngineInfo, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, Runtime,
     WeightsSource,
 };
 use candle_core::Tensor;
@@ -97,19 +96,13 @@ impl SdVae {
         Self::new(ModelKind::SdVaeEncoder, profile, weights, device)
     }
 
-    fn new(
-        kind: ModelKind,
-        profile: Profile,
-        weights: &WeightsSource,
-        device: &Device,
-    ) -> Result<SdVae> {
+    fn new(kind: ModelKind, profile: Profile, weights: &WeightsSource, device: &Device) -> Result<SdVae> {
         let table = param_table(profile)?;
         let mut tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
         if kind == ModelKind::SdVaeEncoder {
             zero_logvar(&mut tensors)?;
         }
-        let vae =
-            weights::build_from_tensors(tensors, device, kind.name(), |vb| build(vb, profile))?;
+        let vae = weights::build_from_tensors(tensors, device, kind.name(), |vb| build(vb, profile))?;
         let half = if kind == ModelKind::SdVaeDecoder {
             ["decoder.", "post_quant_conv."]
         } else {
@@ -139,28 +132,12 @@ impl SdVae {
 
 /// Sets the log-variance rows of quant_conv to weight 0, bias -1e4 (see module docs).
 fn zero_logvar(t: &mut HashMap<String, Tensor>) -> Result<()> {
-    let w = t
-        .get("quant_conv.weight")
-        .ok_or_else(|| EngineError::BadInput("quant_conv.weight".into()))?;
+    let w = t.get("quant_conv.weight").ok_or_else(|| EngineError::BadInput("quant_conv.weight".into()))?;
     let (o, i, kh, kw) = w.dims4()?;
     let half = o / 2;
-    let w_new = Tensor::cat(
-        &[
-            w.narrow(0, 0, half)?,
-            Tensor::zeros((o - half, i, kh, kw), w.dtype(), w.device())?,
-        ],
-        0,
-    )?;
-    let b = t
-        .get("quant_conv.bias")
-        .ok_or_else(|| EngineError::BadInput("quant_conv.bias".into()))?;
-    let b_new = Tensor::cat(
-        &[
-            b.narrow(0, 0, half)?,
-            (Tensor::ones(o - half, b.dtype(), b.device())? * -1e4)?,
-        ],
-        0,
-    )?;
+    let w_new = Tensor::cat(&[w.narrow(0, 0, half)?, Tensor::zeros((o - half, i, kh, kw), w.dtype(), w.device())?], 0)?;
+    let b = t.get("quant_conv.bias").ok_or_else(|| EngineError::BadInput("quant_conv.bias".into()))?;
+    let b_new = Tensor::cat(&[b.narrow(0, 0, half)?, (Tensor::ones(o - half, b.dtype(), b.device())? * -1e4)?], 0)?;
     t.insert("quant_conv.weight".into(), w_new);
     t.insert("quant_conv.bias".into(), b_new);
     Ok(())
@@ -183,11 +160,7 @@ fn vae_flops(table: &ParamTable, kind: ModelKind, ch: &[usize]) -> f64 {
                 Some(px(res(n - 1)))
             } else if name.starts_with("decoder.up_blocks.") {
                 let i = index_after(name, "up_blocks.")?;
-                Some(if name.contains("upsamplers") {
-                    px(res(i) * 2.0)
-                } else {
-                    px(res(i))
-                })
+                Some(if name.contains("upsamplers") { px(res(i) * 2.0) } else { px(res(i)) })
             } else {
                 None
             }
@@ -206,11 +179,7 @@ fn vae_flops(table: &ParamTable, kind: ModelKind, ch: &[usize]) -> f64 {
                 Some(px(lat))
             } else if name.starts_with("encoder.down_blocks.") {
                 let i = index_after(name, "down_blocks.")?;
-                Some(if name.contains("downsamplers") {
-                    px(res(i) / 2.0)
-                } else {
-                    px(res(i))
-                })
+                Some(if name.contains("downsamplers") { px(res(i) / 2.0) } else { px(res(i)) })
             } else {
                 None
             }
@@ -228,9 +197,7 @@ impl Engine for SdVae {
 impl LatentDecoder for SdVae {
     fn decode(&self, latents: &Batch) -> Result<Batch> {
         if self.info.model != ModelKind::SdVaeDecoder {
-            return Err(EngineError::BadInput(
-                "this SD VAE engine is an encoder; use encode()".into(),
-            ));
+            return Err(EngineError::BadInput("this SD VAE engine is an encoder; use encode()".into()));
         }
         latents.expect("SD VAE decoder input", &[None, Some(4), None, None])?;
         Batch::from_tensor(&self.decode_tensor(&latents.to_tensor(&self.device)?)?)
@@ -251,9 +218,7 @@ impl LatentDecoder for SdVae {
 impl ImageEncoder for SdVae {
     fn encode(&self, images: &Batch) -> Result<Batch> {
         if self.info.model != ModelKind::SdVaeEncoder {
-            return Err(EngineError::BadInput(
-                "this SD VAE engine is a decoder; use decode()".into(),
-            ));
+            return Err(EngineError::BadInput("this SD VAE engine is a decoder; use decode()".into()));
         }
         images.expect("SD VAE encoder input", &[None, Some(3), None, None])?;
         if !images.shape[2].is_multiple_of(8) || !images.shape[3].is_multiple_of(8) {

@@ -17,8 +17,7 @@
 use crate::cpu_conv::{self, Nhwc, PackedConv};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
-    EngineInfo, Runtime,
-    Batch, Device, Engine, EngineError, ImageEncoder, LatentDecoder, ModelKind, Profile, Result,
+    Batch, Device, Engine, EngineError, EngineInfo, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, Runtime,
     WeightsSource,
 };
 use candle_core::{Module, Tensor};
@@ -52,14 +51,7 @@ impl Conv3x3 {
         stride: usize,
     ) -> candle_core::Result<Self> {
         let w = vb.get((cout, cin, 3, 3), &format!("{key}.weight"))?;
-        let b = if bias {
-            Some(
-                vb.get(cout, &format!("{key}.bias"))?
-                    .reshape((1, cout, 1, 1))?,
-            )
-        } else {
-            None
-        };
+        let b = if bias { Some(vb.get(cout, &format!("{key}.bias"))?.reshape((1, cout, 1, 1))?) } else { None };
         Ok(Conv3x3 { w, b, stride })
     }
     fn flops(&self, out_h: usize, out_w: usize) -> f64 {
@@ -128,12 +120,7 @@ enum Layer {
 #[derive(Clone, Copy)]
 enum Plan {
     Clamp,
-    Conv {
-        cin: usize,
-        cout: usize,
-        bias: bool,
-        stride: usize,
-    },
+    Conv { cin: usize, cout: usize, bias: bool, stride: usize },
     Relu,
     Block,
     Up,
@@ -141,12 +128,7 @@ enum Plan {
 
 fn plan(kind: ModelKind, c: usize) -> Vec<Plan> {
     use Plan::*;
-    let conv = |cin, cout, bias, stride| Conv {
-        cin,
-        cout,
-        bias,
-        stride,
-    };
+    let conv = |cin, cout, bias, stride| Conv { cin, cout, bias, stride };
     match kind {
         ModelKind::TaesdDecoder => vec![
             Clamp,
@@ -200,12 +182,9 @@ fn build_layers(vb: &VarBuilder, kind: ModelKind, c: usize) -> candle_core::Resu
                 Plan::Relu => Layer::Relu,
                 Plan::Up => Layer::Upsample,
                 Plan::Block => Layer::Block(Block::load(vb, i, c)?),
-                Plan::Conv {
-                    cin,
-                    cout,
-                    bias,
-                    stride,
-                } => Layer::Conv(Conv3x3::load(vb, &i.to_string(), cin, cout, bias, stride)?),
+                Plan::Conv { cin, cout, bias, stride } => {
+                    Layer::Conv(Conv3x3::load(vb, &i.to_string(), cin, cout, bias, stride)?)
+                }
             })
         })
         .collect()
@@ -214,9 +193,7 @@ fn build_layers(vb: &VarBuilder, kind: ModelKind, c: usize) -> candle_core::Resu
 fn check_kind(kind: ModelKind) -> Result<()> {
     match kind {
         ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => Ok(()),
-        other => Err(EngineError::BadInput(format!(
-            "{other} is not a TAESD model"
-        ))),
+        other => Err(EngineError::BadInput(format!("{other} is not a TAESD model"))),
     }
 }
 
@@ -230,21 +207,13 @@ pub fn param_table(kind: ModelKind, profile: Profile) -> Result<ParamTable> {
 /// stream stays O(1) through 10 blocks; the output conv small (decoder: bias 0.5 so images sit
 /// around mid-grey in [0,1]; encoder: LeCun gain so latents are O(1)).
 fn init_rule(kind: ModelKind) -> impl Fn(&str, &[usize]) -> Init {
-    let last = if kind == ModelKind::TaesdDecoder {
-        "19"
-    } else {
-        "14"
-    };
+    let last = if kind == ModelKind::TaesdDecoder { "19" } else { "14" };
     move |name: &str, shape: &[usize]| {
         let he = (2.0 / fan_in(shape) as f32).sqrt();
         if name.ends_with(".conv.4.weight") {
             Init::Normal(0.2 * he)
         } else if name == format!("{last}.weight") {
-            let gain = if kind == ModelKind::TaesdDecoder {
-                0.1
-            } else {
-                0.7
-            };
+            let gain = if kind == ModelKind::TaesdDecoder { 0.1 } else { 0.7 };
             Init::Normal(gain * he)
         } else if kind == ModelKind::TaesdDecoder && name == format!("{last}.bias") {
             Init::Const(0.5)
@@ -257,18 +226,11 @@ fn init_rule(kind: ModelKind) -> impl Fn(&str, &[usize]) -> Init {
 /// Accepts the original keys, optionally prefixed `decoder.`/`encoder.` or `first_stage_model.`.
 fn normalize(key: &str) -> Option<String> {
     let k = key.strip_prefix("first_stage_model.").unwrap_or(key);
-    let k = k
-        .strip_prefix("decoder.")
-        .or_else(|| k.strip_prefix("encoder."))
-        .unwrap_or(k);
+    let k = k.strip_prefix("decoder.").or_else(|| k.strip_prefix("encoder.")).unwrap_or(k);
     Some(k.to_string())
 }
 
-pub(crate) fn synthetic_weights(
-    kind: ModelKind,
-    profile: Profile,
-    seed: u64,
-) -> Result<HashMap<String, Tensor>> {
+pub(crate) fn synthetic_weights(kind: ModelKind, profile: Profile, seed: u64) -> Result<HashMap<String, Tensor>> {
     let table = param_table(kind, profile)?;
     weights::synthetic_tensors(&table, seed, &init_rule(kind), &Device::Cpu)
 }
@@ -277,21 +239,14 @@ pub(crate) fn synthetic_weights(
 #[derive(Debug, Clone)]
 enum FastOp {
     Clamp,
-    Conv {
-        conv: PackedConv,
-        upsample: bool,
-        relu: bool,
-    },
+    Conv { conv: PackedConv, upsample: bool, relu: bool },
     Block([PackedConv; 3]),
 }
 
 fn pack(c: &Conv3x3) -> candle_core::Result<PackedConv> {
     let (co, ci, _, _) = c.w.dims4()?;
     let w = c.w.flatten_all()?.to_vec1::<f32>()?;
-    let b =
-        c.b.as_ref()
-            .map(|b| b.flatten_all()?.to_vec1::<f32>())
-            .transpose()?;
+    let b = c.b.as_ref().map(|b| b.flatten_all()?.to_vec1::<f32>()).transpose()?;
     Ok(PackedConv::new(co, ci, &w, b, c.stride))
 }
 
@@ -306,11 +261,7 @@ fn fast_plan(layers: &[Layer]) -> candle_core::Result<Vec<FastOp>> {
             Layer::Relu => {} // folded below
             Layer::Conv(c) => {
                 let relu = matches!(layers.get(i + 1), Some(Layer::Relu));
-                ops.push(FastOp::Conv {
-                    conv: pack(c)?,
-                    upsample: up,
-                    relu,
-                });
+                ops.push(FastOp::Conv { conv: pack(c)?, upsample: up, relu });
                 up = false;
             }
             Layer::Block(b) => {
@@ -343,23 +294,12 @@ impl Taesd {
     pub fn encoder(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
         Self::new(ModelKind::TaesdEncoder, profile, weights, device)
     }
-    fn new(
-        kind: ModelKind,
-        profile: Profile,
-        weights: &WeightsSource,
-        device: &Device,
-    ) -> Result<Taesd> {
+    fn new(kind: ModelKind, profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
         let table = param_table(kind, profile)?;
         let tensors = crate::obtain_tensors(&table, weights, &init_rule(kind), &normalize, device)?;
         let c = channels(profile);
-        let layers = weights::build_from_tensors(tensors, device, kind.name(), |vb| {
-            build_layers(&vb, kind, c)
-        })?;
-        let fast = if device.is_cpu() {
-            Some(fast_plan(&layers)?)
-        } else {
-            None
-        };
+        let layers = weights::build_from_tensors(tensors, device, kind.name(), |vb| build_layers(&vb, kind, c))?;
+        let fast = if device.is_cpu() { Some(fast_plan(&layers)?) } else { None };
         let mut taesd = Taesd {
             info: EngineInfo {
                 model: kind,
@@ -397,11 +337,7 @@ impl Taesd {
                     a.data.iter_mut().for_each(|v| *v = (*v / 3.0).tanh() * 3.0);
                     a
                 }
-                FastOp::Conv {
-                    conv,
-                    upsample,
-                    relu,
-                } => cpu_conv::conv3x3(&a, conv, *upsample, None, *relu),
+                FastOp::Conv { conv, upsample, relu } => cpu_conv::conv3x3(&a, conv, *upsample, None, *relu),
                 FastOp::Block([c0, c2, c4]) => {
                     let h = cpu_conv::conv3x3(&a, c0, false, None, true);
                     let h = cpu_conv::conv3x3(&h, c2, false, None, true);
@@ -409,10 +345,7 @@ impl Taesd {
                 }
             };
         }
-        Batch {
-            shape: vec![a.n, a.c, a.h, a.w],
-            data: a.to_nchw(),
-        }
+        Batch { shape: vec![a.n, a.c, a.h, a.w], data: a.to_nchw() }
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -475,9 +408,7 @@ impl Engine for Taesd {
 impl LatentDecoder for Taesd {
     fn decode(&self, latents: &Batch) -> Result<Batch> {
         if self.info.model != ModelKind::TaesdDecoder {
-            return Err(EngineError::BadInput(
-                "this TAESD engine is an encoder; use encode()".into(),
-            ));
+            return Err(EngineError::BadInput("this TAESD engine is an encoder; use encode()".into()));
         }
         latents.expect("TAESD decoder input", &[None, Some(4), None, None])?;
         self.run(latents)
@@ -501,9 +432,7 @@ impl LatentDecoder for Taesd {
 impl ImageEncoder for Taesd {
     fn encode(&self, images: &Batch) -> Result<Batch> {
         if self.info.model != ModelKind::TaesdEncoder {
-            return Err(EngineError::BadInput(
-                "this TAESD engine is a decoder; use decode()".into(),
-            ));
+            return Err(EngineError::BadInput("this TAESD engine is a decoder; use decode()".into()));
         }
         images.expect("TAESD encoder input", &[None, Some(3), None, None])?;
         if !images.shape[2].is_multiple_of(8) || !images.shape[3].is_multiple_of(8) {
@@ -534,11 +463,7 @@ pub mod ops {
             Some(b) => Some(t(b)?.reshape((1, co, 1, 1))?),
             None => None,
         };
-        let conv = Conv3x3 {
-            w: t(w)?,
-            b,
-            stride,
-        };
+        let conv = Conv3x3 { w: t(w)?, b, stride };
         Batch::from_tensor(&conv.forward(&t(x)?)?)
     }
     /// The CPU fast path's conv3x3 (NHWC, packed weights, fused epilogue), optionally with the
@@ -552,37 +477,14 @@ pub mod ops {
         relu: bool,
     ) -> Result<Batch> {
         let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-        let p = PackedConv::new(
-            w.shape[0],
-            w.shape[1],
-            &w.data,
-            b.map(|b| b.data.clone()),
-            stride,
-        );
-        let y = cpu_conv::conv3x3(
-            &Nhwc::from_nchw(n, c, h, wd, &x.data),
-            &p,
-            upsample,
-            None,
-            relu,
-        );
-        Ok(Batch {
-            shape: vec![y.n, y.c, y.h, y.w],
-            data: y.to_nchw(),
-        })
+        let p = PackedConv::new(w.shape[0], w.shape[1], &w.data, b.map(|b| b.data.clone()), stride);
+        let y = cpu_conv::conv3x3(&Nhwc::from_nchw(n, c, h, wd, &x.data), &p, upsample, None, relu);
+        Ok(Batch { shape: vec![y.n, y.c, y.h, y.w], data: y.to_nchw() })
     }
     /// The CPU fast path's Block (three fused convs, residual in the last epilogue).
     pub fn block_fast(x: &Batch, w: [&Batch; 3], b: [&Batch; 3]) -> Result<Batch> {
         let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-        let pk = |i: usize| {
-            PackedConv::new(
-                w[i].shape[0],
-                w[i].shape[1],
-                &w[i].data,
-                Some(b[i].data.clone()),
-                1,
-            )
-        };
+        let pk = |i: usize| PackedConv::new(w[i].shape[0], w[i].shape[1], &w[i].data, Some(b[i].data.clone()), 1);
         let op = FastOp::Block([pk(0), pk(1), pk(2)]);
         let _ = (n, c, h, wd);
         Ok(Taesd::forward_fast(std::slice::from_ref(&op), x))
@@ -591,10 +493,7 @@ pub mod ops {
     pub fn upsample_nearest2_fast(x: &Batch) -> Result<Batch> {
         let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
         let y = cpu_conv::upsample2(&Nhwc::from_nchw(n, c, h, wd, &x.data));
-        Ok(Batch {
-            shape: vec![y.n, y.c, y.h, y.w],
-            data: y.to_nchw(),
-        })
+        Ok(Batch { shape: vec![y.n, y.c, y.h, y.w], data: y.to_nchw() })
     }
     /// Nearest x2 upsampling of (B,C,H,W).
     pub fn upsample_nearest2(x: &Batch) -> Result<Batch> {
@@ -608,17 +507,9 @@ pub mod ops {
     pub fn block(x: &Batch, w: [&Batch; 3], b: [&Batch; 3]) -> Result<Batch> {
         let mk = |w: &Batch, b: &Batch| -> Result<Conv3x3> {
             let co = w.shape[0];
-            Ok(Conv3x3 {
-                w: t(w)?,
-                b: Some(t(b)?.reshape((1, co, 1, 1))?),
-                stride: 1,
-            })
+            Ok(Conv3x3 { w: t(w)?, b: Some(t(b)?.reshape((1, co, 1, 1))?), stride: 1 })
         };
-        let blk = Block {
-            c0: mk(w[0], b[0])?,
-            c2: mk(w[1], b[1])?,
-            c4: mk(w[2], b[2])?,
-        };
+        let blk = Block { c0: mk(w[0], b[0])?, c2: mk(w[1], b[1])?, c4: mk(w[2], b[2])? };
         Batch::from_tensor(&blk.forward(&t(x)?)?)
     }
 }

@@ -6,9 +6,9 @@
 //! interleaved sin/cos) added right before the UNet call, as in MuseTalk's `PositionalEncoding`.
 
 use crate::flops::{attention_flops, index_after, weight_flops};
-use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::unet_cpu::UnetCpu;
-use crate::{Batch, Device, Engine, EngineInfo, Runtime, KeyframeModel, ModelKind, Profile, Result, WeightsSource};
+use crate::weights::{self, default_init, fan_in, Init, ParamTable};
+use crate::{Batch, Device, Engine, EngineInfo, KeyframeModel, ModelKind, Profile, Result, Runtime, WeightsSource};
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use candle_transformers::models::stable_diffusion::unet_2d::{
@@ -53,12 +53,7 @@ pub fn config(profile: Profile) -> UNet2DConditionModelConfig {
         center_input_sample: false,
         flip_sin_to_cos: true,
         freq_shift: 0.0,
-        blocks: vec![
-            blk(ch[0], true),
-            blk(ch[1], true),
-            blk(ch[2], true),
-            blk(ch[3], false),
-        ],
+        blocks: vec![blk(ch[0], true), blk(ch[1], true), blk(ch[2], true), blk(ch[3], false)],
         layers_per_block: 2,
         downsample_padding: 1,
         mid_block_scale_factor: 1.0,
@@ -144,20 +139,12 @@ fn unet_flops(table: &ParamTable) -> f64 {
         if name.starts_with("down_blocks.") {
             let i = index_after(name, "down_blocks.")?;
             let r = top / 2f64.powi(i as i32);
-            return Some(if name.contains("downsamplers") {
-                px(r / 2.0)
-            } else {
-                px(r)
-            });
+            return Some(if name.contains("downsamplers") { px(r / 2.0) } else { px(r) });
         }
         if name.starts_with("up_blocks.") {
             let i = index_after(name, "up_blocks.")?;
             let r = low * 2f64.powi(i as i32);
-            return Some(if name.contains("upsamplers") {
-                px(r * 2.0)
-            } else {
-                px(r)
-            });
+            return Some(if name.contains("upsamplers") { px(r * 2.0) } else { px(r) });
         }
         None
     };
@@ -165,11 +152,7 @@ fn unet_flops(table: &ParamTable) -> f64 {
     for e in &table.entries {
         if e.name.ends_with("attn1.to_q.weight") || e.name.ends_with("attn2.to_q.weight") {
             let t = positions(&e.name).unwrap_or(0.0);
-            let kv = if e.name.contains("attn1") {
-                t
-            } else {
-                AUDIO_TOKENS as f64
-            };
+            let kv = if e.name.contains("attn1") { t } else { AUDIO_TOKENS as f64 };
             f += attention_flops(t, kv, e.shape[0] as f64);
         }
     }
@@ -195,13 +178,8 @@ impl MuseTalkUnet {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<MuseTalkUnet> {
         let table = param_table(profile)?;
         let tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
-        let fast = if device.is_cpu() {
-            Some(UnetCpu::for_profile(&tensors, profile)?)
-        } else {
-            None
-        };
-        let unet =
-            weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
+        let fast = if device.is_cpu() { Some(UnetCpu::for_profile(&tensors, profile)?) } else { None };
+        let unet = weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
         let runtime = if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle };
         let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
         let forward = match fast {
@@ -267,7 +245,5 @@ impl KeyframeModel for MuseTalkUnet {
 
 /// FLOPs per frame of the full-size UNet (for engines that do not build the candle model).
 pub fn full_flops_per_frame() -> f64 {
-    param_table(Profile::Full)
-        .map(|t| unet_flops(&t))
-        .unwrap_or(0.0)
+    param_table(Profile::Full).map(|t| unet_flops(&t)).unwrap_or(0.0)
 }

@@ -27,9 +27,10 @@ struct Weights<'a>(&'a HashMap<String, Tensor>);
 
 impl Weights<'_> {
     fn get(&self, name: &str) -> CResult<(Vec<usize>, Vec<f32>)> {
-        let t = self.0.get(name).ok_or_else(|| {
-            candle_core::Error::Msg(format!("UNet CPU path: missing tensor `{name}`"))
-        })?;
+        let t = self
+            .0
+            .get(name)
+            .ok_or_else(|| candle_core::Error::Msg(format!("UNet CPU path: missing tensor `{name}`")))?;
         let v = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         Ok((t.dims().to_vec(), v))
     }
@@ -60,17 +61,8 @@ impl Linear {
                 wt[i * dout + o] = v[o * din + i];
             }
         }
-        let bias = if bias {
-            Some(w.vec(&format!("{prefix}.bias"))?)
-        } else {
-            None
-        };
-        Ok(Linear {
-            din,
-            dout,
-            wt,
-            bias,
-        })
+        let bias = if bias { Some(w.vec(&format!("{prefix}.bias"))?) } else { None };
+        Ok(Linear { din, dout, wt, bias })
     }
 
     /// dst (rows x dout) = x (rows x din) W^T + bias (+ residual), one thread.
@@ -78,7 +70,22 @@ impl Linear {
         let rows = x.len() / self.din;
         debug_assert_eq!(dst.len(), rows * self.dout);
         // SAFETY: dst is rows x dout, x rows x din, wt din x dout, all row-major and disjoint.
-        unsafe { gemm_st(rows, self.dout, self.din, dst.as_mut_ptr(), self.dout, x.as_ptr(), self.din, 1, self.wt.as_ptr(), self.dout, 1, 1.0) };
+        unsafe {
+            gemm_st(
+                rows,
+                self.dout,
+                self.din,
+                dst.as_mut_ptr(),
+                self.dout,
+                x.as_ptr(),
+                self.din,
+                1,
+                self.wt.as_ptr(),
+                self.dout,
+                1,
+                1.0,
+            )
+        };
         epilogue(dst, self.dout, self.bias.as_deref(), residual, false);
     }
 
@@ -86,21 +93,18 @@ impl Linear {
     fn forward(&self, x: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         let rows = x.len() / self.din;
         let mut out = vec![0f32; rows * self.dout];
-        out.par_chunks_mut(ROWS * self.dout)
-            .zip(x.par_chunks(ROWS * self.din))
-            .enumerate()
-            .for_each(|(i, (dst, src))| {
-                let res =
-                    residual.map(|r| &r[i * ROWS * self.dout..i * ROWS * self.dout + dst.len()]);
+        out.par_chunks_mut(ROWS * self.dout).zip(x.par_chunks(ROWS * self.din)).enumerate().for_each(
+            |(i, (dst, src))| {
+                let res = residual.map(|r| &r[i * ROWS * self.dout..i * ROWS * self.dout + dst.len()]);
                 self.apply(src, dst, res);
-            });
+            },
+        );
         out
     }
 }
 
 /// Rows per parallel task in token-wise layers.
 const ROWS: usize = 128;
-
 
 /// e^x without libm, branch-free so that the loops below vectorize: libm's scalar expf/tanhf took
 /// a fifth of the UNet's time. Cephes' range reduction and degree-6 polynomial (relative error
@@ -206,17 +210,9 @@ impl GroupNorm {
     fn load(w: &Weights, prefix: &str, groups: usize, eps: f64) -> CResult<GroupNorm> {
         let gamma = w.vec(&format!("{prefix}.weight"))?;
         if gamma.len() % groups != 0 {
-            candle_core::bail!(
-                "{prefix}: {groups} groups do not divide {} channels",
-                gamma.len()
-            );
+            candle_core::bail!("{prefix}: {groups} groups do not divide {} channels", gamma.len());
         }
-        Ok(GroupNorm {
-            groups,
-            eps,
-            gamma,
-            beta: w.vec(&format!("{prefix}.bias"))?,
-        })
+        Ok(GroupNorm { groups, eps, gamma, beta: w.vec(&format!("{prefix}.bias"))? })
     }
 
     /// GroupNorm (two-pass statistics in f64 per image and group), then SiLU if `act`.
@@ -225,37 +221,32 @@ impl GroupNorm {
         let cg = c / self.groups;
         let img = x.h * x.w * c;
         let mut out = vec![0f32; x.data.len()];
-        out.par_chunks_mut(img)
-            .zip(x.data.par_chunks(img))
-            .for_each(|(dst, src)| {
-                let n = (x.h * x.w * cg) as f64;
-                let mut sum = vec![0f64; c];
-                for px in src.chunks(c) {
-                    sum.iter_mut().zip(px).for_each(|(s, &v)| *s += v as f64);
+        out.par_chunks_mut(img).zip(x.data.par_chunks(img)).for_each(|(dst, src)| {
+            let n = (x.h * x.w * cg) as f64;
+            let mut sum = vec![0f64; c];
+            for px in src.chunks(c) {
+                sum.iter_mut().zip(px).for_each(|(s, &v)| *s += v as f64);
+            }
+            let mean: Vec<f64> = (0..self.groups).map(|g| sum[g * cg..(g + 1) * cg].iter().sum::<f64>() / n).collect();
+            let mut sq = vec![0f64; c];
+            for px in src.chunks(c) {
+                for (ch, (s, &v)) in sq.iter_mut().zip(px).enumerate() {
+                    let d = v as f64 - mean[ch / cg];
+                    *s += d * d;
                 }
-                let mean: Vec<f64> = (0..self.groups)
-                    .map(|g| sum[g * cg..(g + 1) * cg].iter().sum::<f64>() / n)
-                    .collect();
-                let mut sq = vec![0f64; c];
-                for px in src.chunks(c) {
-                    for (ch, (s, &v)) in sq.iter_mut().zip(px).enumerate() {
-                        let d = v as f64 - mean[ch / cg];
-                        *s += d * d;
-                    }
+            }
+            let mut scale = vec![0f32; c];
+            let mut shift = vec![0f32; c];
+            for g in 0..self.groups {
+                let var = sq[g * cg..(g + 1) * cg].iter().sum::<f64>() / n;
+                let inv = 1.0 / (var + self.eps).sqrt();
+                for ch in g * cg..(g + 1) * cg {
+                    scale[ch] = (inv * self.gamma[ch] as f64) as f32;
+                    shift[ch] = (self.beta[ch] as f64 - mean[g] * inv * self.gamma[ch] as f64) as f32;
                 }
-                let mut scale = vec![0f32; c];
-                let mut shift = vec![0f32; c];
-                for g in 0..self.groups {
-                    let var = sq[g * cg..(g + 1) * cg].iter().sum::<f64>() / n;
-                    let inv = 1.0 / (var + self.eps).sqrt();
-                    for ch in g * cg..(g + 1) * cg {
-                        scale[ch] = (inv * self.gamma[ch] as f64) as f32;
-                        shift[ch] =
-                            (self.beta[ch] as f64 - mean[g] * inv * self.gamma[ch] as f64) as f32;
-                    }
-                }
-                affine_act(dst, src, &scale, &shift, act);
-            });
+            }
+            affine_act(dst, src, &scale, &shift, act);
+        });
         Nhwc { data: out, ..*x }
     }
 }
@@ -268,27 +259,22 @@ struct LayerNorm {
 
 impl LayerNorm {
     fn load(w: &Weights, prefix: &str) -> CResult<LayerNorm> {
-        Ok(LayerNorm {
-            gamma: w.vec(&format!("{prefix}.weight"))?,
-            beta: w.vec(&format!("{prefix}.bias"))?,
-        })
+        Ok(LayerNorm { gamma: w.vec(&format!("{prefix}.weight"))?, beta: w.vec(&format!("{prefix}.bias"))? })
     }
     fn forward(&self, x: &[f32]) -> Vec<f32> {
         const EPS: f32 = 1e-5;
         let c = self.gamma.len();
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(ROWS * c)
-            .zip(x.par_chunks(ROWS * c))
-            .for_each(|(dst, src)| {
-                for (d, s) in dst.chunks_mut(c).zip(src.chunks(c)) {
-                    let mean = s.iter().sum::<f32>() / c as f32;
-                    let var = s.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
-                    let inv = 1.0 / (var + EPS).sqrt();
-                    for ch in 0..c {
-                        d[ch] = (s[ch] - mean) * inv * self.gamma[ch] + self.beta[ch];
-                    }
+        out.par_chunks_mut(ROWS * c).zip(x.par_chunks(ROWS * c)).for_each(|(dst, src)| {
+            for (d, s) in dst.chunks_mut(c).zip(src.chunks(c)) {
+                let mean = s.iter().sum::<f32>() / c as f32;
+                let var = s.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
+                let inv = 1.0 / (var + EPS).sqrt();
+                for ch in 0..c {
+                    d[ch] = (s[ch] - mean) * inv * self.gamma[ch] + self.beta[ch];
                 }
-            });
+            }
+        });
         out
     }
 }
@@ -322,13 +308,7 @@ impl Attention {
 
     /// residual + to_out(softmax(q k^T / sqrt(d)) v) for `batch` images of `tokens` query rows;
     /// keys and values from `context` (batch x ctx_tokens rows) or from `x` itself.
-    fn forward(
-        &self,
-        x: &[f32],
-        batch: usize,
-        context: Option<&[f32]>,
-        residual: &[f32],
-    ) -> Vec<f32> {
+    fn forward(&self, x: &[f32], batch: usize, context: Option<&[f32]>, residual: &[f32]) -> Vec<f32> {
         let inner = self.q.dout;
         let d = inner / self.heads;
         let scale = 1.0 / (d as f32).sqrt();
@@ -338,14 +318,9 @@ impl Attention {
         let (k, v) = (self.k.forward(c, None), self.v.forward(c, None));
         let kv_tokens = k.len() / inner / batch;
         let mut attn = vec![0f32; q.len()];
-        let blocks = attn
-            .par_chunks_mut(tokens * inner)
-            .enumerate()
-            .flat_map(|(b, img)| {
-                img.par_chunks_mut(QUERY_BLOCK * inner)
-                    .enumerate()
-                    .map(move |(t, dst)| (b, t * QUERY_BLOCK, dst))
-            });
+        let blocks = attn.par_chunks_mut(tokens * inner).enumerate().flat_map(|(b, img)| {
+            img.par_chunks_mut(QUERY_BLOCK * inner).enumerate().map(move |(t, dst)| (b, t * QUERY_BLOCK, dst))
+        });
         blocks.for_each(|(b, q0, dst)| {
             let rows = dst.len() / inner;
             let qb = &q[(b * tokens + q0) * inner..];
@@ -358,12 +333,38 @@ impl Attention {
                     // SAFETY: s is rows x kv_tokens; q/k/v rows have stride `inner` and head h
                     // occupies columns h*d..(h+1)*d, all within the slices; dst is rows x inner.
                     unsafe {
-                        gemm_st(rows, kv_tokens, d, s.as_mut_ptr(), kv_tokens, qb.as_ptr().add(h * d), inner, 1, kb.as_ptr().add(h * d), 1, inner, scale)
+                        gemm_st(
+                            rows,
+                            kv_tokens,
+                            d,
+                            s.as_mut_ptr(),
+                            kv_tokens,
+                            qb.as_ptr().add(h * d),
+                            inner,
+                            1,
+                            kb.as_ptr().add(h * d),
+                            1,
+                            inner,
+                            scale,
+                        )
                     };
                     softmax_rows(s, kv_tokens);
                     // SAFETY: as above; s is rows x kv_tokens, v rows have stride `inner`.
                     unsafe {
-                        gemm_st(rows, d, kv_tokens, dst.as_mut_ptr().add(h * d), inner, s.as_ptr(), kv_tokens, 1, vb.as_ptr().add(h * d), inner, 1, 1.0)
+                        gemm_st(
+                            rows,
+                            d,
+                            kv_tokens,
+                            dst.as_mut_ptr().add(h * d),
+                            inner,
+                            s.as_ptr(),
+                            kv_tokens,
+                            1,
+                            vb.as_ptr().add(h * d),
+                            inner,
+                            1,
+                            1.0,
+                        )
                     };
                 }
             });
@@ -382,24 +383,18 @@ impl FeedForward {
     fn forward(&self, x: &[f32], residual: &[f32]) -> Vec<f32> {
         let (din, hidden) = (self.proj.din, self.out.din);
         let mut out = vec![0f32; residual.len()];
-        out.par_chunks_mut(ROWS * din)
-            .enumerate()
-            .for_each(|(i, dst)| {
-                let rows = dst.len() / din;
-                let src = &x[i * ROWS * din..i * ROWS * din + rows * din];
-                SCRATCH.with_borrow_mut(|(proj, act)| {
-                    proj.resize(proj.len().max(rows * 2 * hidden), 0.0);
-                    act.resize(act.len().max(rows * hidden), 0.0);
-                    let (proj, act) = (&mut proj[..rows * 2 * hidden], &mut act[..rows * hidden]);
-                    self.proj.apply(src, proj, None);
-                    geglu(act, proj, hidden);
-                    self.out.apply(
-                        act,
-                        dst,
-                        Some(&residual[i * ROWS * din..i * ROWS * din + rows * din]),
-                    );
-                });
+        out.par_chunks_mut(ROWS * din).enumerate().for_each(|(i, dst)| {
+            let rows = dst.len() / din;
+            let src = &x[i * ROWS * din..i * ROWS * din + rows * din];
+            SCRATCH.with_borrow_mut(|(proj, act)| {
+                proj.resize(proj.len().max(rows * 2 * hidden), 0.0);
+                act.resize(act.len().max(rows * hidden), 0.0);
+                let (proj, act) = (&mut proj[..rows * 2 * hidden], &mut act[..rows * hidden]);
+                self.proj.apply(src, proj, None);
+                geglu(act, proj, hidden);
+                self.out.apply(act, dst, Some(&residual[i * ROWS * din..i * ROWS * din + rows * din]));
             });
+        });
         out
     }
 }
@@ -421,9 +416,7 @@ impl SpatialTransformer {
     fn load(w: &Weights, prefix: &str, groups: usize, heads: usize) -> CResult<SpatialTransformer> {
         let tb = format!("{prefix}.transformer_blocks.0");
         if w.has(&format!("{prefix}.transformer_blocks.1.norm1.weight")) {
-            candle_core::bail!(
-                "{prefix}: more than one transformer block per layer is not supported"
-            );
+            candle_core::bail!("{prefix}: more than one transformer block per layer is not supported");
         }
         Ok(SpatialTransformer {
             norm: GroupNorm::load(w, &format!("{prefix}.norm"), groups, 1e-6)?,
@@ -442,18 +435,11 @@ impl SpatialTransformer {
     }
 
     fn forward(&self, x: &Nhwc, context: &[f32]) -> Nhwc {
-        let h = self
-            .proj_in
-            .forward(&self.norm.forward(x, false).data, None);
+        let h = self.proj_in.forward(&self.norm.forward(x, false).data, None);
         let h = self.attn1.forward(&self.norm1.forward(&h), x.n, None, &h);
-        let h = self
-            .attn2
-            .forward(&self.norm2.forward(&h), x.n, Some(context), &h);
+        let h = self.attn2.forward(&self.norm2.forward(&h), x.n, Some(context), &h);
         let h = self.ff.forward(&self.norm3.forward(&h), &h);
-        Nhwc {
-            data: self.proj_out.forward(&h, Some(&x.data)),
-            ..*x
-        }
+        Nhwc { data: self.proj_out.forward(&h, Some(&x.data)), ..*x }
     }
 }
 
@@ -466,12 +452,7 @@ struct Resnet {
     shortcut: Option<Linear>,
 }
 
-fn conv(
-    w: &Weights,
-    prefix: &str,
-    stride: usize,
-    extra_bias: Option<&[f32]>,
-) -> CResult<PackedConv> {
+fn conv(w: &Weights, prefix: &str, stride: usize, extra_bias: Option<&[f32]>) -> CResult<PackedConv> {
     let (dims, v) = w.get(&format!("{prefix}.weight"))?;
     if dims.len() != 4 || dims[2] != 3 || dims[3] != 3 {
         candle_core::bail!("{prefix}.weight: expected a 3x3 convolution, got {dims:?}");
@@ -503,21 +484,11 @@ impl Resnet {
     }
 
     fn forward(&self, x: &Nhwc) -> Nhwc {
-        let h = cpu_conv::conv3x3(
-            &self.norm1.forward(x, true),
-            &self.conv1,
-            false,
-            None,
-            false,
-        );
+        let h = cpu_conv::conv3x3(&self.norm1.forward(x, true), &self.conv1, false, None, false);
         let h = self.norm2.forward(&h, true);
         match &self.shortcut {
             Some(s) => {
-                let sc = Nhwc {
-                    data: s.forward(&x.data, None),
-                    c: s.dout,
-                    ..*x
-                };
+                let sc = Nhwc { data: s.forward(&x.data, None), c: s.dout, ..*x };
                 cpu_conv::conv3x3(&h, &self.conv2, false, Some(&sc), false)
             }
             None => cpu_conv::conv3x3(&h, &self.conv2, false, Some(x), false),
@@ -529,15 +500,13 @@ impl Resnet {
 fn concat(a: &Nhwc, b: &Nhwc) -> Nhwc {
     let c = a.c + b.c;
     let mut data = vec![0f32; a.data.len() + b.data.len()];
-    data.par_chunks_mut(ROWS * c)
-        .enumerate()
-        .for_each(|(i, dst)| {
-            for (p, px) in dst.chunks_mut(c).enumerate() {
-                let q = i * ROWS + p;
-                px[..a.c].copy_from_slice(&a.data[q * a.c..(q + 1) * a.c]);
-                px[a.c..].copy_from_slice(&b.data[q * b.c..(q + 1) * b.c]);
-            }
-        });
+    data.par_chunks_mut(ROWS * c).enumerate().for_each(|(i, dst)| {
+        for (p, px) in dst.chunks_mut(c).enumerate() {
+            let q = i * ROWS + p;
+            px[..a.c].copy_from_slice(&a.data[q * a.c..(q + 1) * a.c]);
+            px[a.c..].copy_from_slice(&b.data[q * b.c..(q + 1) * b.c]);
+        }
+    });
     Nhwc { data, c, ..*a }
 }
 
@@ -580,9 +549,7 @@ impl UnetCpu {
         let attn = [true, true, true, false];
         let l1 = Linear::load(&w, "time_embedding.linear_1", true)?;
         // Timestep 0 with flip_sin_to_cos: the sinusoidal embedding is [cos 0 ..., sin 0 ...].
-        let t_proj: Vec<f32> = (0..l1.din)
-            .map(|i| if i < l1.din / 2 { 1.0 } else { 0.0 })
-            .collect();
+        let t_proj: Vec<f32> = (0..l1.din).map(|i| if i < l1.din / 2 { 1.0 } else { 0.0 }).collect();
         let l2 = Linear::load(&w, "time_embedding.linear_2", true)?;
         let mut h = vec![0f32; l1.dout];
         l1.apply(&t_proj, &mut h, None);
@@ -596,12 +563,7 @@ impl UnetCpu {
             Ok(Layer {
                 resnet: Resnet::load(&w, &format!("{prefix}.resnets.{i}"), groups, &temb)?,
                 attention: if with_attn {
-                    Some(SpatialTransformer::load(
-                        &w,
-                        &format!("{prefix}.attentions.{i}"),
-                        groups,
-                        heads,
-                    )?)
+                    Some(SpatialTransformer::load(&w, &format!("{prefix}.attentions.{i}"), groups, heads)?)
                 } else {
                     None
                 },
@@ -612,25 +574,15 @@ impl UnetCpu {
             let p = format!("down_blocks.{i}");
             down.push(Level {
                 layers: (0..2).map(|l| layer(&p, l, a)).collect::<CResult<_>>()?,
-                resample: if i < 3 {
-                    Some(conv(&w, &format!("{p}.downsamplers.0.conv"), 2, None)?)
-                } else {
-                    None
-                },
+                resample: if i < 3 { Some(conv(&w, &format!("{p}.downsamplers.0.conv"), 2, None)?) } else { None },
             });
         }
         let mut up = Vec::new();
         for i in 0..4 {
             let p = format!("up_blocks.{i}");
             up.push(Level {
-                layers: (0..3)
-                    .map(|l| layer(&p, l, attn[3 - i]))
-                    .collect::<CResult<_>>()?,
-                resample: if i < 3 {
-                    Some(conv(&w, &format!("{p}.upsamplers.0.conv"), 1, None)?)
-                } else {
-                    None
-                },
+                layers: (0..3).map(|l| layer(&p, l, attn[3 - i])).collect::<CResult<_>>()?,
+                resample: if i < 3 { Some(conv(&w, &format!("{p}.upsamplers.0.conv"), 1, None)?) } else { None },
             });
         }
         Ok(UnetCpu {
@@ -648,27 +600,14 @@ impl UnetCpu {
     }
 
     /// For a profile of [`crate::unet`].
-    pub fn for_profile(
-        tensors: &HashMap<String, Tensor>,
-        profile: crate::Profile,
-    ) -> CResult<UnetCpu> {
+    pub fn for_profile(tensors: &HashMap<String, Tensor>, profile: crate::Profile) -> CResult<UnetCpu> {
         let cfg = crate::unet::config(profile);
-        Self::new(
-            tensors,
-            cfg.norm_num_groups,
-            crate::unet::attention_heads(profile),
-        )
+        Self::new(tensors, cfg.norm_num_groups, crate::unet::attention_heads(profile))
     }
 
     /// latents: (B, 8, H, W) NCHW; context: (B, tokens, 384) with the positional encoding added.
     /// Returns (B, 4, H, W) NCHW.
-    pub fn forward(
-        &self,
-        latents: &[f32],
-        batch: usize,
-        hw: (usize, usize),
-        context: &[f32],
-    ) -> Vec<f32> {
+    pub fn forward(&self, latents: &[f32], batch: usize, hw: (usize, usize), context: &[f32]) -> Vec<f32> {
         debug_assert_eq!(context.len() % (batch * AUDIO_DIM), 0);
         let x = Nhwc::from_nchw(batch, 8, hw.0, hw.1, latents);
         let mut x = cpu_conv::conv3x3(&x, &self.conv_in, false, None, false);
@@ -695,13 +634,7 @@ impl UnetCpu {
                 x = cpu_conv::conv3x3(&x, c, true, None, false);
             }
         }
-        let x = cpu_conv::conv3x3(
-            &self.norm_out.forward(&x, true),
-            &self.conv_out,
-            false,
-            None,
-            false,
-        );
+        let x = cpu_conv::conv3x3(&self.norm_out.forward(&x, true), &self.conv_out, false, None, false);
         x.to_nchw()
     }
 }
@@ -728,13 +661,9 @@ mod tests {
             s ^= s << 5;
             (s as f32 / u32::MAX as f32) * 2.0 - 1.0
         };
-        let lat = (0..batch * 8 * LATENT_HW * LATENT_HW)
-            .map(|_| next())
-            .collect();
+        let lat = (0..batch * 8 * LATENT_HW * LATENT_HW).map(|_| next()).collect();
         let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
-        let ctx = (0..batch * AUDIO_TOKENS * AUDIO_DIM)
-            .map(|i| next() + pe[i % pe.len()])
-            .collect();
+        let ctx = (0..batch * AUDIO_TOKENS * AUDIO_DIM).map(|i| next() + pe[i % pe.len()]).collect();
         (lat, ctx)
     }
 
@@ -743,49 +672,25 @@ mod tests {
     fn compare(heads: usize) {
         let tensors = synthetic_weights(Profile::Cpu, 7).unwrap();
         let mut cfg = config(Profile::Cpu);
-        cfg.blocks
-            .iter_mut()
-            .for_each(|b| b.attention_head_dim = heads);
+        cfg.blocks.iter_mut().for_each(|b| b.attention_head_dim = heads);
         let vb = VarBuilder::from_tensors(tensors.clone(), DType::F32, &Device::Cpu);
         let reference = UNet2DConditionModel::new(vb, 8, 4, false, cfg.clone()).unwrap();
         let fast = UnetCpu::new(&tensors, cfg.norm_num_groups, heads).unwrap();
         let batch = 2;
         let (lat, ctx) = inputs(batch);
-        let x =
-            Tensor::from_vec(lat.clone(), (batch, 8, LATENT_HW, LATENT_HW), &Device::Cpu).unwrap();
-        let c =
-            Tensor::from_vec(ctx.clone(), (batch, AUDIO_TOKENS, AUDIO_DIM), &Device::Cpu).unwrap();
-        let want = reference
-            .forward(&x, 0.0, &c)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
+        let x = Tensor::from_vec(lat.clone(), (batch, 8, LATENT_HW, LATENT_HW), &Device::Cpu).unwrap();
+        let c = Tensor::from_vec(ctx.clone(), (batch, AUDIO_TOKENS, AUDIO_DIM), &Device::Cpu).unwrap();
+        let want = reference.forward(&x, 0.0, &c).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let got = fast.forward(&lat, batch, (LATENT_HW, LATENT_HW), &ctx);
         assert_eq!(got.len(), want.len());
         let scale = want.iter().map(|v| v.abs()).fold(0f32, f32::max);
         let err = max_abs_diff(&got, &want);
-        assert!(
-            scale > 0.1,
-            "reference output is degenerate (max |y| = {scale})"
-        );
-        assert!(
-            err <= 1e-4 * scale,
-            "heads {heads}: max |fast - candle| = {err} at output scale {scale}"
-        );
+        assert!(scale > 0.1, "reference output is degenerate (max |y| = {scale})");
+        assert!(err <= 1e-4 * scale, "heads {heads}: max |fast - candle| = {err} at output scale {scale}");
         // Each image on its own gives the same rows (no mixing across the batch).
-        let one = fast.forward(
-            &lat[..lat.len() / 2],
-            1,
-            (LATENT_HW, LATENT_HW),
-            &ctx[..ctx.len() / 2],
-        );
+        let one = fast.forward(&lat[..lat.len() / 2], 1, (LATENT_HW, LATENT_HW), &ctx[..ctx.len() / 2]);
         let err1 = max_abs_diff(&one, &got);
-        assert!(
-            err1 <= 1e-5 * scale,
-            "batch 1 vs batch 2 rows differ by {err1}"
-        );
+        assert!(err1 <= 1e-5 * scale, "batch 1 vs batch 2 rows differ by {err1}");
     }
 
     #[test]
@@ -808,9 +713,7 @@ mod tests {
     #[test]
     fn softmax_rows_match_f64() {
         let w = 37; // not a multiple of the 8 partial sums
-        let mut s: Vec<f32> = (0..3 * w)
-            .map(|i| ((i * 7919) % 101) as f32 * 0.37 - 18.0)
-            .collect();
+        let mut s: Vec<f32> = (0..3 * w).map(|i| ((i * 7919) % 101) as f32 * 0.37 - 18.0).collect();
         let orig = s.clone();
         softmax_rows(&mut s, w);
         for (row, o) in s.chunks(w).zip(orig.chunks(w)) {
@@ -818,10 +721,7 @@ mod tests {
             let z: f64 = o.iter().map(|&v| (v as f64 - m).exp()).sum();
             for (&g, &v) in row.iter().zip(o) {
                 let want = (v as f64 - m).exp() / z;
-                assert!(
-                    (g as f64 - want).abs() <= 1e-6 * want + 1e-12,
-                    "{g} vs {want}"
-                );
+                assert!((g as f64 - want).abs() <= 1e-6 * want + 1e-12, "{g} vs {want}");
             }
         }
     }
@@ -854,6 +754,9 @@ mod tests {
         let got = fast.forward(&lat, 1, (LATENT_HW, LATENT_HW), &ctx);
         let scale = want.iter().map(|v| v.abs()).fold(0f32, f32::max);
         let err = max_abs_diff(&got, &want);
-        assert!(scale > 0.1 && err <= 1e-4 * scale, "full profile: max |fast - candle| = {err} at output scale {scale}");
+        assert!(
+            scale > 0.1 && err <= 1e-4 * scale,
+            "full profile: max |fast - candle| = {err} at output scale {scale}"
+        );
     }
 }

@@ -31,10 +31,7 @@ pub struct ParamTable {
 impl ParamTable {
     /// Total number of scalar parameters.
     pub fn num_params(&self) -> usize {
-        self.entries
-            .iter()
-            .map(|e| e.shape.iter().product::<usize>())
-            .sum()
+        self.entries.iter().map(|e| e.shape.iter().product::<usize>()).sum()
     }
     pub fn get(&self, name: &str) -> Option<&ParamSpec> {
         self.entries.iter().find(|e| e.name == name)
@@ -62,19 +59,11 @@ impl SimpleBackend for Recorder {
     ) -> candle_core::Result<Tensor> {
         let mut seen = self.0.lock().expect("recorder lock");
         if !seen.iter().any(|e| e.name == name) {
-            seen.push(ParamSpec {
-                name: name.to_string(),
-                shape: s.dims().to_vec(),
-            });
+            seen.push(ParamSpec { name: name.to_string(), shape: s.dims().to_vec() });
         }
         Tensor::zeros((), dtype, dev)?.broadcast_as(s)
     }
-    fn get_unchecked(
-        &self,
-        name: &str,
-        _dtype: DType,
-        _dev: &Device,
-    ) -> candle_core::Result<Tensor> {
+    fn get_unchecked(&self, name: &str, _dtype: DType, _dev: &Device) -> candle_core::Result<Tensor> {
         candle_core::bail!("recorder: shape of `{name}` unknown (get_unchecked is not supported)")
     }
     fn contains_tensor(&self, _name: &str) -> bool {
@@ -83,9 +72,7 @@ impl SimpleBackend for Recorder {
 }
 
 /// Records the expected parameter table of a model constructor.
-pub(crate) fn record_table<M>(
-    build: impl FnOnce(VarBuilder) -> candle_core::Result<M>,
-) -> Result<ParamTable> {
+pub(crate) fn record_table<M>(build: impl FnOnce(VarBuilder) -> candle_core::Result<M>) -> Result<ParamTable> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let vb = VarBuilder::from_backend(Box::new(Recorder(seen.clone())), DType::F32, Device::Cpu);
     let model = build(vb)?;
@@ -184,10 +171,7 @@ pub(crate) fn synthetic_tensors(
     for e in &table.entries {
         let numel = e.shape.iter().product();
         let v = synthetic_values(seed, &e.name, numel, rule(&e.name, &e.shape));
-        map.insert(
-            e.name.clone(),
-            Tensor::from_vec(v, e.shape.as_slice(), device)?,
-        );
+        map.insert(e.name.clone(), Tensor::from_vec(v, e.shape.as_slice(), device)?);
     }
     Ok(map)
 }
@@ -206,14 +190,9 @@ pub(crate) fn load_checked(
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let file = path.to_path_buf();
-    let bytes = std::fs::read(path).map_err(|source| EngineError::Io {
-        path: file.clone(),
-        source,
-    })?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| EngineError::BadFile {
-        file: file.clone(),
-        msg: format!("not a valid safetensors file: {e}"),
-    })?;
+    let bytes = std::fs::read(path).map_err(|source| EngineError::Io { path: file.clone(), source })?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| EngineError::BadFile { file: file.clone(), msg: format!("not a valid safetensors file: {e}") })?;
     let mut by_canonical: HashMap<String, String> = HashMap::new();
     for key in st.names() {
         if let Some(c) = normalize(key) {
@@ -222,23 +201,17 @@ pub(crate) fn load_checked(
     }
     let mut out = HashMap::with_capacity(table.len());
     for e in &table.entries {
-        let key = by_canonical
-            .get(&e.name)
-            .ok_or_else(|| EngineError::MissingTensor {
-                file: file.clone(),
-                name: e.name.clone(),
-                expected: e.shape.clone(),
-            })?;
-        let view = st.tensor(key).map_err(|err| EngineError::BadFile {
+        let key = by_canonical.get(&e.name).ok_or_else(|| EngineError::MissingTensor {
             file: file.clone(),
-            msg: format!("tensor `{key}`: {err}"),
+            name: e.name.clone(),
+            expected: e.shape.clone(),
         })?;
+        let view = st
+            .tensor(key)
+            .map_err(|err| EngineError::BadFile { file: file.clone(), msg: format!("tensor `{key}`: {err}") })?;
         let found = view.shape().to_vec();
         let shape_ok = found == e.shape
-            || (e.shape.len() == 2
-                && found.len() == 4
-                && found[..2] == e.shape[..]
-                && found[2..] == [1, 1]);
+            || (e.shape.len() == 2 && found.len() == 4 && found[..2] == e.shape[..] && found[2..] == [1, 1]);
         if !shape_ok {
             return Err(EngineError::ShapeMismatch {
                 file: file.clone(),
@@ -264,10 +237,7 @@ pub(crate) fn load_checked(
             .and_then(|t| t.to_dtype(DType::F32))
             .and_then(|t| t.reshape(e.shape.as_slice()))
             .and_then(|t| t.to_device(device))
-            .map_err(|err| EngineError::BadFile {
-                file: file.clone(),
-                msg: format!("tensor `{key}`: {err}"),
-            })?;
+            .map_err(|err| EngineError::BadFile { file: file.clone(), msg: format!("tensor `{key}`: {err}") })?;
         out.insert(e.name.clone(), t);
     }
     Ok(out)
@@ -275,10 +245,8 @@ pub(crate) fn load_checked(
 
 /// Writes tensors to a safetensors file (F32).
 pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
-    candle_core::safetensors::save(tensors, path).map_err(|e| EngineError::BadFile {
-        file: PathBuf::from(path),
-        msg: format!("cannot write: {e}"),
-    })
+    candle_core::safetensors::save(tensors, path)
+        .map_err(|e| EngineError::BadFile { file: PathBuf::from(path), msg: format!("cannot write: {e}") })
 }
 
 /// Builds a model from checked tensors through the ordinary `VarBuilder` path. Any panic inside
@@ -298,10 +266,7 @@ pub(crate) fn build_from_tensors<M>(
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(EngineError::BadFile {
-                file: PathBuf::from(what),
-                msg: format!("model constructor panicked: {msg}"),
-            })
+            Err(EngineError::BadFile { file: PathBuf::from(what), msg: format!("model constructor panicked: {msg}") })
         }
     }
 }

@@ -26,8 +26,7 @@
 
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
-    EngineInfo, Runtime,
-    AudioEncoder, Batch, Device, Engine, EngineError, ModelKind, Profile, Result, WeightsSource,
+    AudioEncoder, Batch, Device, Engine, EngineError, EngineInfo, ModelKind, Profile, Result, Runtime, WeightsSource,
 };
 use candle_core::{Module, Tensor};
 use candle_nn::{Conv1d, Conv1dConfig, LayerNorm, Linear, VarBuilder};
@@ -77,13 +76,10 @@ fn mel_to_hz(m: f64) -> f64 {
 /// `filters.mel(sr, n_fft, n_mels)` (htk=False, norm="slaney") computes it.
 pub fn mel_filters(sr: usize, n_fft: usize, n_mels: usize) -> Vec<f32> {
     let n_freq = 1 + n_fft / 2;
-    let fftfreqs: Vec<f64> = (0..n_freq)
-        .map(|k| k as f64 * sr as f64 / n_fft as f64)
-        .collect();
+    let fftfreqs: Vec<f64> = (0..n_freq).map(|k| k as f64 * sr as f64 / n_fft as f64).collect();
     let (mmin, mmax) = (hz_to_mel(0.0), hz_to_mel(sr as f64 / 2.0));
-    let mel_f: Vec<f64> = (0..n_mels + 2)
-        .map(|i| mel_to_hz(mmin + (mmax - mmin) * i as f64 / (n_mels + 1) as f64))
-        .collect();
+    let mel_f: Vec<f64> =
+        (0..n_mels + 2).map(|i| mel_to_hz(mmin + (mmax - mmin) * i as f64 / (n_mels + 1) as f64)).collect();
     let mut w = vec![0f32; n_mels * n_freq];
     for i in 0..n_mels {
         let enorm = 2.0 / (mel_f[i + 2] - mel_f[i]);
@@ -155,16 +151,8 @@ struct Encoder {
 fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Encoder> {
     let _ = profile; // whisper-tiny is cheap enough on CPU: both profiles use its full size
     let d = D_MODEL;
-    let c1 = Conv1dConfig {
-        padding: 1,
-        stride: 1,
-        ..Default::default()
-    };
-    let c2 = Conv1dConfig {
-        padding: 1,
-        stride: 2,
-        ..Default::default()
-    };
+    let c1 = Conv1dConfig { padding: 1, stride: 1, ..Default::default() };
+    let c2 = Conv1dConfig { padding: 1, stride: 2, ..Default::default() };
     let conv1 = candle_nn::conv1d(N_MELS, d, 3, c1, vb.pp("conv1"))?;
     let conv2 = candle_nn::conv1d(d, d, 3, c2, vb.pp("conv2"))?;
     let ln = |vb: VarBuilder| candle_nn::layer_norm(d, 1e-5, vb);
@@ -184,13 +172,7 @@ fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Encoder> {
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    Ok(Encoder {
-        conv1,
-        conv2,
-        layers,
-        d,
-        heads: N_HEADS,
-    })
+    Ok(Encoder { conv1, conv2, layers, d, heads: N_HEADS })
 }
 
 /// Whisper's sinusoidal position table (length, channels): [sin | cos] halves.
@@ -221,20 +203,14 @@ impl Encoder {
         let scale = 1.0 / (hd as f64).sqrt();
         for l in &self.layers {
             let h = l.ln1.forward(&x)?;
-            let split = |y: Tensor| {
-                y.reshape((b, t, self.heads, hd))?
-                    .transpose(1, 2)?
-                    .contiguous()
-            };
+            let split = |y: Tensor| y.reshape((b, t, self.heads, hd))?.transpose(1, 2)?.contiguous();
             let q = split((l.q.forward(&h)? * scale)?)?;
             let k = split(l.k.forward(&h)?)?;
             let v = split(l.v.forward(&h)?)?;
             let p = candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?)?;
             let a = p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, self.d))?;
             x = (x + l.o.forward(&a)?)?;
-            let m = l
-                .fc2
-                .forward(&l.fc1.forward(&l.ln2.forward(&x)?)?.gelu_erf()?)?;
+            let m = l.fc2.forward(&l.fc1.forward(&l.ln2.forward(&x)?)?.gelu_erf()?)?;
             x = (x + m)?;
             hs.push(x.clone());
         }
@@ -263,10 +239,7 @@ fn normalize(key: &str) -> Option<String> {
         k
     } else if let Some(k) = key.strip_prefix("encoder.") {
         k
-    } else if key.starts_with("model.")
-        || key.starts_with("decoder.")
-        || key.starts_with("proj_out")
-    {
+    } else if key.starts_with("model.") || key.starts_with("decoder.") || key.starts_with("proj_out") {
         return None;
     } else {
         key
@@ -314,17 +287,11 @@ impl WhisperAudio {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<WhisperAudio> {
         let table = param_table(profile)?;
         let tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
-        let enc =
-            weights::build_from_tensors(tensors, device, "whisper-tiny", |vb| build(vb, profile))?;
+        let enc = weights::build_from_tensors(tensors, device, "whisper-tiny", |vb| build(vb, profile))?;
         let t = (WINDOW_FRAMES / 2) as f64;
         let flops_window = crate::flops::weight_flops(&table, |name| {
-            Some(if name.starts_with("conv1") {
-                WINDOW_FRAMES as f64
-            } else {
-                t
-            })
-        }) + N_LAYERS as f64
-            * crate::flops::attention_flops(t, t, D_MODEL as f64);
+            Some(if name.starts_with("conv1") { WINDOW_FRAMES as f64 } else { t })
+        }) + N_LAYERS as f64 * crate::flops::attention_flops(t, t, D_MODEL as f64);
         Ok(WhisperAudio {
             info: EngineInfo {
                 model: ModelKind::WhisperTiny,
@@ -374,9 +341,7 @@ impl Engine for WhisperAudio {
 impl AudioEncoder for WhisperAudio {
     fn encode_audio(&self, samples: &[f32], fps: f32) -> Result<Batch> {
         if !(fps > 0.0 && fps.is_finite()) {
-            return Err(EngineError::BadInput(format!(
-                "fps must be positive, got {fps}"
-            )));
+            return Err(EngineError::BadInput(format!("fps must be positive, got {fps}")));
         }
         if samples.is_empty() {
             return Err(EngineError::BadInput("no audio samples".into()));
@@ -392,9 +357,6 @@ impl AudioEncoder for WhisperAudio {
                 data.extend_from_slice(&hs.data[j * per_step..(j + 1) * per_step]);
             }
         }
-        Batch::new(
-            vec![frames, (STEPS_LEFT + STEPS_RIGHT) * N_HIDDEN, D_MODEL],
-            data,
-        )
+        Batch::new(vec![frames, (STEPS_LEFT + STEPS_RIGHT) * N_HIDDEN, D_MODEL], data)
     }
 }

@@ -11,10 +11,7 @@ fn taesd_decoder_full_has_published_parameter_count_and_keys() {
     assert_eq!(t.get("3.conv.0.weight").unwrap().shape, vec![64, 64, 3, 3]);
     assert_eq!(t.get("3.conv.4.bias").unwrap().shape, vec![64]);
     assert_eq!(t.get("7.weight").unwrap().shape, vec![64, 64, 3, 3]);
-    assert!(
-        t.get("7.bias").is_none(),
-        "post-upsample convs have no bias"
-    );
+    assert!(t.get("7.bias").is_none(), "post-upsample convs have no bias");
     assert_eq!(t.get("18.conv.2.weight").unwrap().shape, vec![64, 64, 3, 3]);
     assert_eq!(t.get("19.weight").unwrap().shape, vec![3, 64, 3, 3]);
     assert_eq!(t.get("19.bias").unwrap().shape, vec![3]);
@@ -37,12 +34,7 @@ fn taesd_encoder_full_parameter_count_and_keys() {
 
 #[test]
 fn taesd_decoder_flops_match_design_figure() {
-    let d = Taesd::decoder(
-        Profile::Full,
-        &WeightsSource::Synthetic { seed: 1 },
-        &Device::Cpu,
-    )
-    .unwrap();
+    let d = Taesd::decoder(Profile::Full, &WeightsSource::Synthetic { seed: 1 }, &Device::Cpu).unwrap();
     // DESIGN.md: about 17.7 GMAC per 4x32x32 -> 3x256x256 frame.
     let gmac = d.flops_per_frame() / 2e9;
     assert!((gmac - 17.68).abs() < 0.05, "{gmac} GMAC");
@@ -63,21 +55,11 @@ fn musetalk_unet_full_parameter_count() {
     assert_eq!(t.get("conv_in.weight").unwrap().shape, vec![320, 8, 3, 3]);
     assert_eq!(t.get("conv_out.weight").unwrap().shape, vec![4, 320, 3, 3]);
     assert_eq!(
-        t.get("down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight")
-            .unwrap()
-            .shape,
+        t.get("down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight").unwrap().shape,
         vec![320, 384]
     );
-    assert_eq!(
-        t.get("mid_block.attentions.0.proj_in.weight")
-            .unwrap()
-            .shape,
-        vec![1280, 1280, 1, 1]
-    );
-    assert!(
-        t.get("down_blocks.3.attentions.0.proj_in.weight").is_none(),
-        "last down block has no attention"
-    );
+    assert_eq!(t.get("mid_block.attentions.0.proj_in.weight").unwrap().shape, vec![1280, 1280, 1, 1]);
+    assert!(t.get("down_blocks.3.attentions.0.proj_in.weight").is_none(), "last down block has no attention");
 }
 
 #[test]
@@ -92,16 +74,8 @@ fn sd_vae_full_parameter_counts() {
         .map(|e| e.shape.iter().product::<usize>())
         .sum();
     assert!((49_000_000..50_000_000).contains(&dec), "{dec}");
-    assert_eq!(
-        t.get("decoder.conv_in.weight").unwrap().shape,
-        vec![512, 4, 3, 3]
-    );
-    assert_eq!(
-        t.get("decoder.mid_block.attentions.0.to_q.weight")
-            .unwrap()
-            .shape,
-        vec![512, 512]
-    );
+    assert_eq!(t.get("decoder.conv_in.weight").unwrap().shape, vec![512, 4, 3, 3]);
+    assert_eq!(t.get("decoder.mid_block.attentions.0.to_q.weight").unwrap().shape, vec![512, 512]);
 }
 
 #[test]
@@ -111,28 +85,16 @@ fn whisper_tiny_encoder_parameter_count() {
     let conv = 80 * d * 3 + d + d * d * 3 + d;
     let layer = 4 * d * d + 3 * d + 2 * (2 * d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
     assert_eq!(t.num_params(), conv + 4 * layer);
-    assert_eq!(
-        t.get("layers.3.self_attn.k_proj.weight").unwrap().shape,
-        vec![384, 384]
-    );
-    assert!(
-        t.get("layers.0.self_attn.k_proj.bias").is_none(),
-        "whisper's key projection has no bias"
-    );
+    assert_eq!(t.get("layers.3.self_attn.k_proj.weight").unwrap().shape, vec![384, 384]);
+    assert!(t.get("layers.0.self_attn.k_proj.bias").is_none(), "whisper's key projection has no bias");
 }
 
 #[test]
 fn cpu_profile_keeps_topology() {
-    for m in [
-        ModelKind::TaesdDecoder,
-        ModelKind::TaesdEncoder,
-        ModelKind::MuseTalkUnet,
-        ModelKind::SdVaeDecoder,
-    ] {
+    for m in [ModelKind::TaesdDecoder, ModelKind::TaesdEncoder, ModelKind::MuseTalkUnet, ModelKind::SdVaeDecoder] {
         let full = param_table(m, Profile::Full).unwrap();
         let cpu = param_table(m, Profile::Cpu).unwrap();
-        let names =
-            |t: &weights::ParamTable| t.entries.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+        let names = |t: &weights::ParamTable| t.entries.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
         assert_eq!(names(&full), names(&cpu), "{m}");
         assert!(cpu.num_params() * 8 < full.num_params(), "{m}");
     }

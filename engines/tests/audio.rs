@@ -18,11 +18,7 @@ fn mel_filters_known_values_and_properties() {
         // one contiguous non-zero run (a triangle)
         let nz: Vec<usize> = (0..201).filter(|&k| row[k] > 0.0).collect();
         assert!(!nz.is_empty(), "filter {m} empty");
-        assert_eq!(
-            nz.last().unwrap() - nz[0] + 1,
-            nz.len(),
-            "filter {m} not contiguous"
-        );
+        assert_eq!(nz.last().unwrap() - nz[0] + 1, nz.len(), "filter {m} not contiguous");
         // Slaney normalisation: unit area in Hz (sum * 40 Hz) for filters wider than a few bins
         if m >= 20 {
             let area: f32 = row.iter().sum::<f32>() * 40.0;
@@ -39,19 +35,13 @@ fn log_mel_is_centred_and_pitched() {
     let (mel, n) = log_mel(&x, 3000);
     assert!(n >= 3000);
     let energy = |t: usize| (0..80).map(|m| mel[m * n + t]).sum::<f32>();
-    let best = (0..100)
-        .max_by(|&a, &b| energy(a).total_cmp(&energy(b)))
-        .unwrap();
+    let best = (0..100).max_by(|&a, &b| energy(a).total_cmp(&energy(b))).unwrap();
     assert_eq!(best, 50);
     // A 1 kHz tone peaks in the mel band whose centre is nearest 1 kHz (band 26 or 27 on the
     // Slaney scale: 1000 Hz = mel 15, centres at 45.245*k/81).
-    let x: Vec<f32> = (0..16000)
-        .map(|i| (i as f32 * 2.0 * std::f32::consts::PI * 1000.0 / 16000.0).sin())
-        .collect();
+    let x: Vec<f32> = (0..16000).map(|i| (i as f32 * 2.0 * std::f32::consts::PI * 1000.0 / 16000.0).sin()).collect();
     let (mel, n) = log_mel(&x, 3000);
-    let band = (0..80)
-        .max_by(|&a, &b| mel[a * n + 40].total_cmp(&mel[b * n + 40]))
-        .unwrap();
+    let band = (0..80).max_by(|&a, &b| mel[a * n + 40].total_cmp(&mel[b * n + 40])).unwrap();
     assert!(band == 25 || band == 26, "peak band {band}");
     // whisper normalisation: max value - 8 floor, then /4 + 1 -> values within (max-2, max].
     let mx = mel.iter().cloned().fold(f32::MIN, f32::max);
@@ -62,32 +52,19 @@ fn log_mel_is_centred_and_pitched() {
 #[test]
 fn musetalk_window_indices() {
     // frame 0: centre 0, steps -4..6 clamped
-    assert_eq!(
-        window_indices(0, 25.0, 100),
-        vec![0, 0, 0, 0, 0, 1, 2, 3, 4, 5]
-    );
+    assert_eq!(window_indices(0, 25.0, 100), vec![0, 0, 0, 0, 0, 1, 2, 3, 4, 5]);
     // frame 10 at 25 fps: centre 20
     assert_eq!(window_indices(10, 25.0, 100), (16..26).collect::<Vec<_>>());
     // end clamp
-    assert_eq!(
-        window_indices(49, 25.0, 100),
-        vec![94, 95, 96, 97, 98, 99, 99, 99, 99, 99]
-    );
+    assert_eq!(window_indices(49, 25.0, 100), vec![94, 95, 96, 97, 98, 99, 99, 99, 99, 99]);
     // 30 fps: centre floor(7 * 50/30) = 11
     assert_eq!(window_indices(7, 30.0, 100)[4], 11);
 }
 
 #[test]
 fn audio_features_shape_and_layout() {
-    let enc = WhisperAudio::new(
-        Profile::Cpu,
-        &WeightsSource::Synthetic { seed: 1 },
-        &Device::Cpu,
-    )
-    .unwrap();
-    let x: Vec<f32> = (0..16000 * 2)
-        .map(|i| 0.2 * (i as f32 * 0.031).sin() * ((i / 4000) % 2) as f32)
-        .collect();
+    let enc = WhisperAudio::new(Profile::Cpu, &WeightsSource::Synthetic { seed: 1 }, &Device::Cpu).unwrap();
+    let x: Vec<f32> = (0..16000 * 2).map(|i| 0.2 * (i as f32 * 0.031).sin() * ((i / 4000) % 2) as f32).collect();
     let hs = enc.hidden_states(&x).unwrap();
     assert_eq!(hs.shape, vec![100, 5, 384]); // 2 s at 50 Hz
     let f = enc.encode_audio(&x, 25.0).unwrap();
@@ -108,15 +85,8 @@ fn audio_features_shape_and_layout() {
 
 #[test]
 fn audio_longer_than_30s_uses_several_windows() {
-    let enc = WhisperAudio::new(
-        Profile::Cpu,
-        &WeightsSource::Synthetic { seed: 1 },
-        &Device::Cpu,
-    )
-    .unwrap();
-    let x: Vec<f32> = (0..16000 * 31)
-        .map(|i| 0.1 * (i as f32 * 0.01).sin())
-        .collect();
+    let enc = WhisperAudio::new(Profile::Cpu, &WeightsSource::Synthetic { seed: 1 }, &Device::Cpu).unwrap();
+    let x: Vec<f32> = (0..16000 * 31).map(|i| 0.1 * (i as f32 * 0.01).sin()).collect();
     let hs = enc.hidden_states(&x).unwrap();
     assert_eq!(hs.shape[0], 31 * 50);
     let f = enc.encode_audio(&x, 25.0).unwrap();
@@ -133,10 +103,8 @@ fn whisper_file_round_trip_with_hf_prefix() {
     write_synthetic_weights(ModelKind::WhisperTiny, Profile::Cpu, 4, &p).unwrap();
     // rename to the Hugging Face layout and add a decoder tensor that must be ignored
     let m = candle_core::safetensors::load(&p, &Device::Cpu).unwrap();
-    let mut hf: std::collections::HashMap<String, candle_core::Tensor> = m
-        .into_iter()
-        .map(|(k, v)| (format!("model.encoder.{k}"), v))
-        .collect();
+    let mut hf: std::collections::HashMap<String, candle_core::Tensor> =
+        m.into_iter().map(|(k, v)| (format!("model.encoder.{k}"), v)).collect();
     hf.insert(
         "model.decoder.embed_tokens.weight".into(),
         candle_core::Tensor::zeros((3, 384), candle_core::DType::F32, &Device::Cpu).unwrap(),
@@ -148,14 +116,10 @@ fn whisper_file_round_trip_with_hf_prefix() {
         .unwrap()
         .encode_audio(&x, 25.0)
         .unwrap();
-    let b = WhisperAudio::new(
-        Profile::Cpu,
-        &WeightsSource::Synthetic { seed: 4 },
-        &Device::Cpu,
-    )
-    .unwrap()
-    .encode_audio(&x, 25.0)
-    .unwrap();
+    let b = WhisperAudio::new(Profile::Cpu, &WeightsSource::Synthetic { seed: 4 }, &Device::Cpu)
+        .unwrap()
+        .encode_audio(&x, 25.0)
+        .unwrap();
     assert_eq!(a, b);
 }
 

@@ -23,8 +23,7 @@ fn naive_conv(x: &Batch, w: &Batch, b: Option<&Batch>, stride: usize) -> Batch {
                                 if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
                                     continue;
                                 }
-                                let xv =
-                                    x.data[((bi * ci + c) * h + iy as usize) * wd + ix as usize];
+                                let xv = x.data[((bi * ci + c) * h + iy as usize) * wd + ix as usize];
                                 let wv = w.data[((o * ci + c) * 3 + ky) * 3 + kx];
                                 acc += xv as f64 * wv as f64;
                             }
@@ -35,19 +34,13 @@ fn naive_conv(x: &Batch, w: &Batch, b: Option<&Batch>, stride: usize) -> Batch {
             }
         }
     }
-    Batch {
-        shape: vec![n, co, oh, ow],
-        data: out,
-    }
+    Batch { shape: vec![n, co, oh, ow], data: out }
 }
 
 fn assert_close(a: &Batch, b: &Batch, tol: f32) {
     assert_eq!(a.shape, b.shape);
     for (i, (x, y)) in a.data.iter().zip(&b.data).enumerate() {
-        assert!(
-            (x - y).abs() <= tol * (1.0 + y.abs()),
-            "index {i}: {x} vs {y}"
-        );
+        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "index {i}: {x} vs {y}");
     }
 }
 
@@ -56,16 +49,8 @@ fn conv3x3_matches_naive_loops() {
     let x = test_input(vec![2, 5, 7, 6], 11);
     let w = test_input(vec![4, 5, 3, 3], 12);
     let b = test_input(vec![4], 13);
-    assert_close(
-        &ops::conv3x3(&x, &w, Some(&b), 1).unwrap(),
-        &naive_conv(&x, &w, Some(&b), 1),
-        1e-5,
-    );
-    assert_close(
-        &ops::conv3x3(&x, &w, None, 1).unwrap(),
-        &naive_conv(&x, &w, None, 1),
-        1e-5,
-    );
+    assert_close(&ops::conv3x3(&x, &w, Some(&b), 1).unwrap(), &naive_conv(&x, &w, Some(&b), 1), 1e-5);
+    assert_close(&ops::conv3x3(&x, &w, None, 1).unwrap(), &naive_conv(&x, &w, None, 1), 1e-5);
 }
 
 #[test]
@@ -110,13 +95,7 @@ fn upsample_nearest_matches_naive() {
 fn tanh_clamp_known_values() {
     let x = Batch::new(vec![1, 1, 1, 5], vec![0.0, 3.0, -3.0, 30.0, 1.5]).unwrap();
     let y = ops::tanh_clamp(&x).unwrap();
-    let want = [
-        0.0,
-        3.0 * 1f64.tanh(),
-        -3.0 * 1f64.tanh(),
-        3.0 * 10f64.tanh(),
-        3.0 * 0.5f64.tanh(),
-    ];
+    let want = [0.0, 3.0 * 1f64.tanh(), -3.0 * 1f64.tanh(), 3.0 * 10f64.tanh(), 3.0 * 0.5f64.tanh()];
     for (g, w) in y.data.iter().zip(want) {
         assert!((*g as f64 - w).abs() < 1e-6, "{g} vs {w}");
     }
@@ -126,27 +105,16 @@ fn tanh_clamp_known_values() {
 fn block_matches_naive_composition() {
     let c = 3;
     let x = test_input(vec![1, c, 5, 5], 41);
-    let ws: Vec<Batch> = (0..3)
-        .map(|i| test_input(vec![c, c, 3, 3], 50 + i))
-        .collect();
+    let ws: Vec<Batch> = (0..3).map(|i| test_input(vec![c, c, 3, 3], 50 + i)).collect();
     let bs: Vec<Batch> = (0..3).map(|i| test_input(vec![c], 60 + i)).collect();
-    let relu = |b: Batch| Batch {
-        shape: b.shape,
-        data: b.data.into_iter().map(|v| v.max(0.0)).collect(),
-    };
+    let relu = |b: Batch| Batch { shape: b.shape, data: b.data.into_iter().map(|v| v.max(0.0)).collect() };
     let h = relu(naive_conv(&x, &ws[0], Some(&bs[0]), 1));
     let h = relu(naive_conv(&h, &ws[1], Some(&bs[1]), 1));
     let h = naive_conv(&h, &ws[2], Some(&bs[2]), 1);
-    let want = relu(Batch {
-        shape: h.shape.clone(),
-        data: h.data.iter().zip(&x.data).map(|(a, b)| a + b).collect(),
-    });
+    let want = relu(Batch { shape: h.shape.clone(), data: h.data.iter().zip(&x.data).map(|(a, b)| a + b).collect() });
     let got = ops::block(&x, [&ws[0], &ws[1], &ws[2]], [&bs[0], &bs[1], &bs[2]]).unwrap();
     assert_close(&got, &want, 1e-5);
-    assert!(
-        want.data.contains(&0.0) && want.data.iter().any(|&v| v > 0.0),
-        "test exercises the ReLU"
-    );
+    assert!(want.data.contains(&0.0) && want.data.iter().any(|&v| v > 0.0), "test exercises the ReLU");
 }
 
 #[test]
@@ -166,10 +134,7 @@ fn fast_conv3x3_matches_naive_loops() {
     // ReLU epilogue
     let got = ops::conv3x3_fast(&x, &w, None, 1, false, true).unwrap();
     let want = naive_conv(&x, &w, None, 1);
-    let want = Batch {
-        shape: want.shape,
-        data: want.data.into_iter().map(|v| v.max(0.0)).collect(),
-    };
+    let want = Batch { shape: want.shape, data: want.data.into_iter().map(|v| v.max(0.0)).collect() };
     assert_close(&got, &want, 1e-5);
 }
 
@@ -188,10 +153,7 @@ fn fast_conv3x3_with_folded_upsample_matches_upsample_then_conv() {
                 }
             }
         }
-        Batch {
-            shape: vec![1, c, 2 * h, 2 * wd],
-            data: d,
-        }
+        Batch { shape: vec![1, c, 2 * h, 2 * wd], data: d }
     };
     let got = ops::conv3x3_fast(&x, &w, None, 1, true, false).unwrap();
     assert_eq!(got.shape, vec![1, 3, 40, 48]);
@@ -203,9 +165,7 @@ fn fast_conv3x3_with_folded_upsample_matches_upsample_then_conv() {
 fn fast_block_matches_candle_block() {
     let c = 8;
     let x = test_input(vec![2, c, 17, 19], 91);
-    let ws: Vec<Batch> = (0..3)
-        .map(|i| test_input(vec![c, c, 3, 3], 92 + i))
-        .collect();
+    let ws: Vec<Batch> = (0..3).map(|i| test_input(vec![c, c, 3, 3], 92 + i)).collect();
     let bs: Vec<Batch> = (0..3).map(|i| test_input(vec![c], 95 + i)).collect();
     let a = ops::block(&x, [&ws[0], &ws[1], &ws[2]], [&bs[0], &bs[1], &bs[2]]).unwrap();
     let b = ops::block_fast(&x, [&ws[0], &ws[1], &ws[2]], [&bs[0], &bs[1], &bs[2]]).unwrap();
@@ -218,21 +178,11 @@ fn taesd_cpu_fast_path_matches_candle_layers() {
     for kind in [ModelKind::TaesdDecoder, ModelKind::TaesdEncoder] {
         let w = WeightsSource::Synthetic { seed: 12 };
         let (m, x): (Taesd, Batch) = if kind == ModelKind::TaesdDecoder {
-            (
-                Taesd::decoder(Profile::Cpu, &w, &Device::Cpu).unwrap(),
-                test_input(vec![2, 4, 12, 10], 5),
-            )
+            (Taesd::decoder(Profile::Cpu, &w, &Device::Cpu).unwrap(), test_input(vec![2, 4, 12, 10], 5))
         } else {
-            (
-                Taesd::encoder(Profile::Cpu, &w, &Device::Cpu).unwrap(),
-                test_input(vec![2, 3, 48, 40], 6),
-            )
+            (Taesd::encoder(Profile::Cpu, &w, &Device::Cpu).unwrap(), test_input(vec![2, 3, 48, 40], 6))
         };
-        let fast = if kind == ModelKind::TaesdDecoder {
-            m.decode(&x).unwrap()
-        } else {
-            m.encode(&x).unwrap()
-        };
+        let fast = if kind == ModelKind::TaesdDecoder { m.decode(&x).unwrap() } else { m.encode(&x).unwrap() };
         let reference = m.forward_candle(&x).unwrap();
         assert_eq!(fast.shape, reference.shape);
         let max = reference.data.iter().fold(0f32, |a, v| a.max(v.abs()));

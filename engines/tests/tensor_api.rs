@@ -39,7 +39,10 @@ fn predict_tensor_equals_predict() {
     let audio = latents(&[2, 50, 384]);
     let want = unet.predict(&x, &audio).unwrap();
     let got = unet
-        .predict_tensor(&x.clone().into_tensor(&Device::Cpu).unwrap(), &audio.clone().into_tensor(&Device::Cpu).unwrap())
+        .predict_tensor(
+            &x.clone().into_tensor(&Device::Cpu).unwrap(),
+            &audio.clone().into_tensor(&Device::Cpu).unwrap(),
+        )
         .unwrap();
     assert_eq!(got.dims(), &[2, 4, 32, 32]);
     assert_eq!(values(&got), want.data);
@@ -48,17 +51,22 @@ fn predict_tensor_equals_predict() {
 #[test]
 fn tensors_an_engine_cannot_run_are_clear_errors() {
     let vae = SdVae::decoder(Profile::Cpu, &syn(), &Device::Cpu).unwrap();
-    let f64_latents = latents(&[1, 4, 4, 4]).into_tensor(&Device::Cpu).unwrap().to_dtype(candle_core::DType::F64).unwrap();
+    let f64_latents =
+        latents(&[1, 4, 4, 4]).into_tensor(&Device::Cpu).unwrap().to_dtype(candle_core::DType::F64).unwrap();
     let err = vae.decode_tensor(&f64_latents).unwrap_err().to_string();
     assert!(err.contains("expected f32"), "{err}");
     let err = vae.decode_tensor(&latents(&[1, 3, 4, 4]).into_tensor(&Device::Cpu).unwrap()).unwrap_err().to_string();
     assert!(err.contains("expected shape (_,4,_,_)"), "{err}");
     let encoder = SdVae::encoder(Profile::Cpu, &syn(), &Device::Cpu).unwrap();
-    let err = encoder.decode_tensor(&latents(&[1, 4, 4, 4]).into_tensor(&Device::Cpu).unwrap()).unwrap_err().to_string();
+    let err =
+        encoder.decode_tensor(&latents(&[1, 4, 4, 4]).into_tensor(&Device::Cpu).unwrap()).unwrap_err().to_string();
     assert!(err.contains("encoder"), "{err}");
     let unet = MuseTalkUnet::new(Profile::Cpu, &syn(), &Device::Cpu).unwrap();
     let err = unet
-        .predict_tensor(&latents(&[1, 8, 32, 32]).into_tensor(&Device::Cpu).unwrap(), &latents(&[2, 50, 384]).into_tensor(&Device::Cpu).unwrap())
+        .predict_tensor(
+            &latents(&[1, 8, 32, 32]).into_tensor(&Device::Cpu).unwrap(),
+            &latents(&[2, 50, 384]).into_tensor(&Device::Cpu).unwrap(),
+        )
         .unwrap_err()
         .to_string();
     assert!(err.contains("audio"), "{err}");

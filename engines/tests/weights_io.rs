@@ -19,18 +19,9 @@ fn syn(seed: u64) -> WeightsSource {
 #[test]
 fn synthetic_weights_are_deterministic_per_seed() {
     let x = test_input(vec![1, 4, 8, 8], 3);
-    let a = Taesd::decoder(Profile::Cpu, &syn(5), &Device::Cpu)
-        .unwrap()
-        .decode(&x)
-        .unwrap();
-    let b = Taesd::decoder(Profile::Cpu, &syn(5), &Device::Cpu)
-        .unwrap()
-        .decode(&x)
-        .unwrap();
-    let c = Taesd::decoder(Profile::Cpu, &syn(6), &Device::Cpu)
-        .unwrap()
-        .decode(&x)
-        .unwrap();
+    let a = Taesd::decoder(Profile::Cpu, &syn(5), &Device::Cpu).unwrap().decode(&x).unwrap();
+    let b = Taesd::decoder(Profile::Cpu, &syn(5), &Device::Cpu).unwrap().decode(&x).unwrap();
+    let c = Taesd::decoder(Profile::Cpu, &syn(6), &Device::Cpu).unwrap().decode(&x).unwrap();
     assert_eq!(a, b);
     assert_ne!(a, c);
 }
@@ -46,13 +37,7 @@ fn unet_synthetic_deterministic_and_sane() {
     assert_eq!(y1, u2.predict(&lat, &aud).unwrap());
     let n = y1.data.len() as f64;
     let mean = y1.data.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let std = (y1
-        .data
-        .iter()
-        .map(|&v| (v as f64 - mean).powi(2))
-        .sum::<f64>()
-        / n)
-        .sqrt();
+    let std = (y1.data.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
     assert!(y1.data.iter().all(|v| v.is_finite()));
     assert!((0.05..20.0).contains(&std), "UNet output std {std}");
     // The audio conditions the output (cross-attention is live).
@@ -75,8 +60,7 @@ fn round_trip_through_safetensors_is_bit_exact() {
     let x = test_input(vec![1, 4, 8, 8], 3);
     let p = tmp("taesd_dec.safetensors");
     write_synthetic_weights(ModelKind::TaesdDecoder, Profile::Cpu, 77, &p).unwrap();
-    let from_file =
-        Taesd::decoder(Profile::Cpu, &WeightsSource::File(p.clone()), &Device::Cpu).unwrap();
+    let from_file = Taesd::decoder(Profile::Cpu, &WeightsSource::File(p.clone()), &Device::Cpu).unwrap();
     let synthetic = Taesd::decoder(Profile::Cpu, &syn(77), &Device::Cpu).unwrap();
     assert_eq!(from_file.decode(&x).unwrap(), synthetic.decode(&x).unwrap());
     assert_eq!(from_file.weights_label(), format!("real({})", p.display()));
@@ -85,42 +69,22 @@ fn round_trip_through_safetensors_is_bit_exact() {
     write_synthetic_weights(ModelKind::MuseTalkUnet, Profile::Cpu, 3, &p).unwrap();
     let lat = test_input(vec![1, 8, 32, 32], 1);
     let aud = test_input(vec![1, 50, 384], 2);
-    let a = MuseTalkUnet::new(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu)
-        .unwrap()
-        .predict(&lat, &aud)
-        .unwrap();
-    let b = MuseTalkUnet::new(Profile::Cpu, &syn(3), &Device::Cpu)
-        .unwrap()
-        .predict(&lat, &aud)
-        .unwrap();
+    let a =
+        MuseTalkUnet::new(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu).unwrap().predict(&lat, &aud).unwrap();
+    let b = MuseTalkUnet::new(Profile::Cpu, &syn(3), &Device::Cpu).unwrap().predict(&lat, &aud).unwrap();
     assert_eq!(a, b);
 
     let p = tmp("vae.safetensors");
     write_synthetic_weights(ModelKind::SdVaeDecoder, Profile::Cpu, 4, &p).unwrap();
     let z = test_input(vec![1, 4, 4, 4], 5);
-    let a = SdVae::decoder(Profile::Cpu, &WeightsSource::File(p.clone()), &Device::Cpu)
-        .unwrap()
-        .decode(&z)
-        .unwrap();
-    let b = SdVae::decoder(Profile::Cpu, &syn(4), &Device::Cpu)
-        .unwrap()
-        .decode(&z)
-        .unwrap();
+    let a = SdVae::decoder(Profile::Cpu, &WeightsSource::File(p.clone()), &Device::Cpu).unwrap().decode(&z).unwrap();
+    let b = SdVae::decoder(Profile::Cpu, &syn(4), &Device::Cpu).unwrap().decode(&z).unwrap();
     assert_eq!(a, b);
     assert_eq!(a.shape, vec![1, 3, 32, 32]);
     let img = test_input(vec![1, 3, 32, 32], 6);
-    let a = SdVae::encoder(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu)
-        .unwrap()
-        .encode(&img)
-        .unwrap();
-    let b = SdVae::encoder(Profile::Cpu, &syn(4), &Device::Cpu)
-        .unwrap()
-        .encode(&img)
-        .unwrap();
-    assert_eq!(
-        a, b,
-        "encoder returns the posterior mean (deterministic, no sampling noise)"
-    );
+    let a = SdVae::encoder(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu).unwrap().encode(&img).unwrap();
+    let b = SdVae::encoder(Profile::Cpu, &syn(4), &Device::Cpu).unwrap().encode(&img).unwrap();
+    assert_eq!(a, b, "encoder returns the posterior mean (deterministic, no sampling noise)");
     assert_eq!(a.shape, vec![1, 4, 4, 4]);
 }
 
@@ -147,10 +111,7 @@ fn missing_tensor_is_named() {
         m.remove("7.weight");
     });
     let e = decoder_err(p);
-    assert!(
-        matches!(&e, EngineError::MissingTensor { name, .. } if name == "7.weight"),
-        "{e}"
-    );
+    assert!(matches!(&e, EngineError::MissingTensor { name, .. } if name == "7.weight"), "{e}");
     assert!(e.to_string().contains("`7.weight`"), "{e}");
 }
 
@@ -172,16 +133,10 @@ fn wrong_shape_is_named() {
 #[test]
 fn wrong_dtype_is_named() {
     let p = broken_file("dtype.safetensors", |m| {
-        m.insert(
-            "19.bias".into(),
-            Tensor::zeros(3, candle_core::DType::U32, &Device::Cpu).unwrap(),
-        );
+        m.insert("19.bias".into(), Tensor::zeros(3, candle_core::DType::U32, &Device::Cpu).unwrap());
     });
     let e = decoder_err(p);
-    assert!(
-        matches!(&e, EngineError::BadDtype { name, .. } if name == "19.bias"),
-        "{e}"
-    );
+    assert!(matches!(&e, EngineError::BadDtype { name, .. } if name == "19.bias"), "{e}");
 }
 
 #[test]
@@ -201,10 +156,7 @@ fn full_profile_file_rejected_by_cpu_profile_with_tensor_name() {
     let p = tmp("taesd_full.safetensors");
     write_synthetic_weights(ModelKind::TaesdDecoder, Profile::Full, 1, &p).unwrap();
     let e = decoder_err(p);
-    assert!(
-        matches!(&e, EngineError::ShapeMismatch { name, .. } if name == "1.weight"),
-        "{e}"
-    );
+    assert!(matches!(&e, EngineError::ShapeMismatch { name, .. } if name == "1.weight"), "{e}");
 }
 
 #[test]
@@ -231,24 +183,14 @@ fn prefixed_keys_are_accepted() {
             .replace("attentions.0.to_k.", "attentions.0.key.")
             .replace("attentions.0.to_v.", "attentions.0.value.")
             .replace("attentions.0.to_out.0.", "attentions.0.proj_attn.");
-        let v = if k2 != k && k2.ends_with("weight") {
-            v.unsqueeze(2).unwrap().unsqueeze(3).unwrap()
-        } else {
-            v
-        };
+        let v = if k2 != k && k2.ends_with("weight") { v.unsqueeze(2).unwrap().unsqueeze(3).unwrap() } else { v };
         old.insert(format!("vae.{k2}"), v);
     }
     let p2 = tmp("vae_old2.safetensors");
     candle_core::safetensors::save(&old, &p2).unwrap();
     let z = test_input(vec![1, 4, 4, 4], 5);
-    let a = SdVae::decoder(Profile::Cpu, &WeightsSource::File(p2), &Device::Cpu)
-        .unwrap()
-        .decode(&z)
-        .unwrap();
-    let b = SdVae::decoder(Profile::Cpu, &syn(2), &Device::Cpu)
-        .unwrap()
-        .decode(&z)
-        .unwrap();
+    let a = SdVae::decoder(Profile::Cpu, &WeightsSource::File(p2), &Device::Cpu).unwrap().decode(&z).unwrap();
+    let b = SdVae::decoder(Profile::Cpu, &syn(2), &Device::Cpu).unwrap().decode(&z).unwrap();
     assert_eq!(a, b);
 }
 
@@ -262,23 +204,14 @@ fn resolve_weights_order() {
     );
     let f = dir.join("taesd_decoder.safetensors");
     std::fs::write(&f, b"x").unwrap();
-    assert_eq!(
-        resolve_weights_in(ModelKind::TaesdDecoder, None, Some(&dir)),
-        WeightsSource::File(f)
-    );
+    assert_eq!(resolve_weights_in(ModelKind::TaesdDecoder, None, Some(&dir)), WeightsSource::File(f));
     let explicit = PathBuf::from("/elsewhere/w.safetensors");
-    assert_eq!(
-        resolve_weights_in(ModelKind::TaesdDecoder, Some(&explicit), Some(&dir)),
-        WeightsSource::File(explicit)
-    );
+    assert_eq!(resolve_weights_in(ModelKind::TaesdDecoder, Some(&explicit), Some(&dir)), WeightsSource::File(explicit));
     assert_eq!(
         resolve_weights_in(ModelKind::MuseTalkUnet, None, None),
         WeightsSource::Synthetic { seed: DEFAULT_SEED }
     );
-    assert_eq!(
-        WeightsSource::Synthetic { seed: 3 }.label(),
-        "synthetic(seed=3)"
-    );
+    assert_eq!(WeightsSource::Synthetic { seed: 3 }.label(), "synthetic(seed=3)");
 }
 
 #[test]
@@ -287,10 +220,7 @@ fn shapes_and_ranges_of_decoders_and_encoders() {
     let y = dec.decode(&test_input(vec![2, 4, 32, 32], 1)).unwrap();
     assert_eq!(y.shape, vec![2, 3, 256, 256]);
     let mean = y.data.iter().sum::<f32>() / y.data.len() as f32;
-    assert!(
-        (0.2..0.8).contains(&mean),
-        "synthetic TAESD output should sit mid-range, mean {mean}"
-    );
+    assert!((0.2..0.8).contains(&mean), "synthetic TAESD output should sit mid-range, mean {mean}");
     assert_eq!(dec.output_range(), (0.0, 1.0));
     let enc = Taesd::encoder(Profile::Cpu, &syn(1), &Device::Cpu).unwrap();
     let z = enc.encode(&test_input(vec![1, 3, 256, 256], 2)).unwrap();
@@ -299,12 +229,7 @@ fn shapes_and_ranges_of_decoders_and_encoders() {
     // Wrong input shapes are errors, not panics.
     assert!(dec.decode(&test_input(vec![1, 3, 32, 32], 1)).is_err());
     assert!(enc.encode(&test_input(vec![1, 3, 30, 30], 1)).is_err());
-    assert!(dec
-        .decode(&Batch {
-            shape: vec![1, 4, 2, 2],
-            data: vec![0.0; 3]
-        })
-        .is_err());
+    assert!(dec.decode(&Batch { shape: vec![1, 4, 2, 2], data: vec![0.0; 3] }).is_err());
 }
 
 #[test]

@@ -5,16 +5,16 @@
 //! Host timing: wall clock around the CPU path (`cadence::bench::time_host`). CUDA timing:
 //! events around the launch on the stream (`CudaBackend::time_ms`), data already on the device.
 
+use anyhow::{ensure, Result};
 use cadence::bench::{median, test_data, time_host};
+use cadence::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
 use cadence::Dtype;
+use cadence::{cpu, Backend, KeyframeSchedule};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use rayon::prelude::*;
 use std::any::Any;
 use std::sync::Mutex;
-use cadence::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
-use cadence::{cpu, Backend, KeyframeSchedule};
-use anyhow::{ensure, Result};
-use rayon::prelude::*;
 
 /// Timing policy: `warmup` untimed runs, then a number of timed runs chosen from the first
 /// timed one so that a case takes about `target_ms` in all, but never fewer than `min_reps`
@@ -187,7 +187,14 @@ pub fn to_elem<T: Elem>(src: &[f32]) -> Vec<T> {
 }
 
 /// One-launch stride expansion of `frames` frames of `dim` elements at `stride`.
-pub fn time_expand<T: Elem>(backend: &Backend, frames: usize, stride: usize, dim: usize, method: Method, r: Reps) -> Result<Timing> {
+pub fn time_expand<T: Elem>(
+    backend: &Backend,
+    frames: usize,
+    stride: usize,
+    dim: usize,
+    method: Method,
+    r: Reps,
+) -> Result<Timing> {
     let s = KeyframeSchedule::fixed_stride(frames, stride)?;
     let keys: Vec<T> = data(s.count() * dim, 11);
     let compulsory_bytes = expand_bytes(s.count(), frames, dim, std::mem::size_of::<T>());
@@ -207,7 +214,13 @@ pub fn time_expand<T: Elem>(backend: &Backend, frames: usize, stride: usize, dim
 }
 
 /// `rows` independent pairs at alphas spread over (0, 1).
-pub fn time_slerp_pairs<T: Elem>(backend: &Backend, rows: usize, dim: usize, method: Method, r: Reps) -> Result<Timing> {
+pub fn time_slerp_pairs<T: Elem>(
+    backend: &Backend,
+    rows: usize,
+    dim: usize,
+    method: Method,
+    r: Reps,
+) -> Result<Timing> {
     ensure!(rows > 0 && dim > 0, "slerp_pairs needs at least one row of one element");
     let v0: Vec<T> = data(rows * dim, 21);
     let v1: Vec<T> = data(rows * dim, 22);
@@ -283,11 +296,23 @@ pub fn composite_bytes(crop: usize, box_w: usize, box_h: usize) -> u64 {
 /// The face compositor (bilinear resize of a `crop`-square decoded face into a `box_side`-square
 /// box, feathered blend, NV12 of the box) into a reused `width` x `height` frame, as the render
 /// loop runs it: [`cadence::composite::Compositor::compose_box`].
-pub fn time_composite(backend: &Backend, width: usize, height: usize, box_side: usize, crop: usize, r: Reps) -> Result<Timing> {
+pub fn time_composite(
+    backend: &Backend,
+    width: usize,
+    height: usize,
+    box_side: usize,
+    crop: usize,
+    r: Reps,
+) -> Result<Timing> {
     use cadence::composite::{Compositor, FaceBox};
-    anyhow::ensure!(box_side <= width && box_side <= height, "a {box_side} px face box does not fit a {width}x{height} frame");
-    let bg: Vec<u8> = data::<f32>(width * height * 3, 43).into_iter().map(|x| (x * 37.0 + 128.0).clamp(0.0, 255.0) as u8).collect();
-    let face = FaceBox { x: ((width - box_side) / 2) & !1, y: ((height - box_side) / 2) & !1, w: box_side, h: box_side };
+    anyhow::ensure!(
+        box_side <= width && box_side <= height,
+        "a {box_side} px face box does not fit a {width}x{height} frame"
+    );
+    let bg: Vec<u8> =
+        data::<f32>(width * height * 3, 43).into_iter().map(|x| (x * 37.0 + 128.0).clamp(0.0, 255.0) as u8).collect();
+    let face =
+        FaceBox { x: ((width - box_side) / 2) & !1, y: ((height - box_side) / 2) & !1, w: box_side, h: box_side };
     let comp = Compositor::new(backend, &bg, width, height, face, (box_side / 8) as f32, ColorMatrix::Bt709)?;
     let rgb: Vec<f32> = data::<f32>(3 * crop * crop, 44).into_iter().map(|x| x * 0.15 + 0.5).collect();
     let mut frame = comp.background_nv12().to_vec();
@@ -309,7 +334,9 @@ pub fn time_composite(backend: &Backend, width: usize, height: usize, box_side: 
             let dc = comp.device().ok_or_else(|| anyhow::anyhow!("the CUDA compositor was not built"))?;
             let d_rgb = c.upload(&rgb)?;
             let mut d_frame = c.upload(&frame)?;
-            cuda_times(c, r, || dc.compose_on_device(&d_rgb.as_view(), crop, crop, RgbRange::Unit, &comp, &mut d_frame))?
+            cuda_times(c, r, || {
+                dc.compose_on_device(&d_rgb.as_view(), crop, crop, RgbRange::Unit, &comp, &mut d_frame)
+            })?
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })

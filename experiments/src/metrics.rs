@@ -36,7 +36,11 @@ impl ImageShape {
     }
     fn check(&self, data: &[f32], what: &str) -> Result<()> {
         ensure!(self.width > 0 && self.height > 0, "{what}: empty image {}x{}", self.width, self.height);
-        ensure!(self.channels == 1 || self.channels == 3, "{what}: {} channels; expected 1 (gray) or 3 (RGB)", self.channels);
+        ensure!(
+            self.channels == 1 || self.channels == 3,
+            "{what}: {} channels; expected 1 (gray) or 3 (RGB)",
+            self.channels
+        );
         ensure!(
             data.len() == self.len(),
             "{what}: {} samples for a {}x{}x{} image ({} expected)",
@@ -103,7 +107,11 @@ pub fn luma(img: &[f32], shape: ImageShape) -> Result<Vec<f64>> {
     Ok(if shape.channels == 1 {
         img.iter().map(|&v| v as f64).collect()
     } else {
-        (0..p).map(|i| LUMA_601[0] * img[i] as f64 + LUMA_601[1] * img[p + i] as f64 + LUMA_601[2] * img[2 * p + i] as f64).collect()
+        (0..p)
+            .map(|i| {
+                LUMA_601[0] * img[i] as f64 + LUMA_601[1] * img[p + i] as f64 + LUMA_601[2] * img[2 * p + i] as f64
+            })
+            .collect()
     })
 }
 
@@ -224,7 +232,11 @@ pub struct Flicker {
 pub fn temporal_flicker(frames: &[f32], frame_len: usize, peak: f64) -> Result<Flicker> {
     ensure!(peak > 0.0 && peak.is_finite(), "flicker needs a positive peak value (got {peak})");
     ensure!(frame_len > 0, "flicker: frames have no samples");
-    ensure!(frames.len().is_multiple_of(frame_len), "flicker: {} samples is not a whole number of {frame_len}-sample frames", frames.len());
+    ensure!(
+        frames.len().is_multiple_of(frame_len),
+        "flicker: {} samples is not a whole number of {frame_len}-sample frames",
+        frames.len()
+    );
     let n = frames.len() / frame_len;
     ensure!(n >= 2, "flicker needs at least two frames (got {n})");
     check_finite(frames, "clip")?;
@@ -260,7 +272,11 @@ pub fn crop(img: &[f32], shape: ImageShape, r: Region) -> Result<Vec<f32>> {
 
 /// `region` of every frame of a clip (contiguous frames of `shape`).
 pub fn crop_frames(frames: &[f32], shape: ImageShape, r: Region) -> Result<Vec<f32>> {
-    ensure!(!shape.is_empty() && frames.len().is_multiple_of(shape.len()), "clip length {} is not a whole number of frames", frames.len());
+    ensure!(
+        !shape.is_empty() && frames.len().is_multiple_of(shape.len()),
+        "clip length {} is not a whole number of frames",
+        frames.len()
+    );
     let mut out = Vec::new();
     for f in frames.chunks_exact(shape.len()) {
         out.extend(crop(f, shape, r)?);
@@ -300,7 +316,10 @@ pub fn angle_between(a: &[f32], b: &[f32]) -> Result<f64> {
 /// Negative means the interpolated vector is shorter than the keyframes' norms suggest.
 pub fn norm_deficit(v: &[f32], v0: &[f32], v1: &[f32], alpha: f64) -> Result<f64> {
     ensure!((0.0..=1.0).contains(&alpha), "alpha {alpha} is outside [0, 1]");
-    ensure!(v.len() == v0.len() && v0.len() == v1.len() && !v.is_empty(), "norm deficit: vectors differ in length or are empty");
+    ensure!(
+        v.len() == v0.len() && v0.len() == v1.len() && !v.is_empty(),
+        "norm deficit: vectors differ in length or are empty"
+    );
     check_finite(v, "interpolated vector")?;
     check_finite(v0, "first keyframe")?;
     check_finite(v1, "second keyframe")?;
@@ -360,7 +379,11 @@ impl RenderCounts {
     /// deep enough in silence that the pipeline skips every network for it).
     pub fn from_schedule(keys: &[u32], bypassed: &[bool]) -> Result<RenderCounts> {
         ensure!(!bypassed.is_empty(), "a render has at least one frame");
-        ensure!(keys.iter().all(|&k| (k as usize) < bypassed.len()), "a keyframe lies outside the {} frames", bypassed.len());
+        ensure!(
+            keys.iter().all(|&k| (k as usize) < bypassed.len()),
+            "a keyframe lies outside the {} frames",
+            bypassed.len()
+        );
         Ok(RenderCounts {
             frames: bypassed.len(),
             unet_evaluations: keys.iter().filter(|&&k| !bypassed[k as usize]).count(),

@@ -21,7 +21,8 @@ pub fn results_dir() -> Result<PathBuf> {
 /// Creates `dir` (and parents) when missing; errors when it exists as something else.
 pub fn ensure_dir(dir: &Path) -> Result<PathBuf> {
     if !dir.is_dir() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the output directory {}", dir.display()))?;
     }
     Ok(dir.to_path_buf())
 }

@@ -175,7 +175,13 @@ pub fn line_plot(base: &Path, chart: &LineChart, prov: &Provenance) -> Result<Pl
 }
 
 /// Several line charts on one figure, `cols` per row, under a common title.
-pub fn line_plot_grid(base: &Path, title: &str, charts: &[LineChart], cols: usize, prov: &Provenance) -> Result<PlotFiles> {
+pub fn line_plot_grid(
+    base: &Path,
+    title: &str,
+    charts: &[LineChart],
+    cols: usize,
+    prov: &Provenance,
+) -> Result<PlotFiles> {
     ensure!(!charts.is_empty() && cols > 0, "a plot grid needs at least one chart and one column");
     for c in charts {
         validate_line(c)?;
@@ -247,7 +253,10 @@ fn validate_line(chart: &LineChart) -> Result<()> {
 }
 
 fn usable_point(chart: &LineChart, (x, y): (f64, f64)) -> bool {
-    x.is_finite() && y.is_finite() && (chart.x_scale == Scale::Linear || x > 0.0) && (chart.y_scale == Scale::Linear || y > 0.0)
+    x.is_finite()
+        && y.is_finite()
+        && (chart.x_scale == Scale::Linear || x > 0.0)
+        && (chart.y_scale == Scale::Linear || y > 0.0)
 }
 
 /// Draws `fig` into a PNG and an SVG; both are written beside their targets and renamed,
@@ -391,7 +400,13 @@ fn draw_line_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &LineCh
     }
 }
 
-fn draw_line_with<DB, XS, YS>(area: &DrawingArea<DB, Shift>, c: &LineChart, title_size: u32, xs: XS, ys: YS) -> Result<()>
+fn draw_line_with<DB, XS, YS>(
+    area: &DrawingArea<DB, Shift>,
+    c: &LineChart,
+    title_size: u32,
+    xs: XS,
+    ys: YS,
+) -> Result<()>
 where
     DB: DrawingBackend,
     XS: AsRangedCoord<Value = f64>,
@@ -416,7 +431,11 @@ where
         .x_label_formatter(&|v| if c.x_scale == Scale::Log { fmt_log_tick(*v) } else { fmt_tick(*v) })
         .y_label_formatter(&|v| if c.y_scale == Scale::Log { fmt_log_tick(*v) } else { fmt_tick(*v) })
         // plotters' log axes draw a minor line at every sub-decade tick: too dense to help.
-        .light_line_style(if c.x_scale == Scale::Log || c.y_scale == Scale::Log { RGBColor(248, 248, 248) } else { RGBColor(235, 235, 235) })
+        .light_line_style(if c.x_scale == Scale::Log || c.y_scale == Scale::Log {
+            RGBColor(248, 248, 248)
+        } else {
+            RGBColor(235, 235, 235)
+        })
         .bold_line_style(RGBColor(210, 210, 210))
         .draw()
         .map_err(|e| err(&e))?;
@@ -442,7 +461,9 @@ where
             }
             LineStyle::Dashed => {
                 anno.legend(move |(x, y)| {
-                    EmptyElement::at((x, y)) + PathElement::new(vec![(0, 0), (7, 0)], line) + PathElement::new(vec![(13, 0), (20, 0)], line)
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (7, 0)], line)
+                        + PathElement::new(vec![(13, 0), (20, 0)], line)
                 });
             }
             _ => {
@@ -498,9 +519,11 @@ fn draw_bar_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &BarChar
             let x0 = ci as f64 + 0.1 + si as f64 * bar_w;
             Rectangle::new([(x0 + 0.01, 0.0), (x0 + bar_w - 0.01, v)], color.filled())
         });
-        chart.draw_series(bars).map_err(|e| err(&e))?.label(name.clone()).legend(move |(x, y)| {
-            Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
-        });
+        chart
+            .draw_series(bars)
+            .map_err(|e| err(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
         if c.value_labels {
             let style = TextStyle::from((FONT, 12).into_font()).pos(plotters::style::text_anchor::Pos::new(
                 plotters::style::text_anchor::HPos::Center,

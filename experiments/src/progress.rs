@@ -7,9 +7,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// (`bar.set_message(..)`). Finish it with `finish_and_clear()` or `finish_with_message(..)`.
 pub fn progress_bar(len: u64, prefix: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
-    let style = ProgressStyle::with_template("{prefix:.bold} [{elapsed_precise}] {bar:32.cyan/blue} {pos}/{len} (eta {eta}) {wide_msg}")
-        .expect("static progress template is valid")
-        .progress_chars("=> ");
+    let style = ProgressStyle::with_template(
+        "{prefix:.bold} [{elapsed_precise}] {bar:32.cyan/blue} {pos}/{len} (eta {eta}) {wide_msg}",
+    )
+    .expect("static progress template is valid")
+    .progress_chars("=> ");
     bar.set_style(style);
     bar.set_prefix(prefix.to_string());
     bar

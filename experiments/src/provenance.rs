@@ -36,7 +36,11 @@ pub struct Provenance {
 
 impl Provenance {
     /// Provenance for a run on the CPU only (no GPU named in `hardware`).
-    pub fn gather(backend: impl Into<String>, engine_profile: impl Into<String>, weights: impl Into<String>) -> Provenance {
+    pub fn gather(
+        backend: impl Into<String>,
+        engine_profile: impl Into<String>,
+        weights: impl Into<String>,
+    ) -> Provenance {
         let root = crate::paths::workspace_root();
         let (commit, dirty) = git_state(&root);
         Provenance {
@@ -54,7 +58,11 @@ impl Provenance {
 
     /// Provenance for a run that used every backend in `backends`: `backend` lists their
     /// descriptions (`Backend::describe`), `hardware` adds each GPU used.
-    pub fn for_backends(backends: &[Backend], engine_profile: impl Into<String>, weights: impl Into<String>) -> Provenance {
+    pub fn for_backends(
+        backends: &[Backend],
+        engine_profile: impl Into<String>,
+        weights: impl Into<String>,
+    ) -> Provenance {
         let described: Vec<String> = backends.iter().map(|b| b.describe()).collect();
         let mut p = Provenance::gather(described.join("; "), engine_profile, weights);
         for b in backends {

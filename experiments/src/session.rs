@@ -64,7 +64,11 @@ pub struct Session {
 }
 
 pub fn parse_box(s: &str) -> Result<FaceBox> {
-    let v: Vec<usize> = s.split(',').map(|p| p.trim().parse()).collect::<std::result::Result<_, _>>().context("--face-box: expected x,y,w,h")?;
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|p| p.trim().parse())
+        .collect::<std::result::Result<_, _>>()
+        .context("--face-box: expected x,y,w,h")?;
     ensure!(v.len() == 4, "--face-box: expected x,y,w,h");
     Ok(FaceBox { x: v[0], y: v[1], w: v[2], h: v[3] })
 }
@@ -103,7 +107,11 @@ impl Session {
         let mut audio = render::load_audio(&audio_path, 3600.0)?;
         if let Some(n) = a.frames {
             let keep = (n as f64 / opts.fps as f64 * cadence_media::TARGET_RATE as f64).round() as usize;
-            ensure!(n > 0 && keep <= audio.samples_16k.len(), "--frames {n} is longer than the audio ({:.1} s)", audio.duration_s);
+            ensure!(
+                n > 0 && keep <= audio.samples_16k.len(),
+                "--frames {n} is longer than the audio ({:.1} s)",
+                audio.duration_s
+            );
             audio.samples_16k.truncate(keep);
         }
         let img = render::load_avatar(&avatar_path)?;
@@ -112,11 +120,21 @@ impl Session {
     }
 
     pub fn provenance(&self) -> crate::provenance::Provenance {
-        let mut p = crate::provenance::Provenance::for_backend(&self.backend, self.engines.profile.to_string(), self.engines.weights_summary());
+        let mut p = crate::provenance::Provenance::for_backend(
+            &self.backend,
+            self.engines.profile.to_string(),
+            self.engines.weights_summary(),
+        );
         p.note(crate::provenance::ENGINE_DEVICE_KEY, self.engine_device.label());
-        p.note(crate::provenance::FRAMES_KEPT_IN_KEY, cadence::resident::residency(&self.backend, &self.engines.device).to_string());
+        p.note(
+            crate::provenance::FRAMES_KEPT_IN_KEY,
+            cadence::resident::residency(&self.backend, &self.engines.device).to_string(),
+        );
         p.note("engines", self.engines.describe());
-        p.note("input", format!("{} + {} face box {:?}", self.audio_path.display(), self.avatar_path.display(), self.face));
+        p.note(
+            "input",
+            format!("{} + {} face box {:?}", self.audio_path.display(), self.avatar_path.display(), self.face),
+        );
         p.note("output_frame", format!("{}x{} NV12", self.img.width(), self.img.height()));
         p
     }

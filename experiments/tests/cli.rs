@@ -23,12 +23,17 @@ fn every_binary_has_help() {
 fn ablation_writes_the_contract_columns_and_correct_ratios() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    let o = run(env!("CARGO_BIN_EXE_lerp_slerp_ablation"), &["--dim", "256", "--angles", "5", "--alphas", "0.25,0.5", "--skip-trajectory", "--out", out]);
+    let o = run(
+        env!("CARGO_BIN_EXE_lerp_slerp_ablation"),
+        &["--dim", "256", "--angles", "5", "--alphas", "0.25,0.5", "--skip-trajectory", "--out", out],
+    );
     assert!(o.status.success());
     assert!(!dir.path().join("lerp_slerp_trajectory.csv").exists());
     let csv = dir.path().join("lerp_slerp_norm.csv");
     let prov = experiments::read_provenance(&csv).unwrap();
-    let get = |k: &str| prov.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k} in {prov:?}"));
+    let get = |k: &str| {
+        prov.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k} in {prov:?}"))
+    };
     assert!(get("backend").starts_with("cpu"), "{}", get("backend"));
     assert_eq!(get("engine_profile"), "n/a");
     assert_eq!(get("weights"), "n/a");
@@ -38,7 +43,8 @@ fn ablation_writes_the_contract_columns_and_correct_ratios() {
     for l in &lines[1..] {
         let v: Vec<f64> = l.split(',').map(|x| x.parse().unwrap()).collect();
         let (theta, alpha, lerp, slerp, analytic) = (v[0], v[1], v[2], v[3], v[4]);
-        let expected = ((1.0 - alpha).powi(2) + alpha * alpha + 2.0 * alpha * (1.0 - alpha) * theta.cos()).max(0.0).sqrt();
+        let expected =
+            ((1.0 - alpha).powi(2) + alpha * alpha + 2.0 * alpha * (1.0 - alpha) * theta.cos()).max(0.0).sqrt();
         assert!((analytic - expected).abs() < 1e-12);
         if alpha == 0.5 {
             assert!((analytic - (theta / 2.0).cos()).abs() < 1e-9, "cos(theta/2) at alpha 0.5");
@@ -48,14 +54,18 @@ fn ablation_writes_the_contract_columns_and_correct_ratios() {
             assert!((slerp - 1.0).abs() < 1e-5, "SLERP keeps the interpolated norm: {slerp} at theta {theta}");
         }
     }
-    for f in ["lerp_slerp_norm.png", "lerp_slerp_norm.svg", "lerp_slerp_norm_alphas.png", "lerp_slerp_norm_alphas.svg"] {
+    for f in ["lerp_slerp_norm.png", "lerp_slerp_norm.svg", "lerp_slerp_norm_alphas.png", "lerp_slerp_norm_alphas.svg"]
+    {
         assert!(dir.path().join(f).is_file(), "{f} missing");
     }
 }
 
 #[test]
 fn ablation_rejects_bad_arguments() {
-    let out = Command::new(env!("CARGO_BIN_EXE_lerp_slerp_ablation")).args(["--alphas", "0.5,1.5", "--out", "/nonexistent-dir-for-test"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lerp_slerp_ablation"))
+        .args(["--alphas", "0.5,1.5", "--out", "/nonexistent-dir-for-test"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("alpha 1.5 is outside (0, 1)"));
 }
@@ -66,7 +76,28 @@ fn kernel_bench_covers_every_kernel_and_type() {
     let out = dir.path().to_str().unwrap();
     run(
         env!("CARGO_BIN_EXE_kernel_bench"),
-        &["--frames", "5", "--latents", "1x4x4", "--nv12", "8x4", "--nv12-frames", "2", "--composite", "16x12/8/6", "--min-reps", "3", "--max-reps", "4", "--warmup", "0", "--backends", "cpu", "--out", out],
+        &[
+            "--frames",
+            "5",
+            "--latents",
+            "1x4x4",
+            "--nv12",
+            "8x4",
+            "--nv12-frames",
+            "2",
+            "--composite",
+            "16x12/8/6",
+            "--min-reps",
+            "3",
+            "--max-reps",
+            "4",
+            "--warmup",
+            "0",
+            "--backends",
+            "cpu",
+            "--out",
+            out,
+        ],
     );
     let csv = dir.path().join("kernel_bench.csv");
     let lines = data_lines(&csv);
@@ -86,7 +117,10 @@ fn kernel_bench_covers_every_kernel_and_type() {
         let num = |i: usize| r[i].parse::<f64>().unwrap();
         assert!((3.0..=4.0).contains(&num(9)), "timed runs within --min-reps..--max-reps: {r:?}");
         assert!(num(12) > 0.0 && num(13) > 0.0, "{r:?}");
-        assert!((num(14) - num(12) / num(13)).abs() <= 1e-9 * num(14).abs().max(1.0), "ratio is GB/s over copy GB/s: {r:?}");
+        assert!(
+            (num(14) - num(12) / num(13)).abs() <= 1e-9 * num(14).abs().max(1.0),
+            "ratio is GB/s over copy GB/s: {r:?}"
+        );
     }
     // Compulsory bytes, by hand: N=5 frames at stride 3 -> keyframes 0, 3, 4; 16 elements.
     let expand_f32 = rows.iter().find(|r| r[1] == "expand" && r[2] == "f32").unwrap();
@@ -103,9 +137,16 @@ fn kernel_bench_covers_every_kernel_and_type() {
 
 #[test]
 fn kernel_bench_rejects_bad_compositing_cases() {
-    for (case, msg) in [("10x10/12/6", "must be even-sized and hold the box"), ("10x10/8", "WIDTHxHEIGHT/BOX/CROP"), ("10x10/8/5", "even numbers")] {
+    for (case, msg) in [
+        ("10x10/12/6", "must be even-sized and hold the box"),
+        ("10x10/8", "WIDTHxHEIGHT/BOX/CROP"),
+        ("10x10/8/5", "even numbers"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_kernel_bench")).args(["--kernels", "composite", "--composite", case, "--out", dir.path().to_str().unwrap()]).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_kernel_bench"))
+            .args(["--kernels", "composite", "--composite", case, "--out", dir.path().to_str().unwrap()])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(msg), "{case}: {err}");
         assert!(!dir.path().join("kernel_bench.csv").exists(), "{case}: no output on bad input");
@@ -118,7 +159,11 @@ fn pipeline_experiments_refuse_a_zero_batch_before_loading_engines() {
     for bin in [env!("CARGO_BIN_EXE_stride_table"), env!("CARGO_BIN_EXE_calibrate")] {
         let out = Command::new(bin).args(["--batch", "0", "--out"]).arg(dir.path()).output().unwrap();
         assert!(!out.status.success(), "{bin}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("--batch must be at least 1"), "{bin}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--batch must be at least 1"),
+            "{bin}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{bin} wrote into the output directory");
     }
 }

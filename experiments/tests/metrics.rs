@@ -180,7 +180,8 @@ fn flicker_by_hand() {
 fn crop_picks_the_region_of_every_plane() {
     // 4x3 planar RGB, sample = 100 c + 10 y + x.
     let shape = ImageShape::rgb(4, 3);
-    let img: Vec<f32> = (0..3).flat_map(|c| (0..3).flat_map(move |y| (0..4).map(move |x| (100 * c + 10 * y + x) as f32))).collect();
+    let img: Vec<f32> =
+        (0..3).flat_map(|c| (0..3).flat_map(move |y| (0..4).map(move |x| (100 * c + 10 * y + x) as f32))).collect();
     let r = Region { x: 1, y: 1, width: 2, height: 2 };
     let got = crop(&img, shape, r).unwrap();
     assert_eq!(got, vec![11.0, 12.0, 21.0, 22.0, 111.0, 112.0, 121.0, 122.0, 211.0, 212.0, 221.0, 222.0]);

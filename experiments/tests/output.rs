@@ -34,7 +34,17 @@ fn csv_starts_with_provenance_then_header_and_rows() {
     write_csv(&path, &p, &rows()).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let keys = ["commit", "dirty", "date_utc", "hardware", "backend", "engine_profile", "weights", "command_line", "extra_key"];
+    let keys = [
+        "commit",
+        "dirty",
+        "date_utc",
+        "hardware",
+        "backend",
+        "engine_profile",
+        "weights",
+        "command_line",
+        "extra_key",
+    ];
     for (l, k) in lines.iter().zip(keys) {
         assert!(l.starts_with(&format!("# {k}: ")), "line {l:?} should carry {k}");
     }
@@ -135,7 +145,11 @@ fn check_plot_files(files: &experiments::plot::PlotFiles, p: &Provenance, title:
     assert!(svg.contains(title), "the title is in the SVG");
     assert!(svg.contains(&format!("commit {}", p.commit)), "the provenance footer is in the SVG");
     let dir = files.png.parent().unwrap();
-    let leftovers: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).filter(|n| n.contains("partial")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.contains("partial"))
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -150,7 +164,10 @@ fn line_and_bar_plots_write_png_and_svg_with_footer() {
         .series(Series::new("slerp", vec![(0.0, 1.0), (1.9, 1.0)]).style(LineStyle::SolidMarkers));
     let files = line_plot(&dir.path().join("line"), &chart, &p).unwrap();
     check_plot_files(&files, &p, "Norm ratio");
-    let log = LineChart::new("Log axes", "MB", "GB/s").log_x().log_y().series(Series::new("a", vec![(0.1, 1.0), (10.0, 30.0), (-1.0, 5.0)]));
+    let log = LineChart::new("Log axes", "MB", "GB/s")
+        .log_x()
+        .log_y()
+        .series(Series::new("a", vec![(0.1, 1.0), (10.0, 30.0), (-1.0, 5.0)]));
     let files = line_plot_grid(&dir.path().join("grid"), "Grid title", &[chart.clone(), log], 2, &p).unwrap();
     check_plot_files(&files, &p, "Grid title");
     let bars = BarChart {
@@ -173,7 +190,12 @@ fn plots_refuse_empty_or_unplottable_data() {
     assert!(line_plot(&dir.path().join("e"), &LineChart::new("empty", "x", "y"), &p).is_err());
     let neg = LineChart::new("neg", "x", "y").log_y().series(Series::new("s", vec![(1.0, -1.0), (2.0, 0.0)]));
     assert!(line_plot(&dir.path().join("n"), &neg, &p).is_err(), "log axis with no positive value");
-    let bad = BarChart { title: "b".into(), categories: vec!["a".into()], series: vec![("s".into(), vec![1.0, 2.0])], ..Default::default() };
+    let bad = BarChart {
+        title: "b".into(),
+        categories: vec!["a".into()],
+        series: vec![("s".into(), vec![1.0, 2.0])],
+        ..Default::default()
+    };
     assert!(bar_plot(&dir.path().join("b"), &bad, &p).is_err());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "failed plots leave no files");
 }

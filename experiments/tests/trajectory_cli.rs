@@ -17,7 +17,9 @@ fn fails_with(bin: &str, args: &[&str], message: &str) {
 
 fn provenance(path: &Path) -> impl Fn(&str) -> String {
     let prov = experiments::read_provenance(path).unwrap();
-    move |k: &str| prov.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k} in {prov:?}"))
+    move |k: &str| {
+        prov.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no {k} in {prov:?}"))
+    }
 }
 
 #[derive(serde::Deserialize, Debug)]
@@ -50,7 +52,10 @@ fn ablation_trajectory_part_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
     let bin = env!("CARGO_BIN_EXE_lerp_slerp_ablation");
-    let o = run(bin, &["--skip-synthetic", "--frames", "6", "--strides", "2,3", "--batch", "3", "--backend", "cpu", "--out", out]);
+    let o = run(
+        bin,
+        &["--skip-synthetic", "--frames", "6", "--strides", "2,3", "--batch", "3", "--backend", "cpu", "--out", out],
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("SYNTHETIC WEIGHTS"), "the synthetic-weights caveat is printed:\n{stdout}");
     assert!(!dir.path().join("lerp_slerp_norm.csv").exists(), "--skip-synthetic skips the synthetic part");
@@ -62,9 +67,15 @@ fn ablation_trajectory_part_end_to_end() {
     assert!(get("dense_motion").contains("lag 1: mean"));
     assert!(get("trajectory").contains("no silence bypass"));
     // --device auto (the default): what the engines crate picks on this machine and build.
-    assert_eq!(get("engine_device"), cadence_engines::select_device(cadence_engines::DeviceRequest::Auto).unwrap().label());
+    assert_eq!(
+        get("engine_device"),
+        cadence_engines::select_device(cadence_engines::DeviceRequest::Auto).unwrap().label()
+    );
     let header = std::fs::read_to_string(&csv).unwrap().lines().find(|l| !l.starts_with('#')).unwrap().to_string();
-    assert!(header.starts_with("stride,method,weights_kind,engine_profile,frames,keyframes,inbetween_frames,"), "{header}");
+    assert!(
+        header.starts_with("stride,method,weights_kind,engine_profile,frames,keyframes,inbetween_frames,"),
+        "{header}"
+    );
     let rows: Vec<TrajectoryRow> = experiments::read_rows(&csv).unwrap();
     assert_eq!(rows.len(), 4, "2 strides x 2 methods");
     // 6 frames: stride 2 keeps 0, 2, 4, 5 (2 in between); stride 3 keeps 0, 3, 5 (3 in between).
@@ -87,7 +98,11 @@ fn ablation_trajectory_part_end_to_end() {
         let slerp = rows.iter().find(|r| r.stride == k && r.method == "slerp").unwrap();
         // Whatever the weights: SLERP keeps the interpolated norm, LERP falls short of it.
         assert!(slerp.norm_deficit_worst.abs() < 1e-5, "SLERP deficit {}", slerp.norm_deficit_worst);
-        assert!(lerp.norm_deficit_mean < 0.0 && lerp.norm_deficit_worst < 0.0, "LERP deficit {}", lerp.norm_deficit_mean);
+        assert!(
+            lerp.norm_deficit_mean < 0.0 && lerp.norm_deficit_worst < 0.0,
+            "LERP deficit {}",
+            lerp.norm_deficit_mean
+        );
         assert!(lerp.norm_deficit_mean.abs() > 10.0 * slerp.norm_deficit_mean.abs());
     }
     for f in ["lerp_slerp_trajectory.png", "lerp_slerp_trajectory.svg"] {
@@ -107,11 +122,18 @@ fn ablation_rejects_bad_trajectory_arguments() {
 /// build without the engines' CUDA feature names the feature, and --help documents the flag.
 #[test]
 fn pipeline_experiments_take_an_engine_device() {
-    let bins = [env!("CARGO_BIN_EXE_stride_table"), env!("CARGO_BIN_EXE_calibrate"), env!("CARGO_BIN_EXE_lerp_slerp_ablation")];
+    let bins = [
+        env!("CARGO_BIN_EXE_stride_table"),
+        env!("CARGO_BIN_EXE_calibrate"),
+        env!("CARGO_BIN_EXE_lerp_slerp_ablation"),
+    ];
     for bin in bins {
         let help = run(bin, &["--help"]);
         let text = String::from_utf8_lossy(&help.stdout);
-        assert!(text.contains("--device <DEVICE>") && text.contains("engines-cuda") && text.contains("[default: auto]"), "{bin}: {text}");
+        assert!(
+            text.contains("--device <DEVICE>") && text.contains("engines-cuda") && text.contains("[default: auto]"),
+            "{bin}: {text}"
+        );
         fails_with(bin, &["--device", "gpu"], "expected auto, cpu, cuda or cuda:N");
         fails_with(bin, &["--device", "cuda:x"], "`x` is not a device ordinal");
     }
@@ -120,7 +142,11 @@ fn pipeline_experiments_take_an_engine_device() {
         let out = dir.path().to_str().unwrap();
         fails_with(bins[0], &["--device", "cuda", "--frames", "4", "--out", out], "`engines-cuda` feature");
         fails_with(bins[1], &["--device", "cuda", "--frames", "4", "--out", out], "scripts/build_cuda.sh");
-        fails_with(bins[2], &["--skip-synthetic", "--device", "cuda", "--frames", "6", "--out", out], "`engines-cuda` feature");
+        fails_with(
+            bins[2],
+            &["--skip-synthetic", "--device", "cuda", "--frames", "6", "--out", out],
+            "`engines-cuda` feature",
+        );
     }
 }
 
@@ -129,8 +155,29 @@ fn calibrate_end_to_end_has_the_source_json_shape() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
     let bin = env!("CARGO_BIN_EXE_calibrate");
-    run(bin, &["--frames", "10", "--strides", "1,2", "--runs", "1", "--batch", "2", "--encoder", "none", "--backend", "cpu", "--device", "cpu", "--out", out]);
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("calibrate.json")).unwrap()).unwrap();
+    run(
+        bin,
+        &[
+            "--frames",
+            "10",
+            "--strides",
+            "1,2",
+            "--runs",
+            "1",
+            "--batch",
+            "2",
+            "--encoder",
+            "none",
+            "--backend",
+            "cpu",
+            "--device",
+            "cpu",
+            "--out",
+            out,
+        ],
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("calibrate.json")).unwrap()).unwrap();
     let m = &json["benchmarks"]["musetalk"];
     for engine in ["unet", "taesd"] {
         assert!(m[engine]["engine"].is_string(), "{engine}.engine in {m}");
@@ -141,7 +188,11 @@ fn calibrate_end_to_end_has_the_source_json_shape() {
         assert_eq!(p["stride"].as_u64(), Some(k), "{p}");
         assert_eq!(p["unet_duty_cycle"].as_str(), Some(duty), "10 frames at stride {k}: {p}");
         assert!(p["description"].is_string());
-        let (proj, meas, err) = (p["projected_fps"].as_f64().unwrap(), p["measured_fps"].as_f64().unwrap(), p["error_pct"].as_f64().unwrap());
+        let (proj, meas, err) = (
+            p["projected_fps"].as_f64().unwrap(),
+            p["measured_fps"].as_f64().unwrap(),
+            p["error_pct"].as_f64().unwrap(),
+        );
         assert!(proj > 0.0 && meas > 0.0);
         assert!((err - 100.0 * (proj - meas) / meas).abs() < 1e-9, "error_pct is (projected - measured) / measured");
     }
@@ -152,7 +203,10 @@ fn calibrate_end_to_end_has_the_source_json_shape() {
     assert_eq!(get("engine_device"), "cpu");
     assert_eq!(json["provenance"]["engine_device"].as_str(), Some("cpu"));
     assert!(get("load_average").contains("noisy"));
-    assert!(experiments::read_provenance(&csv).unwrap().iter().all(|(k, _)| k != "count_mismatch"), "the projected evaluation counts match the render's");
+    assert!(
+        experiments::read_provenance(&csv).unwrap().iter().all(|(k, _)| k != "count_mismatch"),
+        "the projected evaluation counts match the render's"
+    );
     let text = std::fs::read_to_string(&csv).unwrap();
     let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     assert!(lines[0].starts_with("stride,frames,keyframes,unet_evaluations,decoded_frames,bypassed_frames,unet_duty_cycle_pct,projected_fps,measured_fps,error_pct,"));

@@ -98,7 +98,8 @@ fn deficit_on_a_great_circle_through_the_expansion() {
     let (d, n, w, r) = (16usize, 9usize, 0.3f64, 2.0f64);
     let dense: Vec<f32> = (0..n).flat_map(|f| on_circle(d, w * f as f64, r)).collect();
     let schedule = KeyframeSchedule::fixed_stride(n, 2).unwrap();
-    let keys: Vec<f32> = schedule.keyframes().iter().flat_map(|&f| dense[f as usize * d..(f as usize + 1) * d].to_vec()).collect();
+    let keys: Vec<f32> =
+        schedule.keyframes().iter().flat_map(|&f| dense[f as usize * d..(f as usize + 1) * d].to_vec()).collect();
     let pos = schedule.frame_positions();
     let frame = |v: &[f32], f: usize| v[f * d..(f + 1) * d].to_vec();
     for method in [Method::Lerp, Method::Slerp] {
@@ -107,7 +108,13 @@ fn deficit_on_a_great_circle_through_the_expansion() {
             let (j, a) = pos[f];
             assert!(close(a as f64, 0.5, 1e-6));
             let k = schedule.keyframes();
-            let def = norm_deficit(&frame(&out, f), &frame(&dense, k[j] as usize), &frame(&dense, k[j + 1] as usize), a as f64).unwrap();
+            let def = norm_deficit(
+                &frame(&out, f),
+                &frame(&dense, k[j] as usize),
+                &frame(&dense, k[j + 1] as usize),
+                a as f64,
+            )
+            .unwrap();
             let rel = mse(&frame(&out, f), &frame(&dense, f)).unwrap().sqrt() * (d as f64).sqrt() / r;
             match method {
                 Method::Lerp => {
@@ -129,7 +136,11 @@ fn bypass_rule_matches_the_easing_weights() {
     let d = [0, 1, 2, 3, 4, 5, u32::MAX];
     assert_eq!(bypassed_frames(&d, 4), vec![false, false, false, false, true, true, true]);
     assert_eq!(bypassed_frames(&d, 1), vec![false, true, true, true, true, true, true]);
-    assert_eq!(bypassed_frames(&d, 0), vec![false, true, true, true, true, true, true], "no ramp: only speech frames render");
+    assert_eq!(
+        bypassed_frames(&d, 0),
+        vec![false, true, true, true, true, true, true],
+        "no ramp: only speech frames render"
+    );
 }
 
 #[test]

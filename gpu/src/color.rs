@@ -30,14 +30,26 @@ pub struct YuvCoeffs {
 }
 
 pub const BT709: YuvCoeffs = YuvCoeffs {
-    yr: 0.182586, yg: 0.614231, yb: 0.062007,
-    ur: -0.100644, ug: -0.338572, ub: 0.439216,
-    vr: 0.439216, vg: -0.398942, vb: -0.040274,
+    yr: 0.182586,
+    yg: 0.614231,
+    yb: 0.062007,
+    ur: -0.100644,
+    ug: -0.338572,
+    ub: 0.439216,
+    vr: 0.439216,
+    vg: -0.398942,
+    vb: -0.040274,
 };
 pub const BT601: YuvCoeffs = YuvCoeffs {
-    yr: 0.256788, yg: 0.504129, yb: 0.097906,
-    ur: -0.148223, ug: -0.290993, ub: 0.439216,
-    vr: 0.439216, vg: -0.367788, vb: -0.071427,
+    yr: 0.256788,
+    yg: 0.504129,
+    yb: 0.097906,
+    ur: -0.148223,
+    ug: -0.290993,
+    ub: 0.439216,
+    vr: 0.439216,
+    vg: -0.367788,
+    vb: -0.071427,
 };
 
 #[inline(always)]
@@ -82,7 +94,12 @@ pub struct Block2x2 {
 }
 
 #[inline(always)]
-pub fn convert_block(c: &YuvCoeffs, r: (f32, f32, f32, f32), g: (f32, f32, f32, f32), b: (f32, f32, f32, f32)) -> Block2x2 {
+pub fn convert_block(
+    c: &YuvCoeffs,
+    r: (f32, f32, f32, f32),
+    g: (f32, f32, f32, f32),
+    b: (f32, f32, f32, f32),
+) -> Block2x2 {
     let y = (
         quantize(luma(c, r.0, g.0, b.0)),
         quantize(luma(c, r.1, g.1, b.1)),

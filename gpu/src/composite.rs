@@ -54,7 +54,16 @@ pub fn tap(p: u32, box_len: u32, crop_len: u32) -> Tap {
 /// `pXY` = column X, row Y of the taps) weighted by the face's `alpha`, plus `background_term`
 /// = (1 - alpha) x background, which is the same every frame and precomputed.
 #[inline(always)]
-pub fn blend_bilinear(p00: f32, p10: f32, p01: f32, p11: f32, tx: &Tap, ty: &Tap, alpha: f32, background_term: f32) -> f32 {
+pub fn blend_bilinear(
+    p00: f32,
+    p10: f32,
+    p01: f32,
+    p11: f32,
+    tx: &Tap,
+    ty: &Tap,
+    alpha: f32,
+    background_term: f32,
+) -> f32 {
     blend_vertical(lerp_tap(p00, p10, tx.f), lerp_tap(p01, p11, tx.f), ty.f, alpha, background_term)
 }
 

@@ -112,7 +112,15 @@ unsafe fn pair_geometry_for<T: Elem>(method: u32, v0: *const T, v1: *const T, di
 
 /// out[r] = interp(v0[r], v1[r], alphas[r]) for `rows` frame pairs of `dim` elements.
 #[inline(always)]
-unsafe fn slerp_pairs<T: Elem>(v0: *const T, v1: *const T, alphas: *const f32, out: *mut T, rows: u32, dim: u32, method: u32) {
+unsafe fn slerp_pairs<T: Elem>(
+    v0: *const T,
+    v1: *const T,
+    alphas: *const f32,
+    out: *mut T,
+    rows: u32,
+    dim: u32,
+    method: u32,
+) {
     let row = global_warp();
     if row >= rows {
         return;
@@ -130,7 +138,15 @@ unsafe fn slerp_pairs<T: Elem>(v0: *const T, v1: *const T, alphas: *const f32, o
 /// and writes every frame of the interval. Frames before the first keyframe copy it, frames
 /// after the last copy the last. Launch max(n_keys - 1, 1) warps.
 #[inline(always)]
-unsafe fn expand<T: Elem>(keys: *const T, key_idx: *const u32, n_keys: u32, out: *mut T, n_frames: u32, dim: u32, method: u32) {
+unsafe fn expand<T: Elem>(
+    keys: *const T,
+    key_idx: *const u32,
+    n_keys: u32,
+    out: *mut T,
+    n_frames: u32,
+    dim: u32,
+    method: u32,
+) {
     let j = global_warp();
     let d = dim as usize;
     if n_keys == 1 {
@@ -165,7 +181,15 @@ unsafe fn expand<T: Elem>(keys: *const T, key_idx: *const u32, n_keys: u32, out:
 /// (distance to the nearest speech frame). w = 1 keeps the frame, w = 0 gives the rest latent
 /// exactly. In-place (out == frames) is allowed.
 #[inline(always)]
-unsafe fn ease<T: Elem>(frames: *const T, rest: *const T, distance: *const u32, ramp: u32, out: *mut T, n_frames: u32, dim: u32) {
+unsafe fn ease<T: Elem>(
+    frames: *const T,
+    rest: *const T,
+    distance: *const u32,
+    ramp: u32,
+    out: *mut T,
+    n_frames: u32,
+    dim: u32,
+) {
     let f = global_warp();
     if f >= n_frames {
         return;
@@ -191,10 +215,21 @@ unsafe fn ease<T: Elem>(frames: *const T, rest: *const T, distance: *const u32, 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn rgb_to_nv12<T: Elem>(
-    rgb: *const T, rgb_frame_stride: u32, plane_stride: u32, rgb_pitch: u32,
-    y_out: *mut u8, y_frame_stride: u32, y_pitch: u32,
-    uv_out: *mut u8, uv_frame_stride: u32, uv_pitch: u32,
-    width: u32, height: u32, frames: u32, matrix: u32, range: u32,
+    rgb: *const T,
+    rgb_frame_stride: u32,
+    plane_stride: u32,
+    rgb_pitch: u32,
+    y_out: *mut u8,
+    y_frame_stride: u32,
+    y_pitch: u32,
+    uv_out: *mut u8,
+    uv_frame_stride: u32,
+    uv_pitch: u32,
+    width: u32,
+    height: u32,
+    frames: u32,
+    matrix: u32,
+    range: u32,
 ) {
     let gid = block_idx_x() as usize * block_dim_x() as usize + thread_idx_x() as usize;
     let bw = (width / 2) as usize;
@@ -213,9 +248,24 @@ unsafe fn rgb_to_nv12<T: Elem>(
     let c = crate::color::coeffs(matrix);
     let blk = crate::color::convert_block(
         &c,
-        (pixel(src, 0 * ps + p0, range), pixel(src, 0 * ps + p0 + 1, range), pixel(src, 0 * ps + p1, range), pixel(src, 0 * ps + p1 + 1, range)),
-        (pixel(src, 1 * ps + p0, range), pixel(src, 1 * ps + p0 + 1, range), pixel(src, 1 * ps + p1, range), pixel(src, 1 * ps + p1 + 1, range)),
-        (pixel(src, 2 * ps + p0, range), pixel(src, 2 * ps + p0 + 1, range), pixel(src, 2 * ps + p1, range), pixel(src, 2 * ps + p1 + 1, range)),
+        (
+            pixel(src, 0 * ps + p0, range),
+            pixel(src, 0 * ps + p0 + 1, range),
+            pixel(src, 0 * ps + p1, range),
+            pixel(src, 0 * ps + p1 + 1, range),
+        ),
+        (
+            pixel(src, 1 * ps + p0, range),
+            pixel(src, 1 * ps + p0 + 1, range),
+            pixel(src, 1 * ps + p1, range),
+            pixel(src, 1 * ps + p1 + 1, range),
+        ),
+        (
+            pixel(src, 2 * ps + p0, range),
+            pixel(src, 2 * ps + p0 + 1, range),
+            pixel(src, 2 * ps + p1, range),
+            pixel(src, 2 * ps + p1 + 1, range),
+        ),
     );
     let y = offset(y_out, frame * y_frame_stride as usize);
     let y0 = 2 * by * y_pitch as usize + 2 * bx;
@@ -238,8 +288,16 @@ unsafe fn pixel<T: Elem>(src: *const T, i: usize, range: u32) -> f32 {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn composite_pixel<T: Elem>(
-    crop: *const T, cw: u32, ch: u32, range: u32,
-    alpha: *const f32, background_term: *const f32, box_w: u32, box_h: u32, px: u32, py: u32,
+    crop: *const T,
+    cw: u32,
+    ch: u32,
+    range: u32,
+    alpha: *const f32,
+    background_term: *const f32,
+    box_w: u32,
+    box_h: u32,
+    px: u32,
+    py: u32,
 ) -> (f32, f32, f32) {
     let tx = tap(px, box_w, cw);
     let ty = tap(py, box_h, ch);
@@ -255,9 +313,14 @@ unsafe fn composite_pixel<T: Elem>(
     while c < 3 {
         let base = c * cplane;
         let v = blend_bilinear(
-            pixel(crop, base + r0 + x0, range), pixel(crop, base + r0 + x1, range),
-            pixel(crop, base + r1 + x0, range), pixel(crop, base + r1 + x1, range),
-            &tx, &ty, a, *offset(background_term, c * bplane + i),
+            pixel(crop, base + r0 + x0, range),
+            pixel(crop, base + r0 + x1, range),
+            pixel(crop, base + r1 + x0, range),
+            pixel(crop, base + r1 + x1, range),
+            &tx,
+            &ty,
+            a,
+            *offset(background_term, c * bplane + i),
         );
         if c == 0 {
             rgb.0 = v;
@@ -278,10 +341,20 @@ unsafe fn composite_pixel<T: Elem>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn composite_nv12<T: Elem>(
-    crop: *const T, cw: u32, ch: u32, range: u32,
-    alpha: *const f32, background_term: *const f32,
-    frame: *mut u8, width: u32, height: u32,
-    box_x: u32, box_y: u32, box_w: u32, box_h: u32, matrix: u32,
+    crop: *const T,
+    cw: u32,
+    ch: u32,
+    range: u32,
+    alpha: *const f32,
+    background_term: *const f32,
+    frame: *mut u8,
+    width: u32,
+    height: u32,
+    box_x: u32,
+    box_y: u32,
+    box_w: u32,
+    box_h: u32,
+    matrix: u32,
 ) {
     let gid = block_idx_x() as usize * block_dim_x() as usize + thread_idx_x() as usize;
     let bw = (box_w / 2) as usize;
@@ -295,7 +368,12 @@ unsafe fn composite_nv12<T: Elem>(
     let b = composite_pixel(crop, cw, ch, range, alpha, background_term, box_w, box_h, px + 1, py);
     let c = composite_pixel(crop, cw, ch, range, alpha, background_term, box_w, box_h, px, py + 1);
     let d = composite_pixel(crop, cw, ch, range, alpha, background_term, box_w, box_h, px + 1, py + 1);
-    let blk = crate::color::convert_block(&crate::color::coeffs(matrix), (a.0, b.0, c.0, d.0), (a.1, b.1, c.1, d.1), (a.2, b.2, c.2, d.2));
+    let blk = crate::color::convert_block(
+        &crate::color::coeffs(matrix),
+        (a.0, b.0, c.0, d.0),
+        (a.1, b.1, c.1, d.1),
+        (a.2, b.2, c.2, d.2),
+    );
     let w = width as usize;
     let y0 = (box_y + py) as usize * w + (box_x + px) as usize;
     *offset(frame, y0) = blk.y.0;
@@ -320,33 +398,110 @@ macro_rules! typed_kernels {
     ($t:ty, $slerp:ident, $expand:ident, $ease:ident, $nv12:ident, $composite:ident) => {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $composite(
-            crop: *const $t, cw: u32, ch: u32, range: u32, alpha: *const f32, background_term: *const f32,
-            frame: *mut u8, width: u32, height: u32, box_x: u32, box_y: u32, box_w: u32, box_h: u32, matrix: u32,
+            crop: *const $t,
+            cw: u32,
+            ch: u32,
+            range: u32,
+            alpha: *const f32,
+            background_term: *const f32,
+            frame: *mut u8,
+            width: u32,
+            height: u32,
+            box_x: u32,
+            box_y: u32,
+            box_w: u32,
+            box_h: u32,
+            matrix: u32,
         ) {
-            composite_nv12::<$t>(crop, cw, ch, range, alpha, background_term, frame, width, height, box_x, box_y, box_w, box_h, matrix)
+            composite_nv12::<$t>(
+                crop,
+                cw,
+                ch,
+                range,
+                alpha,
+                background_term,
+                frame,
+                width,
+                height,
+                box_x,
+                box_y,
+                box_w,
+                box_h,
+                matrix,
+            )
         }
         #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $slerp(v0: *const $t, v1: *const $t, alphas: *const f32, out: *mut $t, rows: u32, dim: u32, method: u32) {
+        pub unsafe extern "ptx-kernel" fn $slerp(
+            v0: *const $t,
+            v1: *const $t,
+            alphas: *const f32,
+            out: *mut $t,
+            rows: u32,
+            dim: u32,
+            method: u32,
+        ) {
             slerp_pairs::<$t>(v0, v1, alphas, out, rows, dim, method)
         }
         #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $expand(keys: *const $t, key_idx: *const u32, n_keys: u32, out: *mut $t, n_frames: u32, dim: u32, method: u32) {
+        pub unsafe extern "ptx-kernel" fn $expand(
+            keys: *const $t,
+            key_idx: *const u32,
+            n_keys: u32,
+            out: *mut $t,
+            n_frames: u32,
+            dim: u32,
+            method: u32,
+        ) {
             expand::<$t>(keys, key_idx, n_keys, out, n_frames, dim, method)
         }
         #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $ease(frames: *const $t, rest: *const $t, distance: *const u32, ramp: u32, out: *mut $t, n_frames: u32, dim: u32) {
+        pub unsafe extern "ptx-kernel" fn $ease(
+            frames: *const $t,
+            rest: *const $t,
+            distance: *const u32,
+            ramp: u32,
+            out: *mut $t,
+            n_frames: u32,
+            dim: u32,
+        ) {
             ease::<$t>(frames, rest, distance, ramp, out, n_frames, dim)
         }
         #[no_mangle]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "ptx-kernel" fn $nv12(
-            rgb: *const $t, rgb_frame_stride: u32, plane_stride: u32, rgb_pitch: u32,
-            y_out: *mut u8, y_frame_stride: u32, y_pitch: u32,
-            uv_out: *mut u8, uv_frame_stride: u32, uv_pitch: u32,
-            width: u32, height: u32, frames: u32, matrix: u32, range: u32,
+            rgb: *const $t,
+            rgb_frame_stride: u32,
+            plane_stride: u32,
+            rgb_pitch: u32,
+            y_out: *mut u8,
+            y_frame_stride: u32,
+            y_pitch: u32,
+            uv_out: *mut u8,
+            uv_frame_stride: u32,
+            uv_pitch: u32,
+            width: u32,
+            height: u32,
+            frames: u32,
+            matrix: u32,
+            range: u32,
         ) {
-            rgb_to_nv12::<$t>(rgb, rgb_frame_stride, plane_stride, rgb_pitch, y_out, y_frame_stride, y_pitch,
-                uv_out, uv_frame_stride, uv_pitch, width, height, frames, matrix, range)
+            rgb_to_nv12::<$t>(
+                rgb,
+                rgb_frame_stride,
+                plane_stride,
+                rgb_pitch,
+                y_out,
+                y_frame_stride,
+                y_pitch,
+                uv_out,
+                uv_frame_stride,
+                uv_pitch,
+                width,
+                height,
+                frames,
+                matrix,
+                range,
+            )
         }
     };
 }

@@ -59,7 +59,8 @@ fn atan_unit(t: f32) -> f32 {
     let big = t > TAN_PI_8;
     let u = if big { (t - 1.0) / (t + 1.0) } else { t };
     let z = u * u;
-    let p = fma(fma(fma(8.053_744_495_38e-2, z, -1.387_768_560_32e-1), z, 1.997_771_064_78e-1), z, -3.333_294_915_39e-1);
+    let p =
+        fma(fma(fma(8.053_744_495_38e-2, z, -1.387_768_560_32e-1), z, 1.997_771_064_78e-1), z, -3.333_294_915_39e-1);
     let y = fma(p * z, u, u);
     if big {
         PIO4_HI + (y + PIO4_LO)

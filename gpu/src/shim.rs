@@ -50,12 +50,36 @@ assignop!("sub_assign" SubAssign sub_assign -=; f32 u32 usize);
 assignop!("mul_assign" MulAssign mul_assign *=; f32);
 
 #[lang = "neg"]
-pub trait Neg { type Output; fn neg(self) -> Self::Output; }
-impl Neg for f32 { type Output = f32; #[inline(always)] fn neg(self) -> f32 { -self } }
-impl Neg for i32 { type Output = i32; #[inline(always)] fn neg(self) -> i32 { -self } }
+pub trait Neg {
+    type Output;
+    fn neg(self) -> Self::Output;
+}
+impl Neg for f32 {
+    type Output = f32;
+    #[inline(always)]
+    fn neg(self) -> f32 {
+        -self
+    }
+}
+impl Neg for i32 {
+    type Output = i32;
+    #[inline(always)]
+    fn neg(self) -> i32 {
+        -self
+    }
+}
 #[lang = "not"]
-pub trait Not { type Output; fn not(self) -> Self::Output; }
-impl Not for bool { type Output = bool; #[inline(always)] fn not(self) -> bool { !self } }
+pub trait Not {
+    type Output;
+    fn not(self) -> Self::Output;
+}
+impl Not for bool {
+    type Output = bool;
+    #[inline(always)]
+    fn not(self) -> bool {
+        !self
+    }
+}
 
 #[lang = "eq"]
 pub trait PartialEq<Rhs: PointeeSized = Self> {
@@ -85,8 +109,14 @@ macro_rules! cmp_impls {
 }
 cmp_impls!(f32 u32 u64 usize i32);
 impl PartialEq for bool {
-    #[inline(always)] fn eq(&self, o: &bool) -> bool { *self == *o }
-    #[inline(always)] fn ne(&self, o: &bool) -> bool { *self != *o }
+    #[inline(always)]
+    fn eq(&self, o: &bool) -> bool {
+        *self == *o
+    }
+    #[inline(always)]
+    fn ne(&self, o: &bool) -> bool {
+        *self != *o
+    }
 }
 
 /// Integer `/` by a run-time value makes rustc insert a zero check whose panic path needs

@@ -85,7 +85,13 @@ impl Backend {
         }
     }
 
-    pub fn expand<T: Elem>(&self, keys: &[T], schedule: &KeyframeSchedule, dim: usize, method: Method) -> Result<Vec<T>> {
+    pub fn expand<T: Elem>(
+        &self,
+        keys: &[T],
+        schedule: &KeyframeSchedule,
+        dim: usize,
+        method: Method,
+    ) -> Result<Vec<T>> {
         anyhow::ensure!(dim > 0, "frames have no elements");
         anyhow::ensure!(
             keys.len() == schedule.count() * dim,
@@ -103,7 +109,14 @@ impl Backend {
         }
     }
 
-    pub fn slerp_pairs<T: Elem>(&self, v0: &[T], v1: &[T], alphas: &[f32], dim: usize, method: Method) -> Result<Vec<T>> {
+    pub fn slerp_pairs<T: Elem>(
+        &self,
+        v0: &[T],
+        v1: &[T],
+        alphas: &[f32],
+        dim: usize,
+        method: Method,
+    ) -> Result<Vec<T>> {
         anyhow::ensure!(dim > 0 && v0.len() == alphas.len() * dim && v1.len() == v0.len(), "mismatched pair sizes");
         match self {
             Backend::Cpu => {
@@ -127,7 +140,13 @@ impl Backend {
         }
     }
 
-    pub fn rgb_to_nv12<T: Elem>(&self, rgb: &[T], layout: RgbLayout, matrix: ColorMatrix, range: RgbRange) -> Result<Vec<u8>> {
+    pub fn rgb_to_nv12<T: Elem>(
+        &self,
+        rgb: &[T],
+        layout: RgbLayout,
+        matrix: ColorMatrix,
+        range: RgbRange,
+    ) -> Result<Vec<u8>> {
         layout.validate(rgb.len())?;
         match self {
             Backend::Cpu => {

@@ -227,7 +227,9 @@ pub fn bench_expand<T: Elem>(
             let dk = c.upload(keys)?;
             let di = c.upload(schedule.keyframes())?;
             let mut out = c.alloc::<T>(frames * dim)?;
-            let t = c.time_ms(3, reps, || c.expand_on_device(&dk.as_view(), &di, schedule.count(), &mut out, frames, dim, method))?;
+            let t = c.time_ms(3, reps, || {
+                c.expand_on_device(&dk.as_view(), &di, schedule.count(), &mut out, frames, dim, method)
+            })?;
             let half_bytes = (bytes as usize / 2).max(1);
             let src = c.upload(&vec![1u8; half_bytes])?;
             let mut dst = c.alloc::<u8>(half_bytes)?;
@@ -271,10 +273,22 @@ pub fn bench_expand<T: Elem>(
 pub fn print_expand_table(rows: &[ExpandBench]) {
     println!(
         "{:<8} {:<5} {:>5} {:>3} {:>5} {:>10} {:>17} {:>8} {:>10} {:>10} {:>6} {:>13}",
-        "backend", "dtype", "N", "k", "keys", "median ms", "IQR ms", "GB/s", "copy ms", "copy GB/s", "ratio", "ratio IQR"
+        "backend",
+        "dtype",
+        "N",
+        "k",
+        "keys",
+        "median ms",
+        "IQR ms",
+        "GB/s",
+        "copy ms",
+        "copy GB/s",
+        "ratio",
+        "ratio IQR"
     );
     for r in rows {
-        let name = if r.launches > 0 { "cuda".to_string() } else { format!("cpu/{}", r.cpu_isa.as_deref().unwrap_or("?")) };
+        let name =
+            if r.launches > 0 { "cuda".to_string() } else { format!("cpu/{}", r.cpu_isa.as_deref().unwrap_or("?")) };
         println!(
             "{:<8} {:<5} {:>5} {:>3} {:>5} {:>10.4} {:>8.4}-{:<8.4} {:>8.1} {:>10.4} {:>10.1} {:>6.2} {:>6.2}-{:<6.2}",
             name,

@@ -2,8 +2,8 @@
 //! the background's NV12 is computed once per render, and per frame only the 2x2 blocks of the
 //! face box are recomputed (bilinear resize of the crop, feathered blend, BT.709/601).
 
-use crate::elem::{ColorMatrix, RgbLayout, RgbRange};
 use crate::cpu::multiversion;
+use crate::elem::{ColorMatrix, RgbLayout, RgbRange};
 use crate::Backend;
 use anyhow::{ensure, Result};
 use cadence_kernels::color;
@@ -42,11 +42,33 @@ pub struct Compositor {
 impl Compositor {
     /// `background`: interleaved RGB8, width x height (both even). The NV12 of the background is
     /// computed here once, on the given backend.
-    pub fn new(backend: &Backend, background: &[u8], width: usize, height: usize, face: FaceBox, feather: f32, matrix: ColorMatrix) -> Result<Self> {
-        ensure!(background.len() == width * height * 3, "background has {} bytes, {width}x{height} RGB needs {}", background.len(), width * height * 3);
-        ensure!(width % 2 == 0 && height % 2 == 0, "the output frame must have an even width and height (got {width}x{height})");
-        ensure!(face.x % 2 == 0 && face.y % 2 == 0 && face.w % 2 == 0 && face.h % 2 == 0 && face.w > 0 && face.h > 0, "face box {face:?} must have even position and size");
-        ensure!(face.x + face.w <= width && face.y + face.h <= height, "face box {face:?} is outside the {width}x{height} frame");
+    pub fn new(
+        backend: &Backend,
+        background: &[u8],
+        width: usize,
+        height: usize,
+        face: FaceBox,
+        feather: f32,
+        matrix: ColorMatrix,
+    ) -> Result<Self> {
+        ensure!(
+            background.len() == width * height * 3,
+            "background has {} bytes, {width}x{height} RGB needs {}",
+            background.len(),
+            width * height * 3
+        );
+        ensure!(
+            width % 2 == 0 && height % 2 == 0,
+            "the output frame must have an even width and height (got {width}x{height})"
+        );
+        ensure!(
+            face.x % 2 == 0 && face.y % 2 == 0 && face.w % 2 == 0 && face.h % 2 == 0 && face.w > 0 && face.h > 0,
+            "face box {face:?} must have even position and size"
+        );
+        ensure!(
+            face.x + face.w <= width && face.y + face.h <= height,
+            "face box {face:?} is outside the {width}x{height} frame"
+        );
         let plane = width * height;
         let mut planar = vec![0.0f32; 3 * plane];
         for (i, px) in background.chunks_exact(3).enumerate() {
@@ -54,7 +76,8 @@ impl Compositor {
                 planar[c * plane + i] = px[c] as f32 / 255.0;
             }
         }
-        let background_nv12 = backend.rgb_to_nv12(&planar, RgbLayout::packed(width, height, 1), matrix, RgbRange::Unit)?;
+        let background_nv12 =
+            backend.rgb_to_nv12(&planar, RgbLayout::packed(width, height, 1), matrix, RgbRange::Unit)?;
         let mut alpha = Vec::with_capacity(face.w * face.h);
         let mut background_term: [Vec<f32>; 3] = Default::default();
         for py in 0..face.h {
@@ -113,8 +136,17 @@ impl Compositor {
     }
 
     fn check(&self, crop: &[f32], cw: usize, ch: usize, out: &[u8]) -> Result<()> {
-        ensure!(crop.len() == 3 * cw * ch && cw > 0 && ch > 0, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
-        ensure!(out.len() == self.frame_bytes(), "output frame has {} bytes, {} expected", out.len(), self.frame_bytes());
+        ensure!(
+            crop.len() == 3 * cw * ch && cw > 0 && ch > 0,
+            "crop has {} values, 3 x {cw} x {ch} expected",
+            crop.len()
+        );
+        ensure!(
+            out.len() == self.frame_bytes(),
+            "output frame has {} bytes, {} expected",
+            out.len(),
+            self.frame_bytes()
+        );
         Ok(())
     }
 
@@ -138,7 +170,9 @@ impl Compositor {
         let rng = range.code();
         let (tx, ty) = (taps(f.w, cw), taps(f.h, ch));
         let mut hz = vec![0f32; 3 * ch * f.w];
-        hz.par_chunks_mut(f.w).zip(crop.par_chunks(cw)).for_each_init(Vec::new, |row8, (dst, src)| resample_row(src, &tx, rng, row8, dst));
+        hz.par_chunks_mut(f.w)
+            .zip(crop.par_chunks(cw))
+            .for_each_init(Vec::new, |row8, (dst, src)| resample_row(src, &tx, rng, row8, dst));
         let plane = w * self.height;
         let (y_plane, uv_plane) = out.split_at_mut(plane);
         let y_rows = &mut y_plane[f.y * w..(f.y + f.h) * w];
@@ -200,7 +234,8 @@ fn block_row_body(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], 
     let mut rgb = [[vec![0f32; n], vec![0f32; n], vec![0f32; n]], [vec![0f32; n], vec![0f32; n], vec![0f32; n]]];
     for ((row, yrow), out) in rows.iter().zip([y0, y1]).zip(rgb.iter_mut()) {
         for (c, o) in out.iter_mut().enumerate() {
-            for ((((o, &t), &b), &a), &g) in o.iter_mut().zip(row.top[c]).zip(row.bot[c]).zip(row.alpha).zip(row.bg[c]) {
+            for ((((o, &t), &b), &a), &g) in o.iter_mut().zip(row.top[c]).zip(row.bot[c]).zip(row.alpha).zip(row.bg[c])
+            {
                 *o = blend_vertical(t, b, row.fy, a, g);
             }
         }

@@ -216,7 +216,8 @@ fn wide<'s, T: Elem>(x: &'s [T], buf: &'s mut Vec<f32>) -> &'s [f32] {
 }
 
 /// LERP needs no statistics.
-const LERP_GEOMETRY: PairGeometry = PairGeometry { n0: 1.0, n1: 1.0, theta: 0.0, sin_theta: 0.0, cos_theta: 1.0, kind: 0 };
+const LERP_GEOMETRY: PairGeometry =
+    PairGeometry { n0: 1.0, n1: 1.0, theta: 0.0, sin_theta: 0.0, cos_theta: 1.0, kind: 0 };
 
 #[inline(always)]
 fn geometry_f32(method: Method, a: &[f32], b: &[f32]) -> PairGeometry {
@@ -263,7 +264,16 @@ fn write_frame<T: Elem>(a: &[T], b: &[T], af: &[f32], bf: &[f32], dst: &mut [T],
 /// One interval of the expansion: the pair's geometry once, then every frame it owns.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn interval_body<T: Elem>(a: &[T], b: &[T], method: Method, k0: u32, k1: u32, first: usize, frames: &mut [T], s: &mut Scratch) {
+fn interval_body<T: Elem>(
+    a: &[T],
+    b: &[T],
+    method: Method,
+    k0: u32,
+    k1: u32,
+    first: usize,
+    frames: &mut [T],
+    s: &mut Scratch,
+) {
     #[cfg(target_arch = "x86_64")]
     if let (Some(a), Some(b), true) = (T::as_f16(a), T::as_f16(b), isa() == Isa::Avx) {
         // SAFETY: isa() is Avx only where the CPU has AVX, FMA and F16C.
@@ -525,7 +535,11 @@ pub fn expand<T: Elem>(keys: &[T], schedule: &KeyframeSchedule, dim: usize, meth
 /// ownership): (interval j, its first frame, its frames). Interval j runs from keyframe j to
 /// keyframe j+1; the first also owns the frames before keyframe 0, the last those after the
 /// last keyframe and the last keyframe itself. Needs at least two keyframes.
-pub fn interval_parts<'a, T>(schedule: &KeyframeSchedule, dim: usize, out: &'a mut [T]) -> Vec<(usize, usize, &'a mut [T])> {
+pub fn interval_parts<'a, T>(
+    schedule: &KeyframeSchedule,
+    dim: usize,
+    out: &'a mut [T],
+) -> Vec<(usize, usize, &'a mut [T])> {
     let m = schedule.count();
     let n = schedule.n_frames();
     assert!(m >= 2 && out.len() == n * dim);
@@ -563,48 +577,50 @@ pub fn rgb_to_nv12<T: Elem>(rgb: &[T], layout: RgbLayout, matrix: ColorMatrix, r
     let coeffs = color::coeffs(matrix.code());
     let range = range.code();
     let plane = layout.plane_len();
-    out.par_chunks_mut(layout.nv12_frame_bytes()).zip(rgb.par_chunks(layout.frame_len())).for_each(|(frame_out, src)| {
-        let (y_plane, uv_plane) = frame_out.split_at_mut(w * h);
-        // Rows (R0, R1, G0, G1, B0, B1) of a row pair, a block of columns at a time, widened to
-        // f32 in blocks when stored as f16 (the staging buffer is made once per rayon job).
-        let staging = || [[0.0f32; NV12_BLOCK]; 6];
-        y_plane.par_chunks_mut(2 * w).zip(uv_plane.par_chunks_mut(w)).enumerate().for_each_init(
-            staging,
-            |staging, (by, (yrows, uvrow))| {
-                let (y0, y1) = yrows.split_at_mut(w);
-                let r0 = 2 * by * pitch;
-                let mut x0 = 0;
-                while x0 < w {
-                    let n = NV12_BLOCK.min(w - x0);
-                    let mut rows: [&[f32]; 6] = [&[]; 6];
-                    for (i, buf) in staging.iter_mut().enumerate() {
-                        let start = (i / 2) * plane + r0 + (i % 2) * pitch + x0;
-                        let seg = &src[start..start + n];
-                        rows[i] = match T::as_f32(seg) {
-                            Some(s) => s,
-                            None => {
-                                T::widen(seg, &mut buf[..n]);
-                                &buf[..n]
-                            }
-                        };
+    out.par_chunks_mut(layout.nv12_frame_bytes()).zip(rgb.par_chunks(layout.frame_len())).for_each(
+        |(frame_out, src)| {
+            let (y_plane, uv_plane) = frame_out.split_at_mut(w * h);
+            // Rows (R0, R1, G0, G1, B0, B1) of a row pair, a block of columns at a time, widened to
+            // f32 in blocks when stored as f16 (the staging buffer is made once per rayon job).
+            let staging = || [[0.0f32; NV12_BLOCK]; 6];
+            y_plane.par_chunks_mut(2 * w).zip(uv_plane.par_chunks_mut(w)).enumerate().for_each_init(
+                staging,
+                |staging, (by, (yrows, uvrow))| {
+                    let (y0, y1) = yrows.split_at_mut(w);
+                    let r0 = 2 * by * pitch;
+                    let mut x0 = 0;
+                    while x0 < w {
+                        let n = NV12_BLOCK.min(w - x0);
+                        let mut rows: [&[f32]; 6] = [&[]; 6];
+                        for (i, buf) in staging.iter_mut().enumerate() {
+                            let start = (i / 2) * plane + r0 + (i % 2) * pitch + x0;
+                            let seg = &src[start..start + n];
+                            rows[i] = match T::as_f32(seg) {
+                                Some(s) => s,
+                                None => {
+                                    T::widen(seg, &mut buf[..n]);
+                                    &buf[..n]
+                                }
+                            };
+                        }
+                        let px = |i: usize, x: usize| color::to_8bit(rows[i][x], range);
+                        for bx in 0..n / 2 {
+                            let (a, b) = (2 * bx, 2 * bx + 1);
+                            let blk = color::convert_block(
+                                &coeffs,
+                                (px(0, a), px(0, b), px(1, a), px(1, b)),
+                                (px(2, a), px(2, b), px(3, a), px(3, b)),
+                                (px(4, a), px(4, b), px(5, a), px(5, b)),
+                            );
+                            let x = x0 + a;
+                            store_block(&blk, y0, y1, uvrow, x);
+                        }
+                        x0 += n;
                     }
-                    let px = |i: usize, x: usize| color::to_8bit(rows[i][x], range);
-                    for bx in 0..n / 2 {
-                        let (a, b) = (2 * bx, 2 * bx + 1);
-                        let blk = color::convert_block(
-                            &coeffs,
-                            (px(0, a), px(0, b), px(1, a), px(1, b)),
-                            (px(2, a), px(2, b), px(3, a), px(3, b)),
-                            (px(4, a), px(4, b), px(5, a), px(5, b)),
-                        );
-                        let x = x0 + a;
-                        store_block(&blk, y0, y1, uvrow, x);
-                    }
-                    x0 += n;
-                }
-            },
-        );
-    });
+                },
+            );
+        },
+    );
 }
 
 /// Writes one converted 2x2 block: two luma rows and the interleaved U,V row, at column `x`.

@@ -5,7 +5,9 @@ use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
 use crate::ptx::{self, PtxTarget};
 use crate::schedule::KeyframeSchedule;
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 use std::sync::Arc;
 
@@ -45,7 +47,8 @@ impl CudaBackend {
         let count = CudaContext::device_count().map_err(|e| anyhow!("CUDA driver present but unusable: {e:?}"))?;
         ensure!(count > 0, "CUDA driver present but it reports no GPU");
         ensure!((ordinal as i32) < count, "GPU {ordinal} requested, the driver reports {count}");
-        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow!("cannot create a CUDA context on GPU {ordinal}: {e:?}"))?;
+        let ctx =
+            CudaContext::new(ordinal).map_err(|e| anyhow!("cannot create a CUDA context on GPU {ordinal}: {e:?}"))?;
         Self::on_stream(ctx.default_stream())
     }
 
@@ -56,9 +59,9 @@ impl CudaBackend {
         let cc = ctx.compute_capability().map_err(|e| anyhow!("{e:?}"))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let target = ptx::for_compute_capability(cc.0, cc.1);
-        let module = ctx
-            .load_module(Ptx::from_src(target.source))
-            .map_err(|e| anyhow!("the driver rejected the embedded {} PTX on {name} (sm_{}{}): {e:?}", target.name, cc.0, cc.1))?;
+        let module = ctx.load_module(Ptx::from_src(target.source)).map_err(|e| {
+            anyhow!("the driver rejected the embedded {} PTX on {name} (sm_{}{}): {e:?}", target.name, cc.0, cc.1)
+        })?;
         Ok(Self { ctx, stream, module, target, device_name: name, compute_capability: cc })
     }
 
@@ -72,7 +75,11 @@ impl CudaBackend {
     }
 
     fn warp_grid(warps: u32) -> LaunchConfig {
-        LaunchConfig { grid_dim: (warps.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
+        LaunchConfig {
+            grid_dim: (warps.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        }
     }
 
     pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
@@ -112,7 +119,13 @@ impl CudaBackend {
         Ok(())
     }
 
-    pub fn expand<T: Elem>(&self, keys: &[T], schedule: &KeyframeSchedule, dim: usize, method: Method) -> Result<Vec<T>> {
+    pub fn expand<T: Elem>(
+        &self,
+        keys: &[T],
+        schedule: &KeyframeSchedule,
+        dim: usize,
+        method: Method,
+    ) -> Result<Vec<T>> {
         let dk = self.upload(keys)?;
         let di = self.stream.clone_htod(schedule.keyframes()).map_err(|e| anyhow!("{e:?}"))?;
         let mut out = self.alloc::<T>(schedule.n_frames() * dim)?;
@@ -140,7 +153,14 @@ impl CudaBackend {
         Ok(())
     }
 
-    pub fn slerp_pairs<T: Elem>(&self, v0: &[T], v1: &[T], alphas: &[f32], dim: usize, method: Method) -> Result<Vec<T>> {
+    pub fn slerp_pairs<T: Elem>(
+        &self,
+        v0: &[T],
+        v1: &[T],
+        alphas: &[f32],
+        dim: usize,
+        method: Method,
+    ) -> Result<Vec<T>> {
         let (a, b, al) = (self.upload(v0)?, self.upload(v1)?, self.upload(alphas)?);
         let mut out = self.alloc::<T>(v0.len())?;
         self.slerp_pairs_on_device(&a, &b, &al, &mut out, alphas.len(), dim, method)?;
@@ -211,7 +231,13 @@ impl CudaBackend {
         Ok(())
     }
 
-    pub fn rgb_to_nv12<T: Elem>(&self, rgb: &[T], layout: RgbLayout, matrix: ColorMatrix, range: RgbRange) -> Result<Vec<u8>> {
+    pub fn rgb_to_nv12<T: Elem>(
+        &self,
+        rgb: &[T],
+        layout: RgbLayout,
+        matrix: ColorMatrix,
+        range: RgbRange,
+    ) -> Result<Vec<u8>> {
         layout.validate(rgb.len())?;
         let d = self.upload(rgb)?;
         let mut out = self.alloc::<u8>(layout.frames * layout.nv12_frame_bytes())?;
@@ -227,9 +253,15 @@ impl CudaBackend {
         self.synchronize()?;
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps {
-            let start = self.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| anyhow!("{e:?}"))?;
+            let start = self
+                .stream
+                .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| anyhow!("{e:?}"))?;
             f()?;
-            let end = self.stream.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| anyhow!("{e:?}"))?;
+            let end = self
+                .stream
+                .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| anyhow!("{e:?}"))?;
             end.synchronize().map_err(|e| anyhow!("{e:?}"))?;
             times.push(start.elapsed_ms(&end).map_err(|e| anyhow!("{e:?}"))? as f64);
         }
@@ -242,7 +274,12 @@ impl CudaBackend {
     }
 
     /// Uploads a compositor's per-render data (see [`crate::composite::Compositor`]).
-    pub fn compositor(&self, alpha: &[f32], background_term: &[Vec<f32>; 3], background_nv12: &[u8]) -> Result<DeviceCompositor> {
+    pub fn compositor(
+        &self,
+        alpha: &[f32],
+        background_term: &[Vec<f32>; 3],
+        background_nv12: &[u8],
+    ) -> Result<DeviceCompositor> {
         let terms: Vec<f32> = background_term.iter().flatten().copied().collect();
         Ok(DeviceCompositor {
             stream: self.stream.clone(),
@@ -266,16 +303,33 @@ pub struct DeviceCompositor {
 
 impl DeviceCompositor {
     /// Composites a host crop on the device and writes the NV12 frame to `out`.
-    pub fn compose(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, c: &crate::composite::Compositor, out: &mut [u8]) -> Result<()> {
+    pub fn compose(
+        &self,
+        crop: &[f32],
+        cw: usize,
+        ch: usize,
+        range: RgbRange,
+        c: &crate::composite::Compositor,
+        out: &mut [u8],
+    ) -> Result<()> {
         let d_crop = self.stream.clone_htod(crop).map_err(|e| anyhow!("host to device copy failed: {e:?}"))?;
-        let mut frame = self.stream.clone_dtod(&self.background_nv12).map_err(|e| anyhow!("device copy failed: {e:?}"))?;
+        let mut frame =
+            self.stream.clone_dtod(&self.background_nv12).map_err(|e| anyhow!("device copy failed: {e:?}"))?;
         self.compose_on_device(&d_crop.as_view(), cw, ch, range, c, &mut frame)?;
         self.stream.memcpy_dtoh(&frame, out).map_err(|e| anyhow!("device to host copy failed: {e:?}"))?;
         self.stream.synchronize().map_err(|e| anyhow!("CUDA error: {e:?}"))
     }
 
     /// One launch over the face box's 2x2 blocks; `frame` must already hold the background.
-    pub fn compose_on_device(&self, crop: &CudaView<'_, f32>, cw: usize, ch: usize, range: RgbRange, c: &crate::composite::Compositor, frame: &mut CudaSlice<u8>) -> Result<()> {
+    pub fn compose_on_device(
+        &self,
+        crop: &CudaView<'_, f32>,
+        cw: usize,
+        ch: usize,
+        range: RgbRange,
+        c: &crate::composite::Compositor,
+        frame: &mut CudaSlice<u8>,
+    ) -> Result<()> {
         ensure!(crop.len() == 3 * cw * ch, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
         ensure!(frame.len() == c.frame_bytes(), "frame buffer has {} bytes, {} expected", frame.len(), c.frame_bytes());
         let f = c.face;
@@ -287,7 +341,8 @@ impl DeviceCompositor {
         b.arg(frame).arg(&w).arg(&h).arg(&bx).arg(&by).arg(&bw).arg(&bh).arg(&mat);
         // SAFETY: matches composite_nv12_f32's signature; the compositor checked that the box lies
         // inside the frame with even position and size, and the buffers have the sizes checked above.
-        unsafe { b.launch(LaunchConfig::for_num_elems((bw / 2) * (bh / 2))) }.map_err(|e| anyhow!("composite launch failed: {e:?}"))?;
+        unsafe { b.launch(LaunchConfig::for_num_elems((bw / 2) * (bh / 2))) }
+            .map_err(|e| anyhow!("composite launch failed: {e:?}"))?;
         Ok(())
     }
 }

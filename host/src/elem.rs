@@ -29,7 +29,9 @@ impl std::fmt::Display for Dtype {
     }
 }
 
-pub trait Elem: Copy + Send + Sync + Default + PartialEq + std::fmt::Debug + cudarc::driver::DeviceRepr + 'static {
+pub trait Elem:
+    Copy + Send + Sync + Default + PartialEq + std::fmt::Debug + cudarc::driver::DeviceRepr + 'static
+{
     const DTYPE: Dtype;
     fn to_f32(self) -> f32;
     fn from_f32(v: f32) -> Self;

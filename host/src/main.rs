@@ -203,7 +203,11 @@ struct RenderArgs {
 }
 
 fn parse_face_box(s: &str) -> std::result::Result<cadence::composite::FaceBox, String> {
-    let v: Vec<usize> = s.split(',').map(|p| p.trim().parse::<usize>()).collect::<std::result::Result<_, _>>().map_err(|_| format!("'{s}': expected x,y,w,h"))?;
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| format!("'{s}': expected x,y,w,h"))?;
     match v[..] {
         [x, y, w, h] if w > 0 && h > 0 => Ok(cadence::composite::FaceBox { x, y, w, h }),
         _ => Err(format!("'{s}': expected four numbers x,y,w,h with w, h > 0")),
@@ -218,8 +222,12 @@ fn main() {
         Command::Info => cmd_info(),
         Command::Render(a) => cmd_render(*a),
         Command::EngineRun(a) => cmd_engine_run(a),
-        Command::EngineBench { model, device, batch, runs, profile, weights } => cmd_engine_bench(model, device, batch, runs, profile.as_deref(), weights),
-        Command::Bench { frames, strides, dim, reps, method, json } => cmd_bench(frames, &strides, dim, reps, method, json),
+        Command::EngineBench { model, device, batch, runs, profile, weights } => {
+            cmd_engine_bench(model, device, batch, runs, profile.as_deref(), weights)
+        }
+        Command::Bench { frames, strides, dim, reps, method, json } => {
+            cmd_bench(frames, &strides, dim, reps, method, json)
+        }
         Command::GpuCheck { reps, json } => cadence::gpucheck::run(reps).and_then(|r| write_json(json, &r)),
     };
     if let Err(e) = result {
@@ -242,7 +250,13 @@ fn cmd_info() -> Result<()> {
     println!("kernel compiler: {} (NVPTX backend, no CUDA toolkit)", ptx::COMPILER);
     println!("embedded PTX:");
     for t in &ptx::TARGETS {
-        println!("  {:<9} .target {:<7} PTX ISA {:<4} {:>7} bytes", t.name, t.arch, ptx::isa_version(t), t.source.len());
+        println!(
+            "  {:<9} .target {:<7} PTX ISA {:<4} {:>7} bytes",
+            t.name,
+            t.arch,
+            ptx::isa_version(t),
+            t.source.len()
+        );
     }
     println!("cpu: {} ({} logical CPUs)", cadence::hardware::cpu_model(), cadence::hardware::logical_cpus());
     let backend = Backend::select(BackendChoice::Auto)?;
@@ -277,7 +291,12 @@ fn cmd_expand(a: ExpandArgs) -> Result<()> {
         bail!("{}: frames have no elements (shape {shape:?})", a.input.display());
     }
     if let Some(i) = input.first_nan() {
-        bail!("{}: NaN at keyframe {}, element {}; interpolation of NaN is undefined", a.input.display(), i / dim, i % dim);
+        bail!(
+            "{}: NaN at keyframe {}, element {}; interpolation of NaN is undefined",
+            a.input.display(),
+            i / dim,
+            i % dim
+        );
     }
     let backend = Backend::select(a.backend)?;
     let mut out_shape = shape.clone();
@@ -322,7 +341,14 @@ fn write_json<T: serde::Serialize>(path: Option<PathBuf>, value: &T) -> Result<(
     Ok(())
 }
 
-fn cmd_bench(frames: usize, strides: &[usize], dim: usize, reps: usize, method: Method, json: Option<PathBuf>) -> Result<()> {
+fn cmd_bench(
+    frames: usize,
+    strides: &[usize],
+    dim: usize,
+    reps: usize,
+    method: Method,
+    json: Option<PathBuf>,
+) -> Result<()> {
     anyhow::ensure!(reps > 0 && dim > 0 && frames > 0, "frames, dim and reps must be positive");
     let mut rows = Vec::new();
     for b in Backend::all_available() {
@@ -376,11 +402,23 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
         None => KeyframeSchedule::fixed_stride(prepared.frames, a.stride)?,
     };
     let bar = indicatif::ProgressBar::new(prepared.frames as u64);
-    bar.set_style(indicatif::ProgressStyle::with_template("{spinner} render [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}").unwrap().progress_chars("=> "));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} render [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}")
+            .unwrap()
+            .progress_chars("=> "),
+    );
     if a.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let result = render::run(&engines, &backend, &opts, &prepared, &schedule, render::Output::Mp4 { path: &a.output, encoder }, |d| bar.inc(d as u64))?;
+    let result = render::run(
+        &engines,
+        &backend,
+        &opts,
+        &prepared,
+        &schedule,
+        render::Output::Mp4 { path: &a.output, encoder },
+        |d| bar.inc(d as u64),
+    )?;
     bar.finish_and_clear();
     let s = &result.stats;
     let t = &s.times;
@@ -415,7 +453,11 @@ fn cmd_render(a: RenderArgs) -> Result<()> {
     } else {
         eprintln!(
             "cadence: {} frames ({} keyframes scheduled, {} UNet evaluations, {} bypassed in silence) -> {}",
-            s.frames, s.keyframes_scheduled, s.keyframes_evaluated, s.bypassed_frames, a.output.display()
+            s.frames,
+            s.keyframes_scheduled,
+            s.keyframes_evaluated,
+            s.bypassed_frames,
+            a.output.display()
         );
         eprintln!(
             "  neural {:.0} ms (audio {:.0}, UNet {:.0}, decoder {:.0}) | expand {:.1} ms, ease {:.1} ms, composite+NV12 {:.0} ms | encoder {:.0} ms",
@@ -477,17 +519,35 @@ fn cmd_engine_run(a: EngineRunArgs) -> Result<()> {
             (u.predict(&input, &audio)?, u.weights_label())
         }
         EngineModel::WhisperTiny => {
-            anyhow::ensure!(input.shape.len() == 1, "whisper-tiny takes 16 kHz mono samples of shape (n,), got {:?}", input.shape);
+            anyhow::ensure!(
+                input.shape.len() == 1,
+                "whisper-tiny takes 16 kHz mono samples of shape (n,), got {:?}",
+                input.shape
+            );
             let e = WhisperAudio::new(profile, &w, &dev)?;
             (e.encode_audio(&input.data, 25.0)?, e.weights_label())
         }
     };
     npy::write(&a.output, &out.shape, &out.data)?;
-    eprintln!("cadence: {:?} ({} profile, weights {label}, on {engine_device}) {:?} -> {:?} -> {}", a.model, profile, input.shape, out.shape, a.output.display());
+    eprintln!(
+        "cadence: {:?} ({} profile, weights {label}, on {engine_device}) {:?} -> {:?} -> {}",
+        a.model,
+        profile,
+        input.shape,
+        out.shape,
+        a.output.display()
+    );
     Ok(())
 }
 
-fn cmd_engine_bench(model: EngineModel, device: DeviceRequest, batch: usize, runs: usize, profile: Option<&str>, weights: Option<PathBuf>) -> Result<()> {
+fn cmd_engine_bench(
+    model: EngineModel,
+    device: DeviceRequest,
+    batch: usize,
+    runs: usize,
+    profile: Option<&str>,
+    weights: Option<PathBuf>,
+) -> Result<()> {
     use cadence_engines::bench::*;
     use cadence_engines::*;
     anyhow::ensure!(batch > 0 && runs > 0, "--batch and --runs must be positive");
@@ -519,11 +579,18 @@ fn cmd_engine_bench(model: EngineModel, device: DeviceRequest, batch: usize, run
     };
     let mm2 = matmul_probe(&dev, 2048, 5)?;
     let rate = 0.5 * (mm + mm2);
-    println!("cpu: {} | engine device {engine_device} | profile {profile} | weights {label}", cadence::hardware::cpu_model());
+    println!(
+        "cpu: {} | engine device {engine_device} | profile {profile} | weights {label}",
+        cadence::hardware::cpu_model()
+    );
     println!("matmul 2048^3 f32 (before/after): {mm:.1} / {mm2:.1} GFLOP/s");
     println!(
         "{:<30} batch {:>3}: {:>8.2} frames/s (median of {runs}), {:>7.1} GFLOP/s = {:.0}% of the matmul rate",
-        r.name, r.batch, r.frames_per_s, r.gflops, 100.0 * r.gflops / rate
+        r.name,
+        r.batch,
+        r.frames_per_s,
+        r.gflops,
+        100.0 * r.gflops / rate
     );
     Ok(())
 }

@@ -35,7 +35,11 @@ impl Array {
 pub fn read(path: &Path) -> Result<Array> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let npy = npyz::NpyFile::new(&bytes[..]).with_context(|| format!("{} is not a valid .npy file", path.display()))?;
-    ensure!(npy.order() == npyz::Order::C, "{}: Fortran-order arrays are not supported; save it in C order", path.display());
+    ensure!(
+        npy.order() == npyz::Order::C,
+        "{}: Fortran-order arrays are not supported; save it in C order",
+        path.display()
+    );
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let descr = match npy.dtype() {
         npyz::DType::Plain(t) => t.to_string(),
@@ -43,9 +47,18 @@ pub fn read(path: &Path) -> Result<Array> {
     };
     let expected: usize = shape.iter().product();
     let arr = match descr.as_str() {
-        "<f4" => Array::F32 { data: npy.into_vec::<f32>().with_context(|| format!("{}: truncated or corrupt data", path.display()))?, shape },
-        "<f2" => Array::F16 { data: npy.into_vec::<f16>().with_context(|| format!("{}: truncated or corrupt data", path.display()))?, shape },
-        other => bail!("{}: dtype {other} is not supported (expected little-endian float32 '<f4' or float16 '<f2')", path.display()),
+        "<f4" => Array::F32 {
+            data: npy.into_vec::<f32>().with_context(|| format!("{}: truncated or corrupt data", path.display()))?,
+            shape,
+        },
+        "<f2" => Array::F16 {
+            data: npy.into_vec::<f16>().with_context(|| format!("{}: truncated or corrupt data", path.display()))?,
+            shape,
+        },
+        other => bail!(
+            "{}: dtype {other} is not supported (expected little-endian float32 '<f4' or float16 '<f2')",
+            path.display()
+        ),
     };
     let n = match &arr {
         Array::F32 { data, .. } => data.len(),

@@ -15,8 +15,8 @@ use crate::schedule::{speech_distance, KeyframeSchedule};
 use crate::Backend;
 use anyhow::{ensure, Context, Result};
 use cadence_engines::{
-    resolve_weights, AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind, MuseTalkUnet, Profile, SdVae,
-    Taesd, Tensor, WhisperAudio,
+    resolve_weights, AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind,
+    MuseTalkUnet, Profile, SdVae, Taesd, Tensor, WhisperAudio,
 };
 use std::path::Path;
 use std::time::Instant;
@@ -52,21 +52,39 @@ pub struct Engines {
 impl Engines {
     /// Real weights come from `models_dir` (or $CADENCE_MODELS) where the files exist; every
     /// other engine gets seeded synthetic weights. `weights_summary` says which.
-    pub fn load(profile: Profile, decoder_kind: DecoderKind, device: &Device, models_dir: Option<&Path>) -> Result<Self> {
+    pub fn load(
+        profile: Profile,
+        decoder_kind: DecoderKind,
+        device: &Device,
+        models_dir: Option<&Path>,
+    ) -> Result<Self> {
         let w = |kind: ModelKind| match models_dir {
             Some(dir) => cadence_engines::resolve_weights_in(kind, None, Some(dir)),
             None => resolve_weights(kind, None),
         };
         let audio = WhisperAudio::new(profile, &w(ModelKind::WhisperTiny), device).context("loading whisper-tiny")?;
-        let unet = MuseTalkUnet::new(profile, &w(ModelKind::MuseTalkUnet), device).context("loading the MuseTalk UNet")?;
+        let unet =
+            MuseTalkUnet::new(profile, &w(ModelKind::MuseTalkUnet), device).context("loading the MuseTalk UNet")?;
         let (decoder, image_encoder): (Box<dyn LatentDecoder>, Box<dyn ImageEncoder>) = match decoder_kind {
             DecoderKind::Taesd => (
-                Box::new(Taesd::decoder(profile, &w(ModelKind::TaesdDecoder), device).context("loading the TAESD decoder")?),
-                Box::new(Taesd::encoder(profile, &w(ModelKind::TaesdEncoder), device).context("loading the TAESD encoder")?),
+                Box::new(
+                    Taesd::decoder(profile, &w(ModelKind::TaesdDecoder), device)
+                        .context("loading the TAESD decoder")?,
+                ),
+                Box::new(
+                    Taesd::encoder(profile, &w(ModelKind::TaesdEncoder), device)
+                        .context("loading the TAESD encoder")?,
+                ),
             ),
             DecoderKind::SdVae => (
-                Box::new(SdVae::decoder(profile, &w(ModelKind::SdVaeDecoder), device).context("loading the SD VAE decoder")?),
-                Box::new(SdVae::encoder(profile, &w(ModelKind::SdVaeEncoder), device).context("loading the SD VAE encoder")?),
+                Box::new(
+                    SdVae::decoder(profile, &w(ModelKind::SdVaeDecoder), device)
+                        .context("loading the SD VAE decoder")?,
+                ),
+                Box::new(
+                    SdVae::encoder(profile, &w(ModelKind::SdVaeEncoder), device)
+                        .context("loading the SD VAE encoder")?,
+                ),
             ),
         };
         let s = audio.encode_audio(&vec![0.0f32; 16000 / 25], 25.0).context("encoding one frame of silence")?;
@@ -87,7 +105,8 @@ impl Engines {
         } else if labels.iter().all(|l| l.starts_with("real")) {
             "real".into()
         } else {
-            let parts: Vec<String> = self.all().iter().map(|e| format!("{}={}", e.model(), e.weights_label())).collect();
+            let parts: Vec<String> =
+                self.all().iter().map(|e| format!("{}={}", e.model(), e.weights_label())).collect();
             format!("mixed: {}", parts.join(", "))
         }
     }
@@ -222,7 +241,10 @@ pub fn render(
     let t_total = Instant::now();
     let mut times = StageTimes::default();
     let n = schedule.n_frames();
-    ensure!(speech.len() == n && features.shape.first() == Some(&n), "audio features, activity and schedule disagree on the frame count");
+    ensure!(
+        speech.len() == n && features.shape.first() == Some(&n),
+        "audio features, activity and schedule disagree on the frame count"
+    );
     ensure!(opts.batch > 0, "batch size must be at least 1");
     let (win, dim_a) = (features.shape[1], features.shape[2]);
 
@@ -264,7 +286,8 @@ pub fn render(
     dev.synchronize()?;
     times.unet_ms = ms(t);
 
-    let infill = resident::Infill { schedule, method: opts.method, rest: &avatar.rest, distance: &distance, ramp: opts.ramp };
+    let infill =
+        resident::Infill { schedule, method: opts.method, rest: &avatar.rest, distance: &distance, ramp: opts.ramp };
     let (latents, expand_ms, ease_ms) = resident::expand_eased(backend, &key_latents, &infill)?;
     times.expand_ms = expand_ms;
     times.ease_ms = ease_ms;
@@ -278,7 +301,8 @@ pub fn render(
     let mut f = 0;
     while f < n {
         // A run of up to `batch` consecutive frames that need decoding, or one bypassed frame.
-        let g = if bypassed[f] { f + 1 } else { (f..n).take(opts.batch).take_while(|&x| !bypassed[x]).last().unwrap() + 1 };
+        let g =
+            if bypassed[f] { f + 1 } else { (f..n).take(opts.batch).take_while(|&x| !bypassed[x]).last().unwrap() + 1 };
         let rgb = if bypassed[f] {
             None
         } else {
@@ -355,7 +379,10 @@ impl CheckClip {
         }
         let avatar = prepare_avatar(engines, &face_crop)?;
         let (width, height) = (384, 320);
-        let background = crate::bench::test_data(width * height * 3, seed + 1).iter().map(|v| ((v * 0.3 + 0.5).clamp(0.0, 1.0) * 255.0) as u8).collect();
+        let background = crate::bench::test_data(width * height * 3, seed + 1)
+            .iter()
+            .map(|v| ((v * 0.3 + 0.5).clamp(0.0, 1.0) * 255.0) as u8)
+            .collect();
         let face = crate::composite::FaceBox { x: 40, y: 30, w: 200, h: 240 };
         let schedule = KeyframeSchedule::fixed_stride(frames, 3)?;
         let opts = RenderOptions { batch: 4, ..RenderOptions::default() };
@@ -371,11 +398,22 @@ impl CheckClip {
     pub fn render(&self, engines: &Engines, backend: &Backend) -> Result<(Vec<Vec<u8>>, RenderStats)> {
         let compositor = self.compositor(backend)?;
         let mut frames = Vec::new();
-        let stats = render(engines, backend, &self.opts, &self.features, &self.speech, &self.schedule, &self.avatar, &compositor, |i, f| {
-            ensure!(i == frames.len(), "frame {i} reached the sink out of order");
-            frames.push(f.to_vec());
-            Ok(())
-        }, |_| {})?;
+        let stats = render(
+            engines,
+            backend,
+            &self.opts,
+            &self.features,
+            &self.speech,
+            &self.schedule,
+            &self.avatar,
+            &compositor,
+            |i, f| {
+                ensure!(i == frames.len(), "frame {i} reached the sink out of order");
+                frames.push(f.to_vec());
+                Ok(())
+            },
+            |_| {},
+        )?;
         Ok((frames, stats))
     }
 }

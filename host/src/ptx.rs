@@ -11,9 +11,21 @@ pub struct PtxTarget {
 }
 
 pub const TARGETS: [PtxTarget; 3] = [
-    PtxTarget { name: "sm_90", arch: "sm_90", source: include_str!(concat!(env!("OUT_DIR"), "/cadence_kernels_sm_90.ptx")) },
-    PtxTarget { name: "sm_120", arch: "sm_120", source: include_str!(concat!(env!("OUT_DIR"), "/cadence_kernels_sm_120.ptx")) },
-    PtxTarget { name: "portable", arch: "sm_75", source: include_str!(concat!(env!("OUT_DIR"), "/cadence_kernels_portable.ptx")) },
+    PtxTarget {
+        name: "sm_90",
+        arch: "sm_90",
+        source: include_str!(concat!(env!("OUT_DIR"), "/cadence_kernels_sm_90.ptx")),
+    },
+    PtxTarget {
+        name: "sm_120",
+        arch: "sm_120",
+        source: include_str!(concat!(env!("OUT_DIR"), "/cadence_kernels_sm_120.ptx")),
+    },
+    PtxTarget {
+        name: "portable",
+        arch: "sm_75",
+        source: include_str!(concat!(env!("OUT_DIR"), "/cadence_kernels_portable.ptx")),
+    },
 ];
 
 /// The rustc that produced the PTX.

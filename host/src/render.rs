@@ -54,12 +54,20 @@ pub fn face_box(img: &RgbImage, given: Option<FaceBox>) -> Result<FaceBox> {
     Ok(f)
 }
 
-pub fn prepare(engines: &Engines, backend: &Backend, audio: Audio, img: &RgbImage, face: FaceBox, opts: &RenderOptions) -> Result<Prepared> {
+pub fn prepare(
+    engines: &Engines,
+    backend: &Backend,
+    audio: Audio,
+    img: &RgbImage,
+    face: FaceBox,
+    opts: &RenderOptions,
+) -> Result<Prepared> {
     let (w, h) = (img.width() as usize, img.height() as usize);
     if w % 2 != 0 || h % 2 != 0 {
         bail!("the avatar is {w}x{h}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)");
     }
-    let frames = cadence_media::frame_count(audio.samples_16k.len() as f64 / cadence_media::TARGET_RATE as f64, opts.fps as f64);
+    let frames =
+        cadence_media::frame_count(audio.samples_16k.len() as f64 / cadence_media::TARGET_RATE as f64, opts.fps as f64);
     ensure!(frames > 0, "the audio is too short for one video frame");
     let t = Instant::now();
     let features = engines.audio.encode_audio(&audio.samples_16k, opts.fps)?;
@@ -70,7 +78,8 @@ pub fn prepare(engines: &Engines, backend: &Backend, audio: Audio, img: &RgbImag
     let mb = cadence_media::FaceBox { x: face.x as u32, y: face.y as u32, w: face.w as u32, h: face.h as u32 };
     let crop = cadence_media::crop_to_planar(img, &mb, pipeline::FACE as u32)?;
     let avatar = pipeline::prepare_avatar(engines, &crop)?;
-    let compositor = Compositor::new(backend, img.as_raw(), w, h, face, (face.w.min(face.h) / 8) as f32, ColorMatrix::Bt709)?;
+    let compositor =
+        Compositor::new(backend, img.as_raw(), w, h, face, (face.w.min(face.h) / 8) as f32, ColorMatrix::Bt709)?;
     let avatar_ms = t.elapsed().as_secs_f64() * 1e3;
     Ok(Prepared { audio, features, speech, frames, avatar, compositor, face, audio_encoder_ms, avatar_ms })
 }
@@ -102,10 +111,26 @@ pub fn run(
     output: Output,
     progress: impl FnMut(usize),
 ) -> Result<RenderResult> {
-    ensure!(schedule.n_frames() == prepared.frames, "schedule covers {} frames, the audio {}", schedule.n_frames(), prepared.frames);
+    ensure!(
+        schedule.n_frames() == prepared.frames,
+        "schedule covers {} frames, the audio {}",
+        schedule.n_frames(),
+        prepared.frames
+    );
     let c = &prepared.compositor;
     let go = |sink: &mut dyn FnMut(usize, &[u8]) -> Result<()>, progress: Box<dyn FnMut(usize) + '_>| {
-        pipeline::render(engines, backend, opts, &prepared.features, &prepared.speech, schedule, &prepared.avatar, c, |i, f| sink(i, f), progress)
+        pipeline::render(
+            engines,
+            backend,
+            opts,
+            &prepared.features,
+            &prepared.speech,
+            schedule,
+            &prepared.avatar,
+            c,
+            |i, f| sink(i, f),
+            progress,
+        )
     };
     match output {
         Output::Discard => Ok(RenderResult { stats: go(&mut |_, _| Ok(()), Box::new(progress))?, video: None }),
@@ -113,9 +138,14 @@ pub fn run(
             let tmp = partial_path(path)?;
             let result = (|| {
                 let fps = opts.fps.round() as u32;
-                ensure!((opts.fps - fps as f32).abs() < 1e-6, "the MP4 writer needs an integer frame rate (got {})", opts.fps);
-                let mut writer = VideoWriter::create(&tmp, c.width as u32, c.height as u32, fps, encoder, Some(&prepared.audio))
-                    .with_context(|| format!("creating {}", tmp.display()))?;
+                ensure!(
+                    (opts.fps - fps as f32).abs() < 1e-6,
+                    "the MP4 writer needs an integer frame rate (got {})",
+                    opts.fps
+                );
+                let mut writer =
+                    VideoWriter::create(&tmp, c.width as u32, c.height as u32, fps, encoder, Some(&prepared.audio))
+                        .with_context(|| format!("creating {}", tmp.display()))?;
                 let mut stats = go(&mut |_, f| Ok(writer.push_nv12(f)?), Box::new(progress))?;
                 let t = Instant::now();
                 let video = writer.finish()?;

@@ -74,8 +74,18 @@ pub struct Infill<'a> {
 pub fn expand_eased(backend: &Backend, keys: &Tensor, infill: &Infill) -> Result<(Tensor, f64, f64)> {
     let Infill { schedule, method, rest, distance, ramp } = *infill;
     let dim = rest.len();
-    ensure!(keys.elem_count() == schedule.count() * dim, "{} keyframe values, the schedule needs {} x {dim}", keys.elem_count(), schedule.count());
-    ensure!(distance.len() == schedule.n_frames(), "easing distances cover {} frames, the schedule {}", distance.len(), schedule.n_frames());
+    ensure!(
+        keys.elem_count() == schedule.count() * dim,
+        "{} keyframe values, the schedule needs {} x {dim}",
+        keys.elem_count(),
+        schedule.count()
+    );
+    ensure!(
+        distance.len() == schedule.n_frames(),
+        "easing distances cover {} frames, the schedule {}",
+        distance.len(),
+        schedule.n_frames()
+    );
     let mut shape = keys.dims().to_vec();
     shape[0] = schedule.n_frames();
     #[cfg(feature = "engines-cuda")]
@@ -115,7 +125,14 @@ impl FrameBuffer {
 
     /// Composites crop `i` of `crops` (B, 3, H, W) into the frame and converts the face box to
     /// NV12, on the GPU when the crops are there and the backend shares their stream.
-    pub fn compose(&mut self, backend: &Backend, compositor: &Compositor, crops: &Tensor, i: usize, range: RgbRange) -> Result<()> {
+    pub fn compose(
+        &mut self,
+        backend: &Backend,
+        compositor: &Compositor,
+        crops: &Tensor,
+        i: usize,
+        range: RgbRange,
+    ) -> Result<()> {
         let (b, c, ch, cw) = crops.dims4().context("decoded crops must be (batch, 3, height, width)")?;
         ensure!(c == 3 && i < b, "crop {i} of a batch of shape {:?}", crops.dims());
         let crop = crops.narrow(0, i, 1)?;
@@ -167,7 +184,12 @@ mod on_gpu {
         f(slice.slice(start..start + t.elem_count()))
     }
 
-    pub fn expand_eased(c: &CudaBackend, keys: &Tensor, infill: &Infill, shape: &[usize]) -> Result<(Tensor, f64, f64)> {
+    pub fn expand_eased(
+        c: &CudaBackend,
+        keys: &Tensor,
+        infill: &Infill,
+        shape: &[usize],
+    ) -> Result<(Tensor, f64, f64)> {
         let Infill { schedule, method, rest, distance, ramp } = *infill;
         let Device::Cuda(dev) = keys.device() else { anyhow::bail!("the keyframes are not on a CUDA device") };
         let (n, dim) = (schedule.n_frames(), rest.len());
@@ -205,7 +227,9 @@ mod on_gpu {
         }
         let device_frame = frame.device.as_mut().expect("set above");
         with_view(crop, |v| dc.compose_on_device(&v, cw, ch, range, compositor, device_frame))?;
-        c.stream.memcpy_dtoh(device_frame, frame.host.as_mut_slice()).map_err(|e| anyhow!("device to host copy of the frame failed: {e:?}"))?;
+        c.stream
+            .memcpy_dtoh(device_frame, frame.host.as_mut_slice())
+            .map_err(|e| anyhow!("device to host copy of the frame failed: {e:?}"))?;
         c.synchronize()
     }
 }

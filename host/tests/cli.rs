@@ -24,7 +24,19 @@ fn expand_f32_and_f16_roundtrip() {
     // 10 frames at stride 3: keyframes 0 3 6 9.
     let data: Vec<f32> = (0..4 * 2 * 3 * 5).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
     cadence::npy::write(&keys, &[4, 2, 3, 5], &data).unwrap();
-    let o = cadence(&["expand", "--input", s(&keys), "--output", s(&out), "--frames", "10", "--stride", "3", "--backend", "cpu"]);
+    let o = cadence(&[
+        "expand",
+        "--input",
+        s(&keys),
+        "--output",
+        s(&out),
+        "--frames",
+        "10",
+        "--stride",
+        "3",
+        "--backend",
+        "cpu",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let arr = cadence::npy::read(&out).unwrap();
     assert_eq!(arr.shape(), &[10, 2, 3, 5]);
@@ -35,7 +47,19 @@ fn expand_f32_and_f16_roundtrip() {
     let keys16 = dir.path().join("keys16.npy");
     let out16 = dir.path().join("frames16.npy");
     cadence::npy::write(&keys16, &[4, 30], &data16).unwrap();
-    let o = cadence(&["expand", "--input", s(&keys16), "--output", s(&out16), "--frames", "10", "--keyframes", "0,3,6,9", "--method", "lerp"]);
+    let o = cadence(&[
+        "expand",
+        "--input",
+        s(&keys16),
+        "--output",
+        s(&out16),
+        "--frames",
+        "10",
+        "--keyframes",
+        "0,3,6,9",
+        "--method",
+        "lerp",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let arr = cadence::npy::read(&out16).unwrap();
     assert_eq!(arr.shape(), &[10, 30]);
@@ -79,7 +103,11 @@ fn expand_bad_inputs_fail_cleanly() {
         assert!(!out.exists(), "{full:?} left an output file");
     }
     // No leftovers of partial writes either.
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains("partial")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("partial"))
+        .collect();
     assert!(leftovers.is_empty());
 }
 
@@ -142,14 +170,32 @@ fn engine_device_flag() {
         }
     }
     // cpu: runs there and says so.
-    let o = cadence(&["engine-run", "--model", "taesd", "--profile", "cpu-reduced", "--input", s(&lat), "--output", s(&out), "--device", "cpu"]);
+    let o = cadence(&[
+        "engine-run",
+        "--model",
+        "taesd",
+        "--profile",
+        "cpu-reduced",
+        "--input",
+        s(&lat),
+        "--output",
+        s(&out),
+        "--device",
+        "cpu",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("on cpu)"), "{}", stderr(&o));
     assert_eq!(cadence::npy::read(&out).unwrap().shape(), &[1, 3, 16, 16]);
     for sub in ["engine-bench", "engine-run", "render"] {
         let o = cadence(&[sub, "--help"]);
         let text = String::from_utf8_lossy(&o.stdout);
-        assert!(o.status.success() && text.contains("--device <DEVICE>") && text.contains("engines-cuda") && text.contains("[default: auto]"), "{sub} --help: {text}");
+        assert!(
+            o.status.success()
+                && text.contains("--device <DEVICE>")
+                && text.contains("engines-cuda")
+                && text.contains("[default: auto]"),
+            "{sub} --help: {text}"
+        );
     }
 }
 

@@ -22,7 +22,14 @@ fn compose_pastes_the_crop_into_the_box_only() {
         let mut out = vec![0u8; c.frame_bytes()];
         c.compose_frame(&crop, cw, ch, RgbRange::Unit, &mut out).unwrap();
         let bg_nv12 = c.background_nv12().to_vec();
-        let solid = backend.rgb_to_nv12(&crop[..].iter().map(|&v| v).collect::<Vec<_>>()[..], RgbLayout::packed(cw, ch, 1), ColorMatrix::Bt709, RgbRange::Unit).unwrap();
+        let solid = backend
+            .rgb_to_nv12(
+                &crop[..].iter().map(|&v| v).collect::<Vec<_>>()[..],
+                RgbLayout::packed(cw, ch, 1),
+                ColorMatrix::Bt709,
+                RgbRange::Unit,
+            )
+            .unwrap();
         let (y_face, u_face, v_face) = (solid[0], solid[cw * ch], solid[cw * ch + 1]);
         for y in 0..h {
             for x in 0..w {
@@ -53,7 +60,9 @@ fn bad_geometry_is_rejected() {
     let b = Backend::Cpu;
     assert!(Compositor::new(&b, &bg, 64, 64, FaceBox { x: 40, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).is_err());
     assert!(Compositor::new(&b, &bg, 64, 64, FaceBox { x: 1, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).is_err());
-    assert!(Compositor::new(&b, &bg[..100], 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).is_err());
+    assert!(
+        Compositor::new(&b, &bg[..100], 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).is_err()
+    );
 }
 
 /// f64 reference of the whole compositor, written from the definitions (pixel-centre bilinear
@@ -90,7 +99,10 @@ fn compose_matches_an_f64_reference() {
         };
         let (x0, x1, fx) = coord(px, face.w, cw);
         let (y0, y1, fy) = coord(py, face.h, ch);
-        let d = (px as f64 + 0.5).min(face.w as f64 - px as f64 - 0.5).min(py as f64 + 0.5).min(face.h as f64 - py as f64 - 0.5);
+        let d = (px as f64 + 0.5)
+            .min(face.w as f64 - px as f64 - 0.5)
+            .min(py as f64 + 0.5)
+            .min(face.h as f64 - py as f64 - 0.5);
         let a = hermite(d / feather);
         let mut out = [0.0; 3];
         for (c, o) in out.iter_mut().enumerate() {
@@ -109,7 +121,8 @@ fn compose_matches_an_f64_reference() {
     let mut worst = 0;
     for by in 0..h / 2 {
         for bx in 0..w / 2 {
-            let px: Vec<[f64; 3]> = [(0, 0), (1, 0), (0, 1), (1, 1)].iter().map(|&(dx, dy)| rgb_at(2 * bx + dx, 2 * by + dy)).collect();
+            let px: Vec<[f64; 3]> =
+                [(0, 0), (1, 0), (0, 1), (1, 1)].iter().map(|&(dx, dy)| rgb_at(2 * bx + dx, 2 * by + dy)).collect();
             for (k, &(dx, dy)) in [(0, 0), (1, 0), (0, 1), (1, 1)].iter().enumerate() {
                 let y_ref = q(16.0 + 219.0 / 255.0 * luma(px[k]));
                 worst = worst.max((out[(2 * by + dy) * w + 2 * bx + dx] as i32 - y_ref).abs());
@@ -128,7 +141,8 @@ fn compose_matches_an_f64_reference() {
 #[test]
 fn compose_frame_rejects_wrong_sizes() {
     let bg = vec![0u8; 64 * 64 * 3];
-    let c = Compositor::new(&Backend::Cpu, &bg, 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709).unwrap();
+    let c = Compositor::new(&Backend::Cpu, &bg, 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709)
+        .unwrap();
     let mut out = vec![0u8; c.frame_bytes()];
     assert!(c.compose_frame(&[0.5; 10], 4, 4, RgbRange::Unit, &mut out).is_err());
     assert!(c.compose_frame(&[0.5; 48], 4, 4, RgbRange::Unit, &mut out[..10]).is_err());
@@ -171,7 +185,16 @@ fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
     use cadence_kernels::color;
     use cadence_kernels::composite::{blend_bilinear, feather_alpha, tap};
     let cases = [
-        (96usize, 64usize, FaceBox { x: 20, y: 10, w: 40, h: 36 }, 16usize, 16usize, 6.0f32, ColorMatrix::Bt709, RgbRange::Unit),
+        (
+            96usize,
+            64usize,
+            FaceBox { x: 20, y: 10, w: 40, h: 36 },
+            16usize,
+            16usize,
+            6.0f32,
+            ColorMatrix::Bt709,
+            RgbRange::Unit,
+        ),
         (640, 480, FaceBox { x: 100, y: 50, w: 300, h: 260 }, 256, 256, 30.0, ColorMatrix::Bt601, RgbRange::Signed),
         (128, 128, FaceBox { x: 0, y: 0, w: 128, h: 128 }, 37, 53, 0.0, ColorMatrix::Bt709, RgbRange::Unit),
         (200, 100, FaceBox { x: 10, y: 20, w: 30, h: 40 }, 256, 256, 5.0, ColorMatrix::Bt709, RgbRange::Unit),
@@ -185,7 +208,8 @@ fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
 
         let mut want = c.background_nv12().to_vec();
         let coeffs = color::coeffs(m.code());
-        let px8 = |ch_: usize, x: u32, y: u32| color::to_8bit(crop[ch_ * cw * ch + y as usize * cw + x as usize], rng.code());
+        let px8 =
+            |ch_: usize, x: u32, y: u32| color::to_8bit(crop[ch_ * cw * ch + y as usize * cw + x as usize], rng.code());
         for by in 0..f.h / 2 {
             for bx in 0..f.w / 2 {
                 let mut rgb = [[0f32; 4]; 3];
@@ -196,7 +220,16 @@ fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
                     for (cc, v) in rgb.iter_mut().enumerate() {
                         let bgv = bg[((f.y + y) * w + f.x + x) * 3 + cc] as f32 / 255.0;
                         let term = (1.0 - a) * 255.0 * bgv;
-                        v[k] = blend_bilinear(px8(cc, tx.i0, ty.i0), px8(cc, tx.i1, ty.i0), px8(cc, tx.i0, ty.i1), px8(cc, tx.i1, ty.i1), &tx, &ty, a, term);
+                        v[k] = blend_bilinear(
+                            px8(cc, tx.i0, ty.i0),
+                            px8(cc, tx.i1, ty.i0),
+                            px8(cc, tx.i0, ty.i1),
+                            px8(cc, tx.i1, ty.i1),
+                            &tx,
+                            &ty,
+                            a,
+                            term,
+                        );
                     }
                 }
                 let t = |cc: usize| (rgb[cc][0], rgb[cc][1], rgb[cc][2], rgb[cc][3]);

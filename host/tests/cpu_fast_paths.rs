@@ -110,7 +110,10 @@ fn blocked_f16_paths_match_the_elementwise_formula() {
         for (i, &alpha) in alphas.iter().enumerate() {
             let (a, b) = (&v0[i * dim..(i + 1) * dim], &v1[i * dim..(i + 1) * dim]);
             let (c0, c1) = cpu::pair_geometry(a, b).slerp_coeffs(alpha);
-            assert!(out[i * dim..(i + 1) * dim] == combine_ref(a, b, c0, c1)[..], "slerp_pairs f16, dim {dim}, row {i}");
+            assert!(
+                out[i * dim..(i + 1) * dim] == combine_ref(a, b, c0, c1)[..],
+                "slerp_pairs f16, dim {dim}, row {i}"
+            );
         }
         // ease
         let rest = f16s(&randn(&mut r, dim));
@@ -131,7 +134,10 @@ fn blocked_f16_paths_match_the_elementwise_formula() {
         }
     }
     // rgb_to_nv12: f16 input gives exactly the bytes of its (exact) f32 widening.
-    for layout in [RgbLayout { width: 2, height: 2, pitch: 2, frames: 1 }, RgbLayout { width: 600, height: 4, pitch: 611, frames: 2 }] {
+    for layout in [
+        RgbLayout { width: 2, height: 2, pitch: 2, frames: 1 },
+        RgbLayout { width: 600, height: 4, pitch: 611, frames: 2 },
+    ] {
         let rgb = f16s(&uniform(&mut r, layout.len(), -0.2, 1.2));
         let wide: Vec<f32> = rgb.iter().map(|x| x.to_f32()).collect();
         let mut a = vec![0u8; layout.frames * layout.nv12_frame_bytes()];
@@ -169,7 +175,16 @@ fn bench_rows_are_complete_and_sane() {
     for dtype in [Dtype::F32, Dtype::F16] {
         let row = bench_expand_dtype(&Backend::Cpu, dtype, 40, 3, 256, Method::Slerp, 5).unwrap();
         assert_eq!((row.keyframes, row.dtype.as_str()), (14, dtype.suffix()));
-        for v in [row.median_ms, row.min_ms, row.q1_ms, row.q3_ms, row.gbps, row.copy_median_ms, row.copy_gbps, row.ratio_to_copy] {
+        for v in [
+            row.median_ms,
+            row.min_ms,
+            row.q1_ms,
+            row.q3_ms,
+            row.gbps,
+            row.copy_median_ms,
+            row.copy_gbps,
+            row.ratio_to_copy,
+        ] {
             assert!(v.is_finite() && v > 0.0, "{row:?}");
         }
         assert!(row.min_ms <= row.q1_ms && row.q1_ms <= row.median_ms && row.median_ms <= row.q3_ms);
@@ -199,7 +214,9 @@ fn bench_table() {
             let mut keys = Placed::<f32>::new(data.len(), ko);
             keys.as_mut_slice().copy_from_slice(&data);
             let mut out = Placed::<f32>::new(640 * 4096, oo);
-            let t = cadence::bench::time_host(3, reps, || cpu::expand(keys.as_slice(), &s, 4096, Method::Slerp, out.as_mut_slice()));
+            let t = cadence::bench::time_host(3, reps, || {
+                cpu::expand(keys.as_slice(), &s, 4096, Method::Slerp, out.as_mut_slice())
+            });
             line += &format!("  ({ko},{oo}): {:.3}", cadence::bench::median(&t));
         }
         println!("{line}");

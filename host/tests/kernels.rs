@@ -44,7 +44,12 @@ fn slerp_matches_f64_reference_and_keeps_the_interpolated_norm() {
                 let err = rel_err(&got, &reference);
                 assert!(err < 2e-5 * cond.max(1.0), "dim {dim} row {row}: relative error {err:e}");
                 let target = (1.0 - alphas[row] as f64) * norm(&a) + alphas[row] as f64 * norm(&c);
-                assert!((norm(&got) / target - 1.0).abs() < 1e-5 * cond.max(1.0), "dim {dim} row {row} alpha {}: norm ratio {}", alphas[row], norm(&got) / target);
+                assert!(
+                    (norm(&got) / target - 1.0).abs() < 1e-5 * cond.max(1.0),
+                    "dim {dim} row {row} alpha {}: norm ratio {}",
+                    alphas[row],
+                    norm(&got) / target
+                );
             }
         }
     });
@@ -272,18 +277,35 @@ fn easing_blends_toward_rest_geodesically() {
 fn nv12_is_within_one_lsb_of_f64_reference() {
     for_each_backend(|b| {
         let mut r = rng(11);
-        for &(w, h, pitch, frames) in &[(2, 2, 2, 1), (6, 4, 9, 2), (64, 34, 64, 1), (256, 256, 260, 2), (1080, 16, 1080, 1)] {
+        for &(w, h, pitch, frames) in
+            &[(2, 2, 2, 1), (6, 4, 9, 2), (64, 34, 64, 1), (256, 256, 260, 2), (1080, 16, 1080, 1)]
+        {
             for signed in [false, true] {
                 for bt601 in [false, true] {
                     let layout = RgbLayout { width: w, height: h, pitch, frames };
                     let (lo, hi) = if signed { (-1.1, 1.1) } else { (-0.1, 1.1) };
                     let rgb = uniform(&mut r, layout.len(), lo, hi);
-                    let (m, rg) = (if bt601 { ColorMatrix::Bt601 } else { ColorMatrix::Bt709 }, if signed { RgbRange::Signed } else { RgbRange::Unit });
+                    let (m, rg) = (
+                        if bt601 { ColorMatrix::Bt601 } else { ColorMatrix::Bt709 },
+                        if signed { RgbRange::Signed } else { RgbRange::Unit },
+                    );
                     let got = b.rgb_to_nv12(&rgb, layout, m, rg).unwrap();
                     let fb = layout.nv12_frame_bytes();
                     for f in 0..frames {
-                        let reference = nv12_ref(&rgb[f * layout.frame_len()..(f + 1) * layout.frame_len()], w, h, pitch, signed, bt601);
-                        let worst = got[f * fb..(f + 1) * fb].iter().zip(&reference).map(|(&a, &c)| (a as i32 - c as i32).abs()).max().unwrap();
+                        let reference = nv12_ref(
+                            &rgb[f * layout.frame_len()..(f + 1) * layout.frame_len()],
+                            w,
+                            h,
+                            pitch,
+                            signed,
+                            bt601,
+                        );
+                        let worst = got[f * fb..(f + 1) * fb]
+                            .iter()
+                            .zip(&reference)
+                            .map(|(&a, &c)| (a as i32 - c as i32).abs())
+                            .max()
+                            .unwrap();
                         assert!(worst <= 1, "{w}x{h} pitch {pitch}: off by {worst}");
                     }
                 }
@@ -306,7 +328,8 @@ fn nv12_rejects_odd_sizes() {
     for_each_backend(|b| {
         for (w, h) in [(3, 2), (2, 3), (5, 5)] {
             let layout = RgbLayout::packed(w, h, 1);
-            let err = b.rgb_to_nv12(&vec![0.5f32; layout.len()], layout, ColorMatrix::Bt709, RgbRange::Unit).unwrap_err();
+            let err =
+                b.rgb_to_nv12(&vec![0.5f32; layout.len()], layout, ColorMatrix::Bt709, RgbRange::Unit).unwrap_err();
             assert!(format!("{err}").contains("even width and height"), "{err}");
         }
     });

@@ -65,7 +65,20 @@ fn render_real_speech_to_mp4() {
     let wav = speech_with_pause(dir.path());
     let img = avatar(dir.path(), 320, 384);
     let out = dir.path().join("out.mp4");
-    let o = cadence(&["render", "--audio", s(&wav), "--avatar", s(&img), "--stride", "3", "-o", s(&out), "--backend", "cpu", "--json"]);
+    let o = cadence(&[
+        "render",
+        "--audio",
+        s(&wav),
+        "--avatar",
+        s(&img),
+        "--stride",
+        "3",
+        "-o",
+        s(&out),
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let info = cadence_media::probe(&out).unwrap();
@@ -98,7 +111,8 @@ fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
     let wav = speech_with_pause(dir.path());
     let img_path = avatar(dir.path(), 256, 256);
     let backend = cadence::Backend::Cpu;
-    let engines = Engines::load(cadence_engines::Profile::Cpu, DecoderKind::Taesd, &cadence_engines::Device::Cpu, None).unwrap();
+    let engines =
+        Engines::load(cadence_engines::Profile::Cpu, DecoderKind::Taesd, &cadence_engines::Device::Cpu, None).unwrap();
     let opts = RenderOptions::default();
     let audio = cadence::render::load_audio(&wav, 60.0).unwrap();
     let img = cadence::render::load_avatar(&img_path).unwrap();
@@ -106,10 +120,21 @@ fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
     let prepared = cadence::render::prepare(&engines, &backend, audio, &img, face, &opts).unwrap();
     let schedule = cadence::KeyframeSchedule::fixed_stride(prepared.frames, 2).unwrap();
     let mut frames: Vec<Vec<u8>> = Vec::new();
-    let stats = cadence::pipeline::render(&engines, &backend, &opts, &prepared.features, &prepared.speech, &schedule, &prepared.avatar, &prepared.compositor, |_, f| {
-        frames.push(f.to_vec());
-        Ok(())
-    }, |_| {})
+    let stats = cadence::pipeline::render(
+        &engines,
+        &backend,
+        &opts,
+        &prepared.features,
+        &prepared.speech,
+        &schedule,
+        &prepared.avatar,
+        &prepared.compositor,
+        |_, f| {
+            frames.push(f.to_vec());
+            Ok(())
+        },
+        |_| {},
+    )
     .unwrap();
     let distance = cadence::schedule::speech_distance(&prepared.speech);
     let bypassed: Vec<usize> = (0..frames.len()).filter(|&i| distance[i] >= opts.ramp).collect();
@@ -123,7 +148,8 @@ fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
         assert!(frames[i] == rest, "bypassed frame {i} differs from the rest frame");
     }
     // Speech frames are not all the rest frame (the network ran on them).
-    let speaking = (0..frames.len()).filter(|&i| distance[i] == 0).filter(|&i| frames[i] != frames[bypassed[0]]).count();
+    let speaking =
+        (0..frames.len()).filter(|&i| distance[i] == 0).filter(|&i| frames[i] != frames[bypassed[0]]).count();
     assert!(speaking > 0);
     assert_eq!(stats.decoded_frames + stats.bypassed_frames, frames.len());
 }
@@ -134,7 +160,12 @@ fn bad_inputs_fail_cleanly() {
     let d = dir.path();
     let good_wav = d.join("tone.wav");
     {
-        let spec = hound::WavSpec { channels: 1, sample_rate: 16000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 16000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
         let mut w = hound::WavWriter::create(&good_wav, spec).unwrap();
         for i in 0..16000 {
             w.write_sample(((i as f32 * 0.05).sin() * 8000.0) as i16).unwrap();
@@ -146,7 +177,18 @@ fn bad_inputs_fail_cleanly() {
     let truncated = d.join("truncated.wav");
     std::fs::write(&truncated, &std::fs::read(&good_wav).unwrap()[..30]).unwrap();
     let empty = d.join("empty.wav");
-    hound::WavWriter::create(&empty, hound::WavSpec { channels: 1, sample_rate: 16000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int }).unwrap().finalize().unwrap();
+    hound::WavWriter::create(
+        &empty,
+        hound::WavSpec {
+            channels: 1,
+            sample_rate: 16000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        },
+    )
+    .unwrap()
+    .finalize()
+    .unwrap();
     let img = avatar(d, 256, 256);
     let tiny = avatar(d, 16, 16);
     let not_image = d.join("not.png");
@@ -184,6 +226,10 @@ fn bad_inputs_fail_cleanly() {
     let o = cadence(&["render", "--audio", s(&good_wav), "--avatar", s(&img), "-o", s(&out)]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--force"));
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
-    let leftovers = std::fs::read_dir(d).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains("partial")).count();
+    let leftovers = std::fs::read_dir(d)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("partial"))
+        .count();
     assert_eq!(leftovers, 0);
 }

@@ -44,7 +44,11 @@ fn reference(engines: &Engines, clip: &CheckClip, compositor: &Compositor) -> Ve
             continue;
         }
         let latents = Batch::new(vec![1, 8, 32, 32], [avatar.masked.as_slice(), &avatar.reference].concat()).unwrap();
-        let audio = Batch::new(vec![1, features.shape[1], features.shape[2]], features.data[k * per_window..(k + 1) * per_window].to_vec()).unwrap();
+        let audio = Batch::new(
+            vec![1, features.shape[1], features.shape[2]],
+            features.data[k * per_window..(k + 1) * per_window].to_vec(),
+        )
+        .unwrap();
         keys.extend(engines.unet.predict(&latents, &audio).unwrap().data);
     }
     let mut frames = Backend::Cpu.expand(&keys, schedule, LATENT_DIM, cadence::Method::Slerp).unwrap();
@@ -116,7 +120,13 @@ fn expand_eased_checks_sizes_and_matches_the_host_ops() {
     let rest = common::randn(&mut r, dim);
     let distance = speech_distance(&[true, true, false, false, false, false, true]);
     let t = Tensor::from_slice(&keys, (schedule.count(), 4, 2, 2), &Device::Cpu).unwrap();
-    let infill = resident::Infill { schedule: &schedule, method: cadence::Method::Slerp, rest: &rest, distance: &distance, ramp: 2 };
+    let infill = resident::Infill {
+        schedule: &schedule,
+        method: cadence::Method::Slerp,
+        rest: &rest,
+        distance: &distance,
+        ramp: 2,
+    };
     let (frames, _, _) = resident::expand_eased(&Backend::Cpu, &t, &infill).unwrap();
     assert_eq!(frames.dims(), &[7, 4, 2, 2]);
     let mut want = Backend::Cpu.expand(&keys, &schedule, dim, cadence::Method::Slerp).unwrap();
@@ -126,7 +136,8 @@ fn expand_eased_checks_sizes_and_matches_the_host_ops() {
     let short = Tensor::from_slice(&keys[..dim], (1, 4, 2, 2), &Device::Cpu).unwrap();
     let err = resident::expand_eased(&Backend::Cpu, &short, &infill).unwrap_err();
     assert!(err.to_string().contains("keyframe"), "{err}");
-    let err = resident::expand_eased(&Backend::Cpu, &t, &resident::Infill { distance: &distance[..3], ..infill }).unwrap_err();
+    let err = resident::expand_eased(&Backend::Cpu, &t, &resident::Infill { distance: &distance[..3], ..infill })
+        .unwrap_err();
     assert!(err.to_string().contains("easing"), "{err}");
 }
 

@@ -26,10 +26,7 @@ pub struct EncodedAac {
 }
 
 fn err(detail: impl Into<String>) -> MediaError {
-    MediaError::Encode {
-        encoder: "fdk-aac".into(),
-        detail: detail.into(),
-    }
+    MediaError::Encode { encoder: "fdk-aac".into(), detail: detail.into() }
 }
 
 /// Encodes the track to AAC-LC at a constant bit rate (32 kb/s per channel at 16 kHz,
@@ -38,12 +35,7 @@ pub fn encode(track: &AudioTrack) -> Result<EncodedAac> {
     let freq_index = AAC_RATES
         .iter()
         .position(|&r| r == track.sample_rate)
-        .ok_or_else(|| {
-            err(format!(
-                "{} Hz is not an AAC sample rate",
-                track.sample_rate
-            ))
-        })? as u8;
+        .ok_or_else(|| err(format!("{} Hz is not an AAC sample rate", track.sample_rate)))? as u8;
     let channels = match track.channels {
         1 => ChannelMode::Mono,
         2 => ChannelMode::Stereo,
@@ -69,9 +61,7 @@ pub fn encode(track: &AudioTrack) -> Result<EncodedAac> {
     let delay = info.nDelay as usize;
     let asc = info.confBuf[..info.confSize as usize].to_vec();
     if frame_len == 0 || asc.len() < 2 {
-        return Err(err(
-            "encoder reported no frame length or AudioSpecificConfig",
-        ));
+        return Err(err("encoder reported no frame length or AudioSpecificConfig"));
     }
     let ch = track.channels as usize;
     let frames = track.frames();
@@ -94,9 +84,7 @@ pub fn encode(track: &AudioTrack) -> Result<EncodedAac> {
         } else {
             &zeros
         };
-        let r = enc
-            .encode(input, &mut out)
-            .map_err(|e| err(e.to_string()))?;
+        let r = enc.encode(input, &mut out).map_err(|e| err(e.to_string()))?;
         if pos < track.samples.len() {
             pos += r.input_consumed;
         }

@@ -13,10 +13,8 @@ pub const TARGET_RATE: u32 = 16_000;
 
 /// Sample rates that AAC (and so the MP4 audio track) can signal with a sampling-frequency
 /// index (ISO/IEC 14496-3 table 1.18). A WAV at one of these rates is muxed at its own rate.
-pub const AAC_RATES: [u32; 13] = [
-    96_000, 88_200, 64_000, 48_000, 44_100, 32_000, 24_000, 22_050, 16_000, 12_000, 11_025, 8_000,
-    7_350,
-];
+pub const AAC_RATES: [u32; 13] =
+    [96_000, 88_200, 64_000, 48_000, 44_100, 32_000, 24_000, 22_050, 16_000, 12_000, 11_025, 8_000, 7_350];
 
 /// Audio samples for the MP4 audio track: interleaved 16-bit PCM at a rate AAC can carry.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,13 +60,7 @@ impl Audio {
             channels: 1,
             samples: samples_16k.iter().map(|&s| f32_to_i16(s)).collect(),
         };
-        Audio {
-            samples_16k,
-            source_rate: TARGET_RATE,
-            source_channels: 1,
-            duration_s,
-            track,
-        }
+        Audio { samples_16k, source_rate: TARGET_RATE, source_channels: 1, duration_s, track }
     }
 }
 
@@ -91,18 +83,12 @@ fn open(path: &Path) -> Result<hound::WavReader<std::io::BufReader<std::fs::File
         let mut head = [0u8; 12];
         let n = f.read(&mut head).map_err(|e| io_err(path, e))?;
         if n == 0 {
-            return Err(MediaError::NotWav {
-                path: path_str(path),
-                detail: "the file is empty".into(),
-            });
+            return Err(MediaError::NotWav { path: path_str(path), detail: "the file is empty".into() });
         }
         n == 12 && &head[0..4] == b"RIFF" && &head[8..12] == b"WAVE"
     };
     if !magic_ok {
-        return Err(MediaError::NotWav {
-            path: path_str(path),
-            detail: "no RIFF/WAVE header".into(),
-        });
+        return Err(MediaError::NotWav { path: path_str(path), detail: "no RIFF/WAVE header".into() });
     }
     hound::WavReader::open(path).map_err(|e| match e {
         // The file opened and its first 12 bytes were read above, so a read failure here is
@@ -112,10 +98,7 @@ fn open(path: &Path) -> Result<hound::WavReader<std::io::BufReader<std::fs::File
             path: path_str(path),
             detail: format!("the header ends before the data chunk: {io}"),
         },
-        other => MediaError::NotWav {
-            path: path_str(path),
-            detail: other.to_string(),
-        },
+        other => MediaError::NotWav { path: path_str(path), detail: other.to_string() },
     })
 }
 
@@ -126,10 +109,7 @@ pub fn wav_duration(path: impl AsRef<Path>) -> Result<f64> {
     let reader = open(path)?;
     let spec = reader.spec();
     if spec.sample_rate == 0 {
-        return Err(MediaError::NotWav {
-            path: path_str(path),
-            detail: "sample rate 0".into(),
-        });
+        return Err(MediaError::NotWav { path: path_str(path), detail: "sample rate 0".into() });
     }
     Ok(reader.duration() as f64 / spec.sample_rate as f64)
 }
@@ -151,9 +131,7 @@ pub fn load_wav(path: impl AsRef<Path>) -> Result<Audio> {
     }
     let announced = reader.len() as usize;
     if announced == 0 {
-        return Err(MediaError::EmptyAudio {
-            path: path_str(path),
-        });
+        return Err(MediaError::EmptyAudio { path: path_str(path) });
     }
 
     let truncated = |read: usize| MediaError::TruncatedWav {
@@ -166,10 +144,7 @@ pub fn load_wav(path: impl AsRef<Path>) -> Result<Audio> {
             if spec.bits_per_sample != 32 {
                 return Err(MediaError::NotWav {
                     path: path_str(path),
-                    detail: format!(
-                        "{}-bit float samples are not supported",
-                        spec.bits_per_sample
-                    ),
+                    detail: format!("{}-bit float samples are not supported", spec.bits_per_sample),
                 });
             }
             for s in reader.samples::<f32>() {
@@ -200,47 +175,28 @@ pub fn load_wav(path: impl AsRef<Path>) -> Result<Audio> {
     }
     let frames = interleaved.len() / channels;
     if frames == 0 {
-        return Err(MediaError::EmptyAudio {
-            path: path_str(path),
-        });
+        return Err(MediaError::EmptyAudio { path: path_str(path) });
     }
 
     let mono: Vec<f32> = if channels == 1 {
         interleaved.clone()
     } else {
-        interleaved
-            .chunks_exact(channels)
-            .map(|f| f.iter().sum::<f32>() / channels as f32)
-            .collect()
+        interleaved.chunks_exact(channels).map(|f| f.iter().sum::<f32>() / channels as f32).collect()
     };
     let samples_16k = resample(&mono, spec.sample_rate, TARGET_RATE)?;
 
     // The track keeps the source's rate where AAC can signal it (up to 48 kHz; the mp4a
     // sample entry holds the rate in 16 bits), otherwise it is resampled to 48 kHz. One or
     // two channels are kept, more are downmixed to mono.
-    let track_rate = if AAC_RATES.contains(&spec.sample_rate) && spec.sample_rate <= 48_000 {
-        spec.sample_rate
-    } else {
-        48_000
-    };
+    let track_rate =
+        if AAC_RATES.contains(&spec.sample_rate) && spec.sample_rate <= 48_000 { spec.sample_rate } else { 48_000 };
     let track_channels: Vec<Vec<f32>> = if channels <= 2 {
-        (0..channels)
-            .map(|c| {
-                interleaved
-                    .iter()
-                    .skip(c)
-                    .step_by(channels)
-                    .copied()
-                    .collect()
-            })
-            .collect()
+        (0..channels).map(|c| interleaved.iter().skip(c).step_by(channels).copied().collect()).collect()
     } else {
         vec![mono]
     };
-    let track_channels = track_channels
-        .into_iter()
-        .map(|ch| resample(&ch, spec.sample_rate, track_rate))
-        .collect::<Result<Vec<_>>>()?;
+    let track_channels =
+        track_channels.into_iter().map(|ch| resample(&ch, spec.sample_rate, track_rate)).collect::<Result<Vec<_>>>()?;
     let track_frames = track_channels[0].len();
     let mut track_samples = Vec::with_capacity(track_frames * track_channels.len());
     for i in 0..track_frames {
@@ -248,11 +204,7 @@ pub fn load_wav(path: impl AsRef<Path>) -> Result<Audio> {
             track_samples.push(f32_to_i16(ch[i]));
         }
     }
-    let track = AudioTrack {
-        sample_rate: track_rate,
-        channels: track_channels.len() as u16,
-        samples: track_samples,
-    };
+    let track = AudioTrack { sample_rate: track_rate, channels: track_channels.len() as u16, samples: track_samples };
 
     Ok(Audio {
         samples_16k,
@@ -277,30 +229,23 @@ pub fn resample(mono: &[f32], from: u32, to: u32) -> Result<Vec<f32>> {
     let err = |detail: String| MediaError::Resample { from, to, detail };
     let want = resampled_len(mono.len(), from, to);
     let chunk = 1024;
-    let mut rs = FftFixedIn::<f32>::new(from as usize, to as usize, chunk, 2, 1)
-        .map_err(|e| err(e.to_string()))?;
+    let mut rs = FftFixedIn::<f32>::new(from as usize, to as usize, chunk, 2, 1).map_err(|e| err(e.to_string()))?;
     let delay = rs.output_delay();
     let mut out: Vec<f32> = Vec::with_capacity(want + delay + chunk);
     let mut pos = 0;
     while mono.len() - pos >= rs.input_frames_next() {
         let n = rs.input_frames_next();
-        let o = rs
-            .process(&[&mono[pos..pos + n]], None)
-            .map_err(|e| err(e.to_string()))?;
+        let o = rs.process(&[&mono[pos..pos + n]], None).map_err(|e| err(e.to_string()))?;
         out.extend_from_slice(&o[0]);
         pos += n;
     }
     if pos < mono.len() {
-        let o = rs
-            .process_partial(Some(&[&mono[pos..]]), None)
-            .map_err(|e| err(e.to_string()))?;
+        let o = rs.process_partial(Some(&[&mono[pos..]]), None).map_err(|e| err(e.to_string()))?;
         out.extend_from_slice(&o[0]);
     }
     // Flush the resampler's delay line with silence until the aligned output is complete.
     while out.len() < want + delay {
-        let o = rs
-            .process_partial::<&[f32]>(None, None)
-            .map_err(|e| err(e.to_string()))?;
+        let o = rs.process_partial::<&[f32]>(None, None).map_err(|e| err(e.to_string()))?;
         if o[0].is_empty() {
             return Err(err("the resampler produced no output while flushing".into()));
         }

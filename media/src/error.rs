@@ -30,13 +30,7 @@ pub enum MediaError {
     Image { path: String, detail: String },
     /// A face box that does not fit the image, or has no area.
     #[error("face box {x},{y} {w}x{h}: {detail}")]
-    FaceBox {
-        x: u32,
-        y: u32,
-        w: u32,
-        h: u32,
-        detail: String,
-    },
+    FaceBox { x: u32, y: u32, w: u32, h: u32, detail: String },
     /// Invalid arguments to a function of this crate (sizes, frame rates, buffer lengths).
     #[error("{0}")]
     InvalidInput(String),
@@ -55,8 +49,5 @@ pub enum MediaError {
 pub type Result<T> = std::result::Result<T, MediaError>;
 
 pub(crate) fn io_err(path: &Path, source: std::io::Error) -> MediaError {
-    MediaError::Io {
-        path: path.display().to_string(),
-        source,
-    }
+    MediaError::Io { path: path.display().to_string(), source }
 }

@@ -18,10 +18,7 @@ pub(crate) struct FfmpegEnc {
 }
 
 fn err(name: &str, detail: impl std::fmt::Display) -> MediaError {
-    MediaError::Encode {
-        encoder: name.to_string(),
-        detail: detail.to_string(),
-    }
+    MediaError::Encode { encoder: name.to_string(), detail: detail.to_string() }
 }
 
 impl FfmpegEnc {
@@ -39,10 +36,8 @@ impl FfmpegEnc {
                 "this system's libavcodec has no {name} encoder (Debian's is built with libx264 and nvenc)"
             ))
         })?;
-        let mut video = ff::codec::context::Context::new_with_codec(codec)
-            .encoder()
-            .video()
-            .map_err(|e| err(name, e))?;
+        let mut video =
+            ff::codec::context::Context::new_with_codec(codec).encoder().video().map_err(|e| err(name, e))?;
         video.set_width(width);
         video.set_height(height);
         video.set_format(ff::format::Pixel::NV12);
@@ -91,9 +86,7 @@ impl FfmpegEnc {
                     let nals = split_annex_b(data);
                     mux.push_access_unit(&nals, self.packet.is_key())?;
                 }
-                Err(ff::Error::Other { errno }) if errno == ff::util::error::EAGAIN => {
-                    return Ok(())
-                }
+                Err(ff::Error::Other { errno }) if errno == ff::util::error::EAGAIN => return Ok(()),
                 Err(ff::Error::Eof) => return Ok(()),
                 Err(e) => return Err(err(self.name, e)),
             }
@@ -105,11 +98,7 @@ impl FfmpegEnc {
         // Copy row by row: libav* frames have padded strides.
         for plane in 0..2 {
             let rows = if plane == 0 { h } else { h / 2 };
-            let src = if plane == 0 {
-                &nv12[..w * h]
-            } else {
-                &nv12[w * h..]
-            };
+            let src = if plane == 0 { &nv12[..w * h] } else { &nv12[w * h..] };
             let stride = self.frame.stride(plane);
             let dst = self.frame.data_mut(plane);
             for r in 0..rows {
@@ -118,9 +107,7 @@ impl FfmpegEnc {
         }
         self.frame.set_pts(Some(self.pts));
         self.pts += 1;
-        self.enc
-            .send_frame(&self.frame)
-            .map_err(|e| err(self.name, e))?;
+        self.enc.send_frame(&self.frame).map_err(|e| err(self.name, e))?;
         self.drain(mux)
     }
 

@@ -21,10 +21,7 @@ pub const CROP_SIDE: u32 = 256;
 /// header before the pixels are decoded.
 pub fn load_image(path: impl AsRef<Path>) -> Result<RgbImage> {
     let path = path.as_ref();
-    let err = |detail: String| MediaError::Image {
-        path: path.display().to_string(),
-        detail,
-    };
+    let err = |detail: String| MediaError::Image { path: path.display().to_string(), detail };
     // The format is judged from the content only (not the file name's extension).
     let format = {
         use std::io::Read;
@@ -33,11 +30,7 @@ pub fn load_image(path: impl AsRef<Path>) -> Result<RgbImage> {
         let n = f.read(&mut head).map_err(|e| io_err(path, e))?;
         match image::guess_format(&head[..n]) {
             Ok(fmt @ (image::ImageFormat::Png | image::ImageFormat::Jpeg)) => fmt,
-            Ok(other) => {
-                return Err(err(format!(
-                    "{other:?} images are not supported (PNG or JPEG)"
-                )))
-            }
+            Ok(other) => return Err(err(format!("{other:?} images are not supported (PNG or JPEG)"))),
             Err(_) => return Err(err("not a PNG or JPEG image".into())),
         }
     };
@@ -46,31 +39,23 @@ pub fn load_image(path: impl AsRef<Path>) -> Result<RgbImage> {
         r.set_format(format);
         Ok(r)
     };
-    let (w, h) = open()?
-        .into_dimensions()
-        .map_err(|e| err(format!("unreadable image ({e})")))?;
+    let (w, h) = open()?.into_dimensions().map_err(|e| err(format!("unreadable image ({e})")))?;
     check_size(w, h).map_err(err)?;
     let mut reader = open()?;
     let mut limits = image::Limits::default();
     limits.max_image_width = Some(MAX_SIDE);
     limits.max_image_height = Some(MAX_SIDE);
     reader.limits(limits);
-    let img = reader
-        .decode()
-        .map_err(|e| err(format!("unreadable image ({e})")))?;
+    let img = reader.decode().map_err(|e| err(format!("unreadable image ({e})")))?;
     Ok(img.into_rgb8())
 }
 
 fn check_size(w: u32, h: u32) -> std::result::Result<(), String> {
     if w < MIN_SIDE || h < MIN_SIDE {
-        return Err(format!(
-            "image is {w}x{h}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}"
-        ));
+        return Err(format!("image is {w}x{h}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}"));
     }
     if w > MAX_SIDE || h > MAX_SIDE {
-        return Err(format!(
-            "image is {w}x{h}, larger than the maximum {MAX_SIDE}x{MAX_SIDE}"
-        ));
+        return Err(format!("image is {w}x{h}, larger than the maximum {MAX_SIDE}x{MAX_SIDE}"));
     }
     Ok(())
 }
@@ -88,33 +73,20 @@ impl FaceBox {
     /// The default box: a square of half the image's shorter side, centred.
     pub fn centered(width: u32, height: u32) -> FaceBox {
         let side = (width.min(height) / 2).max(1);
-        FaceBox {
-            x: (width - side) / 2,
-            y: (height - side) / 2,
-            w: side,
-            h: side,
-        }
+        FaceBox { x: (width - side) / 2, y: (height - side) / 2, w: side, h: side }
     }
 
     /// Checks that the box has at least 16x16 pixels and lies inside a `width` x `height`
     /// image.
     pub fn validate(&self, width: u32, height: u32) -> Result<()> {
-        let err = |detail: String| MediaError::FaceBox {
-            x: self.x,
-            y: self.y,
-            w: self.w,
-            h: self.h,
-            detail,
-        };
+        let err = |detail: String| MediaError::FaceBox { x: self.x, y: self.y, w: self.w, h: self.h, detail };
         if self.w < 16 || self.h < 16 {
             return Err(err("the box must be at least 16x16 pixels".into()));
         }
         let right = self.x as u64 + self.w as u64;
         let bottom = self.y as u64 + self.h as u64;
         if right > width as u64 || bottom > height as u64 {
-            return Err(err(format!(
-                "the box reaches ({right},{bottom}), outside the {width}x{height} image"
-            )));
+            return Err(err(format!("the box reaches ({right},{bottom}), outside the {width}x{height} image")));
         }
         Ok(())
     }
@@ -126,9 +98,7 @@ impl FaceBox {
 pub fn crop_to_planar(img: &RgbImage, face: &FaceBox, side: u32) -> Result<Vec<f32>> {
     face.validate(img.width(), img.height())?;
     if side == 0 {
-        return Err(MediaError::InvalidInput(
-            "crop side must be positive".into(),
-        ));
+        return Err(MediaError::InvalidInput("crop side must be positive".into()));
     }
     let crop = imageops::crop_imm(img, face.x, face.y, face.w, face.h).to_image();
     let resized = imageops::resize(&crop, side, side, FilterType::Triangle);
@@ -188,9 +158,5 @@ pub fn paste_region(
     } else {
         imageops::resize(&crop, face.w, face.h, FilterType::Triangle)
     };
-    Ok(PasteRegion {
-        x: face.x,
-        y: face.y,
-        rgb,
-    })
+    Ok(PasteRegion { x: face.x, y: face.y, rgb })
 }

@@ -53,10 +53,7 @@ pub mod video;
 
 pub use audio::{load_wav, wav_duration, Audio, AudioTrack, TARGET_RATE};
 pub use error::{MediaError, Result};
-pub use image::{
-    crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage,
-    CROP_SIDE,
-};
+pub use image::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage, CROP_SIDE};
 pub use probe::{probe, Mp4Info};
 pub use vad::{frame_count, voice_activity, voice_activity_with, VadConfig};
 pub use video::{EncoderKind, VideoStats, VideoWriter};

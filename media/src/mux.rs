@@ -11,9 +11,9 @@ use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use mp4_atom::{
-    Audio as AudioEntry, Avc1, Avcc, Co64, Dinf, Dref, Edts, Elst, ElstEntry, Encode, Esds, Ftyp,
-    Hdlr, Mdhd, Mdia, Minf, Moov, Mp4a, Mvhd, Smhd, Stbl, Stco, Stsc, StscEntry, Stsd, Stss, Stsz,
-    StszSamples, Stts, SttsEntry, Tkhd, Trak, Url, Visual, Vmhd,
+    Audio as AudioEntry, Avc1, Avcc, Co64, Dinf, Dref, Edts, Elst, ElstEntry, Encode, Esds, Ftyp, Hdlr, Mdhd, Mdia,
+    Minf, Moov, Mp4a, Mvhd, Smhd, Stbl, Stco, Stsc, StscEntry, Stsd, Stss, Stsz, StszSamples, Stts, SttsEntry, Tkhd,
+    Trak, Url, Visual, Vmhd,
 };
 
 use crate::aac::EncodedAac;
@@ -35,12 +35,7 @@ struct SampleTable {
 
 impl SampleTable {
     fn new() -> Self {
-        SampleTable {
-            sizes: Vec::new(),
-            chunk_offsets: Vec::new(),
-            chunk_len: Vec::new(),
-            sync: Vec::new(),
-        }
+        SampleTable { sizes: Vec::new(), chunk_offsets: Vec::new(), chunk_len: Vec::new(), sync: Vec::new() }
     }
 
     fn stbl(&self, stsd: Stsd, stts: Stts, with_stss: bool) -> Stbl {
@@ -55,32 +50,16 @@ impl SampleTable {
             }
         }
         let (stco, co64) = if self.chunk_offsets.iter().all(|&o| o <= u32::MAX as u64) {
-            (
-                Some(Stco {
-                    entries: self.chunk_offsets.iter().map(|&o| o as u32).collect(),
-                }),
-                None,
-            )
+            (Some(Stco { entries: self.chunk_offsets.iter().map(|&o| o as u32).collect() }), None)
         } else {
-            (
-                None,
-                Some(Co64 {
-                    entries: self.chunk_offsets.clone(),
-                }),
-            )
+            (None, Some(Co64 { entries: self.chunk_offsets.clone() }))
         };
         Stbl {
             stsd,
             stts,
-            stss: with_stss.then(|| Stss {
-                entries: self.sync.clone(),
-            }),
+            stss: with_stss.then(|| Stss { entries: self.sync.clone() }),
             stsc,
-            stsz: Stsz {
-                samples: StszSamples::Different {
-                    sizes: self.sizes.clone(),
-                },
-            },
+            stsz: Stsz { samples: StszSamples::Different { sizes: self.sizes.clone() } },
             stco,
             co64,
             ..Default::default()
@@ -89,14 +68,7 @@ impl SampleTable {
 }
 
 fn dinf() -> Dinf {
-    Dinf {
-        dref: Dref {
-            entries: vec![Url {
-                location: "".into(),
-            }
-            .into()],
-        },
-    }
+    Dinf { dref: Dref { entries: vec![Url { location: "".into() }.into()] } }
 }
 
 /// Streams H.264 access units into an MP4 file.
@@ -142,12 +114,7 @@ impl Mp4Muxer {
         let ftyp = Ftyp {
             major_brand: b"isom".into(),
             minor_version: 512,
-            compatible_brands: vec![
-                b"isom".into(),
-                b"iso2".into(),
-                b"avc1".into(),
-                b"mp41".into(),
-            ],
+            compatible_brands: vec![b"isom".into(), b"iso2".into(), b"avc1".into(), b"mp41".into()],
         };
         let mut buf = Vec::new();
         ftyp.encode(&mut buf).map_err(|e| m.err(e))?;
@@ -178,16 +145,11 @@ impl Mp4Muxer {
     }
 
     fn err(&self, e: impl std::fmt::Display) -> MediaError {
-        MediaError::Mp4 {
-            path: self.path.display().to_string(),
-            detail: e.to_string(),
-        }
+        MediaError::Mp4 { path: self.path.display().to_string(), detail: e.to_string() }
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out
-            .write_all(bytes)
-            .map_err(|e| io_err(&self.path, e))?;
+        self.out.write_all(bytes).map_err(|e| io_err(&self.path, e))?;
         self.pos += bytes.len() as u64;
         Ok(())
     }
@@ -220,10 +182,7 @@ impl Mp4Muxer {
             }
         }
         if sample.is_empty() {
-            return Err(self.err(format!(
-                "the encoder returned no picture for frame {}",
-                self.video.sizes.len()
-            )));
+            return Err(self.err(format!("the encoder returned no picture for frame {}", self.video.sizes.len())));
         }
         self.video.chunk_offsets.push(self.pos);
         self.video.chunk_len.push(1);
@@ -286,23 +245,13 @@ impl Mp4Muxer {
                     language: "und".into(),
                     ..Default::default()
                 },
-                hdlr: Hdlr {
-                    handler: b"vide".into(),
-                    name: "VideoHandler".into(),
-                },
+                hdlr: Hdlr { handler: b"vide".into(), name: "VideoHandler".into() },
                 minf: Minf {
                     vmhd: Some(Vmhd::default()),
                     dinf: dinf(),
                     stbl: self.video.stbl(
-                        Stsd {
-                            codecs: vec![avc1.into()],
-                        },
-                        Stts {
-                            entries: vec![SttsEntry {
-                                sample_count: n as u32,
-                                sample_delta: 1000,
-                            }],
-                        },
+                        Stsd { codecs: vec![avc1.into()] },
+                        Stts { entries: vec![SttsEntry { sample_count: n as u32, sample_delta: 1000 }] },
                         true,
                     ),
                     ..Default::default()
@@ -337,12 +286,7 @@ impl Mp4Muxer {
                             object_type_indication: 0x40, // MPEG-4 Audio
                             stream_type: 5,               // audio stream
                             up_stream: 0,
-                            buffer_size_db: [
-                                (max_au >> 16) as u8,
-                                (max_au >> 8) as u8,
-                                max_au as u8,
-                            ]
-                            .into(),
+                            buffer_size_db: [(max_au >> 16) as u8, (max_au >> 8) as u8, max_au as u8].into(),
                             max_bitrate: aac.bitrate,
                             avg_bitrate: aac.bitrate,
                             dec_specific: Some(mp4_atom::esds::DecoderSpecific {
@@ -385,23 +329,13 @@ impl Mp4Muxer {
                         language: "und".into(),
                         ..Default::default()
                     },
-                    hdlr: Hdlr {
-                        handler: b"soun".into(),
-                        name: "SoundHandler".into(),
-                    },
+                    hdlr: Hdlr { handler: b"soun".into(), name: "SoundHandler".into() },
                     minf: Minf {
                         smhd: Some(Smhd::default()),
                         dinf: dinf(),
                         stbl: table.stbl(
-                            Stsd {
-                                codecs: vec![mp4a.into()],
-                            },
-                            Stts {
-                                entries: vec![SttsEntry {
-                                    sample_count: aus as u32,
-                                    sample_delta: aac.frame_len,
-                                }],
-                            },
+                            Stsd { codecs: vec![mp4a.into()] },
+                            Stts { entries: vec![SttsEntry { sample_count: aus as u32, sample_delta: aac.frame_len }] },
                             false,
                         ),
                         ..Default::default()
@@ -429,10 +363,7 @@ impl Mp4Muxer {
         let total = self.pos;
         let path = self.path.clone();
         self.out.flush().map_err(|e| io_err(&path, e))?;
-        let mut file = self
-            .out
-            .into_inner()
-            .map_err(|e| io_err(&path, e.into_error()))?;
+        let mut file = self.out.into_inner().map_err(|e| io_err(&path, e.into_error()))?;
         file.seek(SeekFrom::Start(self.mdat_start + 8))
             .and_then(|_| file.write_all(&mdat_size.to_be_bytes()))
             .and_then(|_| file.sync_all())

@@ -50,11 +50,7 @@ fn codec_name(c: &Codec) -> String {
         Codec::Ac3(_) => "ac3".into(),
         Codec::Eac3(_) => "eac3".into(),
         Codec::Unknown(kind, _) => kind.to_string(),
-        other => format!("{other:?}")
-            .chars()
-            .take_while(|c| c.is_alphanumeric())
-            .collect::<String>()
-            .to_lowercase(),
+        other => format!("{other:?}").chars().take_while(|c| c.is_alphanumeric()).collect::<String>().to_lowercase(),
     }
 }
 
@@ -77,10 +73,7 @@ fn sample_count(t: &Trak) -> u64 {
 /// Reads `path`'s `moov` box and summarises its first video track and first audio track.
 pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
     let path = path.as_ref();
-    let err = |detail: String| MediaError::Mp4 {
-        path: path.display().to_string(),
-        detail,
-    };
+    let err = |detail: String| MediaError::Mp4 { path: path.display().to_string(), detail };
     let file = File::open(path).map_err(|e| io_err(path, e))?;
     let len = file.metadata().map_err(|e| io_err(path, e))?.len();
     let mut r = BufReader::new(file);
@@ -90,12 +83,11 @@ pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
         if pos >= len {
             break;
         }
-        let header = <Option<Header>>::read_from(&mut r)
-            .map_err(|e| err(format!("bad box header at byte {pos}: {e}")))?;
+        let header =
+            <Option<Header>>::read_from(&mut r).map_err(|e| err(format!("bad box header at byte {pos}: {e}")))?;
         let Some(header) = header else { break };
         if header.kind == Moov::KIND {
-            moov =
-                Some(Moov::read_atom(&header, &mut r).map_err(|e| err(format!("bad moov: {e}")))?);
+            moov = Some(Moov::read_atom(&header, &mut r).map_err(|e| err(format!("bad moov: {e}")))?);
             break;
         }
         match header.size {
@@ -107,45 +99,25 @@ pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
                         header.kind
                     )));
                 }
-                r.seek(SeekFrom::Start(body + size as u64))
-                    .map_err(|e| io_err(path, e))?;
+                r.seek(SeekFrom::Start(body + size as u64)).map_err(|e| io_err(path, e))?;
             }
             None => break,
         }
     }
     let moov = moov.ok_or_else(|| err("no moov box (not an MP4, or unfinished)".into()))?;
 
-    let video = moov
-        .trak
-        .iter()
-        .find(|t| t.mdia.hdlr.handler == b"vide".into())
-        .ok_or_else(|| err("no video track".into()))?;
-    let codec = video
-        .mdia
-        .minf
-        .stbl
-        .stsd
-        .codecs
-        .first()
-        .ok_or_else(|| err("video track has no sample description".into()))?;
+    let video =
+        moov.trak.iter().find(|t| t.mdia.hdlr.handler == b"vide".into()).ok_or_else(|| err("no video track".into()))?;
+    let codec =
+        video.mdia.minf.stbl.stsd.codecs.first().ok_or_else(|| err("video track has no sample description".into()))?;
     let (width, height) = match codec.visual() {
         Some(v) => (v.width as u32, v.height as u32),
-        None => (
-            video.tkhd.width.integer() as u32,
-            video.tkhd.height.integer() as u32,
-        ),
+        None => (video.tkhd.width.integer() as u32, video.tkhd.height.integer() as u32),
     };
     let frames = sample_count(video);
     let ts = video.mdia.mdhd.timescale as f64;
-    let total: u64 = video
-        .mdia
-        .minf
-        .stbl
-        .stts
-        .entries
-        .iter()
-        .map(|e| e.sample_count as u64 * e.sample_delta as u64)
-        .sum();
+    let total: u64 =
+        video.mdia.minf.stbl.stts.entries.iter().map(|e| e.sample_count as u64 * e.sample_delta as u64).sum();
     let fps = match video.mdia.minf.stbl.stts.entries.as_slice() {
         [one] if one.sample_delta > 0 => ts / one.sample_delta as f64,
         _ if total > 0 => frames as f64 * ts / total as f64,
@@ -156,10 +128,7 @@ pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
         None => frames,
     };
 
-    let audio = moov
-        .trak
-        .iter()
-        .find(|t| t.mdia.hdlr.handler == b"soun".into());
+    let audio = moov.trak.iter().find(|t| t.mdia.hdlr.handler == b"soun".into());
     let (audio_codec, audio_sample_rate, audio_channels) = match audio {
         Some(t) => {
             let c = t.mdia.minf.stbl.stsd.codecs.first();

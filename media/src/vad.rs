@@ -124,12 +124,7 @@ pub fn hop_activity(samples_16k: &[f32], cfg: &VadConfig) -> Vec<bool> {
 }
 
 /// Voice activity per video frame with explicit thresholds.
-pub fn voice_activity_with(
-    samples_16k: &[f32],
-    fps: f64,
-    n_frames: usize,
-    cfg: &VadConfig,
-) -> Vec<bool> {
+pub fn voice_activity_with(samples_16k: &[f32], fps: f64, n_frames: usize, cfg: &VadConfig) -> Vec<bool> {
     let hops = hop_activity(samples_16k, cfg);
     let hop = hop_len(cfg) as f64;
     let rate = crate::audio::TARGET_RATE as f64;

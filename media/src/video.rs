@@ -9,8 +9,7 @@ use std::str::FromStr;
 use std::time::Instant;
 
 use openh264::encoder::{
-    BitRate, Encoder, EncoderConfig, FrameRate, FrameType, IntraFramePeriod, RateControlMode,
-    UsageType, VuiConfig,
+    BitRate, Encoder, EncoderConfig, FrameRate, FrameType, IntraFramePeriod, RateControlMode, UsageType, VuiConfig,
 };
 use openh264::formats::YUVSlices;
 use openh264::OpenH264API;
@@ -56,10 +55,7 @@ impl EncoderKind {
 
     /// The encoders this build contains.
     pub fn available() -> Vec<EncoderKind> {
-        [EncoderKind::OpenH264, EncoderKind::X264, EncoderKind::Nvenc]
-            .into_iter()
-            .filter(|k| k.compiled_in())
-            .collect()
+        [EncoderKind::OpenH264, EncoderKind::X264, EncoderKind::Nvenc].into_iter().filter(|k| k.compiled_in()).collect()
     }
 }
 
@@ -76,9 +72,7 @@ impl FromStr for EncoderKind {
             "openh264" => Ok(EncoderKind::OpenH264),
             "x264" | "libx264" => Ok(EncoderKind::X264),
             "nvenc" | "h264_nvenc" => Ok(EncoderKind::Nvenc),
-            other => Err(MediaError::InvalidInput(format!(
-                "unknown encoder '{other}' (openh264, x264, nvenc)"
-            ))),
+            other => Err(MediaError::InvalidInput(format!("unknown encoder '{other}' (openh264, x264, nvenc)"))),
         }
     }
 }
@@ -132,20 +126,10 @@ impl OpenH264Enc {
             .intra_frame_period(IntraFramePeriod::from_num_frames(2 * fps))
             // NV12 of this project is BT.709 limited range (DESIGN.md section 4).
             .vui(VuiConfig::bt709());
-        let enc = Encoder::with_api_config(OpenH264API::from_source(), config).map_err(|e| {
-            MediaError::Encode {
-                encoder: "openh264".into(),
-                detail: e.to_string(),
-            }
-        })?;
+        let enc = Encoder::with_api_config(OpenH264API::from_source(), config)
+            .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: e.to_string() })?;
         let (w, h) = (width as usize, height as usize);
-        Ok(OpenH264Enc {
-            enc,
-            width: w,
-            height: h,
-            u: vec![0; w * h / 4],
-            v: vec![0; w * h / 4],
-        })
+        Ok(OpenH264Enc { enc, width: w, height: h, u: vec![0; w * h / 4], v: vec![0; w * h / 4] })
     }
 
     fn encode(&mut self, nv12: &[u8], mux: &mut Mp4Muxer) -> Result<()> {
@@ -157,10 +141,10 @@ impl OpenH264Enc {
             *v = pair[1];
         }
         let src = YUVSlices::new((y, &self.u, &self.v), (w, h), (w, w / 2, w / 2));
-        let bs = self.enc.encode(&src).map_err(|e| MediaError::Encode {
-            encoder: "openh264".into(),
-            detail: e.to_string(),
-        })?;
+        let bs = self
+            .enc
+            .encode(&src)
+            .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: e.to_string() })?;
         let keyframe = matches!(bs.frame_type(), FrameType::IDR);
         let layers: Vec<_> = (0..bs.num_layers()).filter_map(|l| bs.layer(l)).collect();
         let mut nals: Vec<&[u8]> = Vec::new();
@@ -202,11 +186,7 @@ pub(crate) fn split_annex_b(data: &[u8]) -> Vec<&[u8]> {
     }
     let mut nals = Vec::with_capacity(starts.len());
     for (k, &s) in starts.iter().enumerate() {
-        let mut e = if k + 1 < starts.len() {
-            starts[k + 1] - 3
-        } else {
-            data.len()
-        };
+        let mut e = if k + 1 < starts.len() { starts[k + 1] - 3 } else { data.len() };
         // A 4-byte start code leaves its leading zero (and trailing_zero bytes) behind.
         while e > s && data[e - 1] == 0 {
             e -= 1;
@@ -263,9 +243,7 @@ impl VideoWriter {
             )));
         }
         if !(1..=240).contains(&fps) {
-            return Err(MediaError::InvalidInput(format!(
-                "frame rate {fps}: must be 1..=240"
-            )));
+            return Err(MediaError::InvalidInput(format!("frame rate {fps}: must be 1..=240")));
         }
         if !encoder.compiled_in() {
             return Err(MediaError::EncoderUnavailable(format!(
@@ -274,19 +252,15 @@ impl VideoWriter {
             )));
         }
         let backend = match encoder {
-            EncoderKind::OpenH264 => {
-                Backend::OpenH264(Box::new(OpenH264Enc::new(width, height, fps)?))
-            }
+            EncoderKind::OpenH264 => Backend::OpenH264(Box::new(OpenH264Enc::new(width, height, fps)?)),
             #[cfg(feature = "ffmpeg")]
-            EncoderKind::X264 | EncoderKind::Nvenc => {
-                Backend::Ffmpeg(Box::new(crate::ffmpeg_enc::FfmpegEnc::new(
-                    encoder,
-                    width,
-                    height,
-                    fps,
-                    target_bitrate(width, height, fps),
-                )?))
-            }
+            EncoderKind::X264 | EncoderKind::Nvenc => Backend::Ffmpeg(Box::new(crate::ffmpeg_enc::FfmpegEnc::new(
+                encoder,
+                width,
+                height,
+                fps,
+                target_bitrate(width, height, fps),
+            )?)),
             #[cfg(not(feature = "ffmpeg"))]
             _ => unreachable!("checked by compiled_in"),
         };
@@ -298,17 +272,7 @@ impl VideoWriter {
         let audio_encode_s = t.elapsed().as_secs_f64();
         let has_audio = aac.is_some();
         let mux = Mp4Muxer::create(path, width, height, fps, encoder.name(), aac)?;
-        Ok(VideoWriter {
-            backend,
-            mux,
-            width,
-            height,
-            fps,
-            encoder,
-            encode_s: 0.0,
-            audio_encode_s,
-            has_audio,
-        })
+        Ok(VideoWriter { backend, mux, width, height, fps, encoder, encode_s: 0.0, audio_encode_s, has_audio })
     }
 
     /// Bytes of one NV12 frame: `width * height * 3 / 2`.
@@ -374,14 +338,9 @@ mod tests {
 
     #[test]
     fn annex_b_split() {
-        let data = [
-            0, 0, 0, 1, 0x67, 1, 2, 0, 0, 1, 0x68, 3, 0, 0, 0, 1, 0x65, 4, 5,
-        ];
+        let data = [0, 0, 0, 1, 0x67, 1, 2, 0, 0, 1, 0x68, 3, 0, 0, 0, 1, 0x65, 4, 5];
         let nals = split_annex_b(&data);
-        assert_eq!(
-            nals,
-            vec![&[0x67, 1, 2][..], &[0x68, 3][..], &[0x65, 4, 5][..]]
-        );
+        assert_eq!(nals, vec![&[0x67, 1, 2][..], &[0x68, 3][..], &[0x65, 4, 5][..]]);
     }
 
     #[test]

@@ -6,10 +6,7 @@ use common::*;
 
 /// Dominant frequency by counting zero crossings (the signals are pure sines).
 fn zero_crossing_freq(x: &[f32], rate: f32) -> f32 {
-    let n = x
-        .windows(2)
-        .filter(|w| (w[0] < 0.0) != (w[1] < 0.0))
-        .count();
+    let n = x.windows(2).filter(|w| (w[0] < 0.0) != (w[1] < 0.0)).count();
     n as f32 / 2.0 / (x.len() as f32 / rate)
 }
 
@@ -19,18 +16,9 @@ fn check_variant(rate: u32, channels: u16, bits: u16, float: bool, secs: f64) {
     let n = (rate as f64 * secs).round() as usize;
     // Left: 440 Hz at 0.5; other channels silent, so the mono downmix has amplitude 0.5/channels.
     let s = sine(440.0, rate, 0.5);
-    write_wav(&path, rate, channels, bits, float, n, |i, c| {
-        if c == 0 {
-            s(i, c)
-        } else {
-            0.0
-        }
-    });
+    write_wav(&path, rate, channels, bits, float, n, |i, c| if c == 0 { s(i, c) } else { 0.0 });
     let d = wav_duration(&path).unwrap();
-    assert!(
-        (d - n as f64 / rate as f64).abs() < 1e-9,
-        "header duration {d}"
-    );
+    assert!((d - n as f64 / rate as f64).abs() < 1e-9, "header duration {d}");
     let a = load_wav(&path).unwrap();
     assert_eq!(a.source_rate, rate);
     assert_eq!(a.source_channels, channels);
@@ -45,10 +33,7 @@ fn check_variant(rate: u32, channels: u16, bits: u16, float: bool, secs: f64) {
     let mid = &a.samples_16k[800..a.samples_16k.len() - 800];
     let want_rms = 0.5 / channels as f32 / 2f32.sqrt();
     let got = rms(mid);
-    assert!(
-        (got - want_rms).abs() / want_rms < 0.03,
-        "rms {got} vs {want_rms}"
-    );
+    assert!((got - want_rms).abs() / want_rms < 0.03, "rms {got} vs {want_rms}");
     let f = zero_crossing_freq(mid, 16_000.0);
     assert!((f - 440.0).abs() < 3.0, "frequency {f}");
     // The mux track keeps the source channels and an AAC rate.
@@ -93,9 +78,7 @@ fn wav_96k_three_channels_goes_to_48k_mono_track() {
 fn wav_16k_passes_through_unchanged() {
     let dir = tmp_dir("wav16");
     let path = dir.join("a.wav");
-    write_wav(&path, 16_000, 1, 32, true, 1000, |i, _| {
-        (i as f32 / 1000.0) - 0.5
-    });
+    write_wav(&path, 16_000, 1, 32, true, 1000, |i, _| (i as f32 / 1000.0) - 0.5);
     let a = load_wav(&path).unwrap();
     for (i, s) in a.samples_16k.iter().enumerate() {
         assert_eq!(*s, (i as f32 / 1000.0) - 0.5);
@@ -105,10 +88,7 @@ fn wav_16k_passes_through_unchanged() {
 fn assert_one_line(e: &MediaError, path: &std::path::Path) -> String {
     let m = e.to_string();
     assert!(!m.contains('\n'), "multi-line message: {m}");
-    assert!(
-        m.contains(&path.display().to_string()),
-        "message lacks the path: {m}"
-    );
+    assert!(m.contains(&path.display().to_string()), "message lacks the path: {m}");
     m
 }
 
@@ -120,44 +100,25 @@ fn text_file_is_not_a_wav() {
     let e = load_wav(&p).unwrap_err();
     assert!(matches!(e, MediaError::NotWav { .. }), "{e:?}");
     assert!(assert_one_line(&e, &p).contains("not a WAV"));
-    assert!(matches!(
-        wav_duration(&p).unwrap_err(),
-        MediaError::NotWav { .. }
-    ));
+    assert!(matches!(wav_duration(&p).unwrap_err(), MediaError::NotWav { .. }));
     let empty = dir.join("empty.wav");
     std::fs::write(&empty, b"").unwrap();
-    assert!(matches!(
-        load_wav(&empty).unwrap_err(),
-        MediaError::NotWav { .. }
-    ));
+    assert!(matches!(load_wav(&empty).unwrap_err(), MediaError::NotWav { .. }));
 }
 
 #[test]
 fn png_is_not_a_wav() {
     let dir = tmp_dir("badpng");
     let p = dir.join("x.wav");
-    image::RgbImage::new(8, 8)
-        .save_with_format(&p, image::ImageFormat::Png)
-        .unwrap();
-    assert!(matches!(
-        load_wav(&p).unwrap_err(),
-        MediaError::NotWav { .. }
-    ));
+    image::RgbImage::new(8, 8).save_with_format(&p, image::ImageFormat::Png).unwrap();
+    assert!(matches!(load_wav(&p).unwrap_err(), MediaError::NotWav { .. }));
 }
 
 #[test]
 fn truncated_header_and_data() {
     let dir = tmp_dir("trunc");
     let good = dir.join("good.wav");
-    write_wav(
-        &good,
-        16_000,
-        1,
-        16,
-        false,
-        16_000,
-        sine(300.0, 16_000, 0.3),
-    );
+    write_wav(&good, 16_000, 1, 16, false, 16_000, sine(300.0, 16_000, 0.3));
     let bytes = std::fs::read(&good).unwrap();
 
     let head = dir.join("head.wav");

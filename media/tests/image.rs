@@ -1,19 +1,12 @@
 mod common;
 
 use cadence_media::{
-    crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, MediaError, RgbImage,
-    CROP_SIDE,
+    crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, MediaError, RgbImage, CROP_SIDE,
 };
 use common::*;
 
 fn gradient(w: u32, h: u32) -> RgbImage {
-    RgbImage::from_fn(w, h, |x, y| {
-        image::Rgb([
-            (x * 255 / w) as u8,
-            (y * 255 / h) as u8,
-            ((x + y) % 256) as u8,
-        ])
-    })
+    RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, ((x + y) % 256) as u8]))
 }
 
 #[test]
@@ -32,9 +25,7 @@ fn png_and_jpeg_load_as_rgb8() {
 
     // RGBA PNG: alpha dropped.
     let rgba = dir.join("rgba.png");
-    image::RgbaImage::from_pixel(64, 80, image::Rgba([10, 20, 30, 40]))
-        .save(&rgba)
-        .unwrap();
+    image::RgbaImage::from_pixel(64, 80, image::Rgba([10, 20, 30, 40])).save(&rgba).unwrap();
     let r = load_image(&rgba).unwrap();
     assert_eq!(r.get_pixel(5, 5).0, [10, 20, 30]);
 }
@@ -73,58 +64,21 @@ fn too_small_too_big_not_an_image() {
     std::fs::write(&broken, bytes).unwrap();
     assert!(image_err(&broken).contains("unreadable"));
 
-    assert!(matches!(
-        load_image(dir.join("missing.png")).unwrap_err(),
-        MediaError::Io { .. }
-    ));
+    assert!(matches!(load_image(dir.join("missing.png")).unwrap_err(), MediaError::Io { .. }));
 }
 
 #[test]
 fn face_box_validation() {
     let c = FaceBox::centered(1080, 1920);
-    assert_eq!(
-        c,
-        FaceBox {
-            x: 270,
-            y: 690,
-            w: 540,
-            h: 540
-        }
-    );
+    assert_eq!(c, FaceBox { x: 270, y: 690, w: 540, h: 540 });
     c.validate(1080, 1920).unwrap();
-    let outside = FaceBox {
-        x: 1000,
-        y: 0,
-        w: 200,
-        h: 200,
-    };
+    let outside = FaceBox { x: 1000, y: 0, w: 200, h: 200 };
     let e = outside.validate(1080, 1920).unwrap_err();
     assert!(matches!(e, MediaError::FaceBox { .. }));
     assert!(e.to_string().contains("outside the 1080x1920 image"), "{e}");
-    assert!(FaceBox {
-        x: 0,
-        y: 1900,
-        w: 100,
-        h: 100
-    }
-    .validate(1080, 1920)
-    .is_err());
-    assert!(FaceBox {
-        x: 0,
-        y: 0,
-        w: 0,
-        h: 100
-    }
-    .validate(1080, 1920)
-    .is_err());
-    assert!(FaceBox {
-        x: u32::MAX,
-        y: 0,
-        w: 100,
-        h: 100
-    }
-    .validate(1080, 1920)
-    .is_err());
+    assert!(FaceBox { x: 0, y: 1900, w: 100, h: 100 }.validate(1080, 1920).is_err());
+    assert!(FaceBox { x: 0, y: 0, w: 0, h: 100 }.validate(1080, 1920).is_err());
+    assert!(FaceBox { x: u32::MAX, y: 0, w: 100, h: 100 }.validate(1080, 1920).is_err());
     let img = gradient(200, 200);
     assert!(crop_to_planar(&img, &outside, CROP_SIDE).is_err());
 }
@@ -132,38 +86,21 @@ fn face_box_validation() {
 #[test]
 fn crop_is_planar_unit_range() {
     let img = RgbImage::from_pixel(400, 300, image::Rgb([255, 128, 0]));
-    let face = FaceBox {
-        x: 50,
-        y: 20,
-        w: 200,
-        h: 180,
-    };
+    let face = FaceBox { x: 50, y: 20, w: 200, h: 180 };
     let t = crop_to_planar(&img, &face, CROP_SIDE).unwrap();
     let n = (CROP_SIDE * CROP_SIDE) as usize;
     assert_eq!(t.len(), 3 * n);
     assert!(t[..n].iter().all(|&v| (v - 1.0).abs() < 1e-6));
-    assert!(t[n..2 * n]
-        .iter()
-        .all(|&v| (v - 128.0 / 255.0).abs() < 1e-6));
+    assert!(t[n..2 * n].iter().all(|&v| (v - 128.0 / 255.0).abs() < 1e-6));
     assert!(t[2 * n..].iter().all(|&v| v.abs() < 1e-6));
 }
 
 #[test]
 fn crop_picks_the_box_and_paste_inverts_it() {
     // Left half red, right half blue; the box covers only the right half.
-    let img = RgbImage::from_fn(512, 512, |x, _| {
-        if x < 256 {
-            image::Rgb([255, 0, 0])
-        } else {
-            image::Rgb([0, 0, 255])
-        }
-    });
-    let face = FaceBox {
-        x: 300,
-        y: 100,
-        w: 128,
-        h: 128,
-    };
+    let img =
+        RgbImage::from_fn(512, 512, |x, _| if x < 256 { image::Rgb([255, 0, 0]) } else { image::Rgb([0, 0, 255]) });
+    let face = FaceBox { x: 300, y: 100, w: 128, h: 128 };
     let t = crop_to_planar(&img, &face, 256).unwrap();
     let n = 256 * 256;
     assert!(t[..n].iter().all(|&v| v < 1e-6), "red in a blue region");
@@ -171,27 +108,15 @@ fn crop_picks_the_box_and_paste_inverts_it() {
 
     // Identity round trip at the crop's own size.
     let g = gradient(256, 256);
-    let face = FaceBox {
-        x: 0,
-        y: 0,
-        w: 256,
-        h: 256,
-    };
+    let face = FaceBox { x: 0, y: 0, w: 256, h: 256 };
     let t = crop_to_planar(&g, &face, 256).unwrap();
     let back = paste_region(&t, 256, &face, 256, 256).unwrap();
     assert_eq!(back.rgb, g);
     assert_eq!((back.x, back.y), (0, 0));
 
     // Down to 256 and back up to the box: close to the original (smooth image).
-    let big = RgbImage::from_fn(1080, 1920, |x, y| {
-        image::Rgb([(x / 5) as u8, (y / 8) as u8, 128])
-    });
-    let face = FaceBox {
-        x: 270,
-        y: 690,
-        w: 540,
-        h: 540,
-    };
+    let big = RgbImage::from_fn(1080, 1920, |x, y| image::Rgb([(x / 5) as u8, (y / 8) as u8, 128]));
+    let face = FaceBox { x: 270, y: 690, w: 540, h: 540 };
     let t = crop_to_planar(&big, &face, 256).unwrap();
     let p = paste_region(&t, 256, &face, 1080, 1920).unwrap();
     assert_eq!(p.rgb.dimensions(), (540, 540));
@@ -204,27 +129,13 @@ fn crop_picks_the_box_and_paste_inverts_it() {
         }
     }
     assert!(max_err <= 2, "max error {max_err}");
-    assert!(paste_region(
-        &t,
-        256,
-        &FaceBox {
-            x: 600,
-            y: 0,
-            w: 540,
-            h: 540
-        },
-        1080,
-        1920
-    )
-    .is_err());
+    assert!(paste_region(&t, 256, &FaceBox { x: 600, y: 0, w: 540, h: 540 }, 1080, 1920).is_err());
     assert!(paste_region(&t[1..], 256, &face, 1080, 1920).is_err());
 }
 
 #[test]
 fn planar_to_rgb_clamps() {
-    let v = vec![
-        -0.5f32, 2.0, 0.5, 0.25, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
-    ];
+    let v = vec![-0.5f32, 2.0, 0.5, 0.25, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
     let img = planar_to_rgb(&v, 2).unwrap();
     assert_eq!(img.get_pixel(0, 0).0, [0, 255, 0]);
     assert_eq!(img.get_pixel(1, 0).0, [255, 0, 0]);

@@ -45,9 +45,7 @@ fn short_gaps_are_bridged_long_pauses_are_not() {
     assert!(hops[30..42].iter().all(|&v| v));
     // Inside the 1 s pause, after the 200 ms hangover: silence.
     let pause_start = 72; // hop index where the pause begins
-    assert!(hops[pause_start + 21..pause_start + 100]
-        .iter()
-        .all(|&v| !v));
+    assert!(hops[pause_start + 21..pause_start + 100].iter().all(|&v| !v));
     // A 10 ms click is ignored.
     let mut click = vec![0f32; 16_000];
     click[8000..8160].iter_mut().for_each(|v| *v = 0.5);
@@ -85,12 +83,8 @@ fn espeak_sentence_pause_sentence() {
     let b_start = s.len();
     s.extend_from_slice(&b[b0..]);
     let path = dir.join("speech.wav");
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: rate,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
+    let spec =
+        hound::WavSpec { channels: 1, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
     let mut w = hound::WavWriter::create(&path, spec).unwrap();
     s.iter().for_each(|&v| w.write_sample(v).unwrap());
     w.finalize().unwrap();
@@ -104,9 +98,7 @@ fn espeak_sentence_pause_sentence() {
     let (pause0, pause1) = (t(a1), t(b_start));
     let (sb0, sb1) = (t(b_start), t(b_start + (b1 - b0)));
     let frames_in = |lo: f64, hi: f64| -> Vec<usize> {
-        (0..n)
-            .filter(|&i| i as f64 / FPS >= lo && (i + 1) as f64 / FPS <= hi)
-            .collect()
+        (0..n).filter(|&i| i as f64 / FPS >= lo && (i + 1) as f64 / FPS <= hi).collect()
     };
     // The pause, past the 200 ms hangover (plus a frame), is silence: every frame of it.
     let pause = frames_in(pause0 + 0.25, pause1 - 0.01);

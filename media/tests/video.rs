@@ -32,21 +32,14 @@ fn tone_audio(secs: f64) -> Audio {
         (0..n)
             .map(|i| {
                 let t = i as f64 / 16_000.0;
-                let phase =
-                    2.0 * std::f64::consts::PI * (f0 * t + (f1 - f0) * t * t / (2.0 * secs));
+                let phase = 2.0 * std::f64::consts::PI * (f0 * t + (f1 - f0) * t * t / (2.0 * secs));
                 (0.3 * phase.sin()) as f32
             })
             .collect(),
     )
 }
 
-fn write_clip(
-    path: &std::path::Path,
-    w: u32,
-    h: u32,
-    frames: usize,
-    audio: Option<&Audio>,
-) -> Vec<Vec<u8>> {
+fn write_clip(path: &std::path::Path, w: u32, h: u32, frames: usize, audio: Option<&Audio>) -> Vec<Vec<u8>> {
     let mut vw = VideoWriter::create(path, w, h, 25, EncoderKind::OpenH264, audio).unwrap();
     let mut input = Vec::new();
     for t in 0..frames {
@@ -78,11 +71,7 @@ fn mp4_with_audio_probes_right() {
     assert_eq!(info.audio_codec.as_deref(), Some("aac"));
     assert_eq!(info.audio_sample_rate, Some(16_000));
     assert_eq!(info.audio_channels, Some(1));
-    assert!(
-        info.keyframes >= 2,
-        "IDR every 2 s: {} keyframes",
-        info.keyframes
-    );
+    assert!(info.keyframes >= 2, "IDR every 2 s: {} keyframes", info.keyframes);
 }
 
 #[test]
@@ -115,30 +104,17 @@ fn bad_sizes_and_buffers_rejected() {
     let dir = tmp_dir("mp4-bad");
     let p = dir.join("x.mp4");
     for (w, h) in [(255, 256), (256, 255), (0, 256), (8, 8), (4000, 256)] {
-        let e = VideoWriter::create(&p, w, h, 25, EncoderKind::OpenH264, None)
-            .err()
-            .unwrap();
+        let e = VideoWriter::create(&p, w, h, 25, EncoderKind::OpenH264, None).err().unwrap();
         assert!(matches!(e, MediaError::InvalidInput(_)), "{w}x{h}: {e:?}");
     }
-    let e = VideoWriter::create(&p, 256, 256, 0, EncoderKind::OpenH264, None)
-        .err()
-        .unwrap();
+    let e = VideoWriter::create(&p, 256, 256, 0, EncoderKind::OpenH264, None).err().unwrap();
     assert!(matches!(e, MediaError::InvalidInput(_)));
     let mut vw = VideoWriter::create(&p, 256, 256, 25, EncoderKind::OpenH264, None).unwrap();
     let e = vw.push_nv12(&[0u8; 100]).unwrap_err();
     assert!(e.to_string().contains("expected 98304"), "{e}");
     // Finishing with no frames is an error, not a broken file passed as good.
     assert!(vw.finish().is_err());
-    let e = VideoWriter::create(
-        dir.join("nodir/x.mp4"),
-        256,
-        256,
-        25,
-        EncoderKind::OpenH264,
-        None,
-    )
-    .err()
-    .unwrap();
+    let e = VideoWriter::create(dir.join("nodir/x.mp4"), 256, 256, 25, EncoderKind::OpenH264, None).err().unwrap();
     assert!(matches!(e, MediaError::Io { .. }));
 }
 
@@ -147,9 +123,7 @@ fn bad_sizes_and_buffers_rejected() {
 fn ffmpeg_encoders_need_the_feature() {
     let dir = tmp_dir("mp4-nofeature");
     for k in [EncoderKind::X264, EncoderKind::Nvenc] {
-        let e = VideoWriter::create(dir.join("x.mp4"), 256, 256, 25, k, None)
-            .err()
-            .unwrap();
+        let e = VideoWriter::create(dir.join("x.mp4"), 256, 256, 25, k, None).err().unwrap();
         assert!(matches!(e, MediaError::EncoderUnavailable(_)));
         assert!(e.to_string().contains("--features ffmpeg"), "{e}");
     }
@@ -172,38 +146,17 @@ fn probe_rejects_non_mp4() {
 
 fn ffprobe_json(path: &std::path::Path) -> serde_json::Value {
     let out = Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-count_frames",
-            "-show_streams",
-            "-show_format",
-            "-of",
-            "json",
-        ])
+        .args(["-v", "error", "-count_frames", "-show_streams", "-show_format", "-of", "json"])
         .arg(path)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "ffprobe: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.stderr.is_empty(),
-        "ffprobe complained: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "ffprobe: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "ffprobe complained: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
-    let mse = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
-        .sum::<f64>()
-        / a.len() as f64;
+    let mse = a.iter().zip(b).map(|(&x, &y)| (x as f64 - y as f64).powi(2)).sum::<f64>() / a.len() as f64;
     10.0 * (255.0f64 * 255.0 / mse.max(1e-12)).log10()
 }
 
@@ -221,10 +174,7 @@ fn ffprobe_and_ffmpeg_decode_agree() {
     let input = write_clip(&path, 256, 256, 64, Some(&audio));
     let j = ffprobe_json(&path);
     let streams = j["streams"].as_array().unwrap();
-    let v = streams
-        .iter()
-        .find(|s| s["codec_type"] == "video")
-        .expect("video stream");
+    let v = streams.iter().find(|s| s["codec_type"] == "video").expect("video stream");
     assert_eq!(v["codec_name"], "h264");
     assert_eq!(v["width"], 256);
     assert_eq!(v["height"], 256);
@@ -233,10 +183,7 @@ fn ffprobe_and_ffmpeg_decode_agree() {
     assert_eq!(v["nb_frames"], "64");
     assert_eq!(v["nb_read_frames"], "64");
     assert_eq!(v["pix_fmt"], "yuv420p");
-    let a = streams
-        .iter()
-        .find(|s| s["codec_type"] == "audio")
-        .expect("audio stream");
+    let a = streams.iter().find(|s| s["codec_type"] == "audio").expect("audio stream");
     assert_eq!(a["codec_name"], "aac");
     assert_eq!(a["sample_rate"], "16000");
     let adur: f64 = a["duration"].as_str().unwrap().parse().unwrap();
@@ -270,10 +217,7 @@ fn ffprobe_and_ffmpeg_decode_agree() {
         let d = &back[t * fl..(t + 1) * fl];
         let py = psnr(&f[..256 * 256], &d[..256 * 256]);
         let puv = psnr(&f[256 * 256..], &d[256 * 256..]);
-        assert!(
-            py > 30.0 && puv > 30.0,
-            "frame {t}: PSNR Y {py:.1} UV {puv:.1}"
-        );
+        assert!(py > 30.0 && puv > 30.0, "frame {t}: PSNR Y {py:.1} UV {puv:.1}");
     }
 
     // The audio decodes to the tone, delay-compensated: compare with the input.
@@ -287,10 +231,7 @@ fn ffprobe_and_ffmpeg_decode_agree() {
         .unwrap();
     assert!(st.success());
     let bytes = std::fs::read(&pcm).unwrap();
-    let dec: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
+    let dec: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
     assert!(
         (dec.len() as i64 - audio.samples_16k.len() as i64).abs() <= 16,
         "{} vs {}",
@@ -299,13 +240,9 @@ fn ffprobe_and_ffmpeg_decode_agree() {
     );
     // Best alignment within +-5 ms should be 0 (priming samples removed by the edit list).
     let corr = |lag: i64| -> f64 {
-        (2000..30000)
-            .map(|i| dec[i] as f64 * audio.samples_16k[(i as i64 + lag) as usize] as f64)
-            .sum()
+        (2000..30000).map(|i| dec[i] as f64 * audio.samples_16k[(i as i64 + lag) as usize] as f64).sum()
     };
-    let best = (-80..=80)
-        .max_by(|&a, &b| corr(a).partial_cmp(&corr(b)).unwrap())
-        .unwrap();
+    let best = (-80..=80).max_by(|&a, &b| corr(a).partial_cmp(&corr(b)).unwrap()).unwrap();
     assert!(best.abs() <= 2, "audio is offset by {best} samples");
 }
 
@@ -317,9 +254,7 @@ fn encode_speed() {
     let dir = tmp_dir("mp4-speed");
     for kind in EncoderKind::available() {
         for (w, h, n) in [(256u32, 256u32, 250usize), (1080, 1920, 50)] {
-            let frames: Vec<Vec<u8>> = (0..n)
-                .map(|t| nv12_frame(w as usize, h as usize, t))
-                .collect();
+            let frames: Vec<Vec<u8>> = (0..n).map(|t| nv12_frame(w as usize, h as usize, t)).collect();
             let path = dir.join(format!("{kind}-{w}x{h}.mp4"));
             let t = Instant::now();
             let mut vw = match VideoWriter::create(&path, w, h, 25, kind, None) {
@@ -362,13 +297,7 @@ fn x264_through_ffmpeg() {
     assert_eq!(info.audio_codec.as_deref(), Some("aac"));
     if have("ffprobe") {
         let j = ffprobe_json(&path);
-        let v = &j["streams"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["codec_type"] == "video")
-            .unwrap()
-            .clone();
+        let v = &j["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == "video").unwrap().clone();
         assert_eq!(v["nb_read_frames"], "64");
         assert_eq!(v["r_frame_rate"], "25/1");
     }

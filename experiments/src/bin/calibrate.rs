@@ -135,7 +135,8 @@ fn run(mut a: Args) -> Result<()> {
     let mut expand_ms = Vec::new();
     for &k in &a.strides {
         let ms = if k > 1 {
-            cadence::bench::bench_expand::<f32>(backend, n, k, cadence::pipeline::LATENT_DIM, opts.method, 11)?.median_ms
+            cadence::bench::bench_expand::<f32>(backend, n, k, cadence::pipeline::LATENT_DIM, opts.method, 11)?
+                .median_ms
         } else {
             0.0 // stride 1: every frame is a keyframe; the copy is part of "other"
         };
@@ -143,7 +144,10 @@ fn run(mut a: Args) -> Result<()> {
     }
     bar.inc(1);
     bar.set_message("composite + NV12");
-    let crop = cadence::bench::test_data(3 * 256 * 256, 5).iter().map(|x| (0.5 + 0.2 * x).clamp(0.0, 1.0)).collect::<Vec<f32>>();
+    let crop = cadence::bench::test_data(3 * 256 * 256, 5)
+        .iter()
+        .map(|x| (0.5 + 0.2 * x).clamp(0.0, 1.0))
+        .collect::<Vec<f32>>();
     let mut frame = vec![0u8; prepared.compositor.frame_bytes()];
     let comp_ms = cadence::bench::median(&cadence::bench::time_host(2, 9, || {
         prepared.compositor.compose(&crop, 256, 256, RgbRange::Unit, &mut frame)
@@ -190,7 +194,8 @@ fn run(mut a: Args) -> Result<()> {
             Some(e) => Output::Mp4 { path: &path, encoder: *e },
             None => Output::Discard,
         };
-        let r = render::run(engines, backend, opts, &prep, &schedule, output, |d| bar.inc(d as u64)).with_context(|| format!("render at stride {k}"))?;
+        let r = render::run(engines, backend, opts, &prep, &schedule, output, |d| bar.inc(d as u64))
+            .with_context(|| format!("render at stride {k}"))?;
         let measured_e2e_ms = t.elapsed().as_secs_f64() * 1e3;
         let measured_ms = measured_e2e_ms - measured_prepare_ms; // frame loop, encoder finish included
         let _ = std::fs::remove_file(&path);
@@ -241,7 +246,11 @@ fn run(mut a: Args) -> Result<()> {
         });
         let skipped = 100.0 * (1.0 - duty);
         let description = if k == 1 {
-            format!("Dense baseline: UNet on every frame ({} evaluated, {} bypassed as silence)", counts.unet_evaluations, n - counts.unet_evaluations)
+            format!(
+                "Dense baseline: UNet on every frame ({} evaluated, {} bypassed as silence)",
+                counts.unet_evaluations,
+                n - counts.unet_evaluations
+            )
         } else {
             format!(
                 "Stride {k} cadence, {} infill: UNet on {} of {n} frames ({}% skipped), {} evaluated after silence bypass",
@@ -361,7 +370,15 @@ fn run(mut a: Args) -> Result<()> {
     );
     println!(
         "{:<7} {:>7} {:>11} {:>14} {:>13} {:>8} {:>15} {:>14} {:>9}",
-        "stride", "duty", "UNet evals", "projected fps", "measured fps", "error", "proj. fps e2e", "meas. fps e2e", "err e2e"
+        "stride",
+        "duty",
+        "UNet evals",
+        "projected fps",
+        "measured fps",
+        "error",
+        "proj. fps e2e",
+        "meas. fps e2e",
+        "err e2e"
     );
     for r in &rows {
         println!(
@@ -382,11 +399,7 @@ fn run(mut a: Args) -> Result<()> {
     }
     println!(
         "backend {} | engines on {} | profile {} | weights {} | load average {}",
-        prov.backend,
-        session.engine_device,
-        prov.engine_profile,
-        prov.weights,
-        load_before
+        prov.backend, session.engine_device, prov.engine_profile, prov.weights, load_before
     );
     println!("wrote {} and {} ({:.0} s)", json_path.display(), csv_path.display(), t_run.elapsed().as_secs_f64());
     Ok(())

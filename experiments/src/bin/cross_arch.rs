@@ -10,7 +10,9 @@ use experiments::provenance::Provenance;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(about = "Cross-architecture stride scaling table (MuseTalk measured; Ditto marked missing until its engine exists)")]
+#[command(
+    about = "Cross-architecture stride scaling table (MuseTalk measured; Ditto marked missing until its engine exists)"
+)]
 struct Args {
     /// The stride table to read (default: results/stride_table.csv).
     #[arg(long)]
@@ -43,9 +45,12 @@ fn main() -> Result<()> {
     let a = Args::parse();
     let results = experiments::paths::results_dir()?;
     let src = a.stride_table.unwrap_or_else(|| results.join("stride_table.csv"));
-    let rows: Vec<StrideRow> = read_rows(&src).with_context(|| format!("{} is needed: run `cargo run --release -p experiments --bin stride_table` first", src.display()))?;
+    let rows: Vec<StrideRow> = read_rows(&src).with_context(|| {
+        format!("{} is needed: run `cargo run --release -p experiments --bin stride_table` first", src.display())
+    })?;
     let src_prov = read_provenance(&src)?;
-    let get = |k: &str| src_prov.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_else(|| "unknown".into());
+    let get =
+        |k: &str| src_prov.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_else(|| "unknown".into());
     let mut prov = Provenance::gather(get("backend"), get("engine_profile"), get("weights"));
     prov.note("source", format!("{} (commit {}, {})", src.display(), get("commit"), get("date_utc")));
     prov.note("source_hardware", get("hardware"));
@@ -62,13 +67,20 @@ fn main() -> Result<()> {
             ditto: "missing: no Ditto engine in cadence yet".into(),
         })
         .collect();
-    println!("CROSS-ARCHITECTURE STRIDE SCALING (render FPS), measured on: {} (engines on {})", get("hardware"), get(experiments::provenance::ENGINE_DEVICE_KEY));
+    println!(
+        "CROSS-ARCHITECTURE STRIDE SCALING (render FPS), measured on: {} (engines on {})",
+        get("hardware"),
+        get(experiments::provenance::ENGINE_DEVICE_KEY)
+    );
     println!("{:<10} {:>34} {:>34}", "stride", "MuseTalk (neural / end to end)", "Ditto");
     for r in &out {
         println!(
             "{:<10} {:>34} {:>34}",
             r.stride,
-            format!("{:.1} FPS ({:.2}x RT) / {:.1} FPS", r.musetalk_neural_fps, r.musetalk_neural_rtf, r.musetalk_end_to_end_fps),
+            format!(
+                "{:.1} FPS ({:.2}x RT) / {:.1} FPS",
+                r.musetalk_neural_fps, r.musetalk_neural_rtf, r.musetalk_end_to_end_fps
+            ),
             "missing (no engine)"
         );
     }

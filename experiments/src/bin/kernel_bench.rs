@@ -155,11 +155,10 @@ fn main() {
 }
 
 fn parse_dims(s: &str, n: usize, what: &str) -> Result<Vec<usize>> {
-    let v: Vec<usize> = s
-        .split('x')
-        .map(|p| p.trim().parse::<usize>())
-        .collect::<std::result::Result<_, _>>()
-        .with_context(|| format!("{what} '{s}' is not of the form {}", if n == 3 { "CxHxW" } else { "WIDTHxHEIGHT" }))?;
+    let v: Vec<usize> =
+        s.split('x').map(|p| p.trim().parse::<usize>()).collect::<std::result::Result<_, _>>().with_context(|| {
+            format!("{what} '{s}' is not of the form {}", if n == 3 { "CxHxW" } else { "WIDTHxHEIGHT" })
+        })?;
     ensure!(v.len() == n && v.iter().all(|&d| d > 0), "{what} '{s}' must have {n} positive dimensions");
     Ok(v)
 }
@@ -177,9 +176,23 @@ fn cases(a: &Args) -> Result<Vec<Case>> {
                 let d = parse_dims(parts[0], 2, "frame size")?;
                 let side = |p: &str| p.trim().parse::<usize>().ok().filter(|&v| v >= 2 && v % 2 == 0);
                 let (b, c) = (side(parts[1]), side(parts[2]));
-                let (Some(b), Some(c)) = (b, c) else { bail!("compositing case '{s}': BOX and CROP must be even numbers of at least 2") };
-                ensure!(d[0] % 2 == 0 && d[1] % 2 == 0 && b <= d[0] && b <= d[1], "compositing case '{s}': the frame must be even-sized and hold the box");
-                out.push(Case { kernel: k, dtype: Dt::F32, method: None, shape: s.clone(), dim: 0, layout: None, composite: Some([d[0], d[1], b, c]), frames: 1 });
+                let (Some(b), Some(c)) = (b, c) else {
+                    bail!("compositing case '{s}': BOX and CROP must be even numbers of at least 2")
+                };
+                ensure!(
+                    d[0] % 2 == 0 && d[1] % 2 == 0 && b <= d[0] && b <= d[1],
+                    "compositing case '{s}': the frame must be even-sized and hold the box"
+                );
+                out.push(Case {
+                    kernel: k,
+                    dtype: Dt::F32,
+                    method: None,
+                    shape: s.clone(),
+                    dim: 0,
+                    layout: None,
+                    composite: Some([d[0], d[1], b, c]),
+                    frames: 1,
+                });
             }
             continue;
         }
@@ -189,7 +202,16 @@ fn cases(a: &Args) -> Result<Vec<Case>> {
                 let layout = RgbLayout::packed(d[0], d[1], a.nv12_frames);
                 layout.validate(layout.len()).with_context(|| format!("NV12 size {s}"))?;
                 for dt in [Dt::F32, Dt::F16] {
-                    out.push(Case { kernel: k, dtype: dt, method: None, shape: s.clone(), dim: layout.frame_len(), layout: Some(layout), composite: None, frames: a.nv12_frames });
+                    out.push(Case {
+                        kernel: k,
+                        dtype: dt,
+                        method: None,
+                        shape: s.clone(),
+                        dim: layout.frame_len(),
+                        layout: Some(layout),
+                        composite: None,
+                        frames: a.nv12_frames,
+                    });
                 }
             }
             continue;
@@ -199,9 +221,19 @@ fn cases(a: &Args) -> Result<Vec<Case>> {
             for &frames in &a.frames {
                 ensure!(frames >= 1, "--frames values must be at least 1");
                 for dt in [Dt::F32, Dt::F16] {
-                    let methods: &[Option<Method>] = if k == Kernel::Ease { &[None] } else { &[Some(Method::Slerp), Some(Method::Lerp)] };
+                    let methods: &[Option<Method>] =
+                        if k == Kernel::Ease { &[None] } else { &[Some(Method::Slerp), Some(Method::Lerp)] };
                     for &m in methods {
-                        out.push(Case { kernel: k, dtype: dt, method: m, shape: s.clone(), dim, layout: None, composite: None, frames });
+                        out.push(Case {
+                            kernel: k,
+                            dtype: dt,
+                            method: m,
+                            shape: s.clone(),
+                            dim,
+                            layout: None,
+                            composite: None,
+                            frames,
+                        });
                     }
                 }
             }
@@ -257,18 +289,29 @@ fn run(a: Args) -> Result<()> {
         // Copy bandwidth per traffic size, measured once per size and backend in this run.
         let mut copy: HashMap<u64, f64> = HashMap::new();
         for c in &cases {
-            let label = format!("{} {} {} {} x{} {}", b.name(), c.kernel.name(), c.dtype.name(), c.method.map(method_name).unwrap_or(""), c.frames, c.shape);
+            let label = format!(
+                "{} {} {} {} x{} {}",
+                b.name(),
+                c.kernel.name(),
+                c.dtype.name(),
+                c.method.map(method_name).unwrap_or(""),
+                c.frames,
+                c.shape
+            );
             bar.set_message(label.clone());
             let t = time_case(b, c, &a, r).with_context(|| format!("benchmark {label}"))?;
             let copy_gbps = match copy.get(&t.compulsory_bytes) {
                 Some(&g) => g,
                 None => {
-                    let g = kbench::copy_gbps(b, t.compulsory_bytes, r).with_context(|| format!("copy bound for {label}"))?;
+                    let g = kbench::copy_gbps(b, t.compulsory_bytes, r)
+                        .with_context(|| format!("copy bound for {label}"))?;
                     copy.insert(t.compulsory_bytes, g);
                     g
                 }
             };
-            let keyframes = (c.kernel == Kernel::Expand).then(|| cadence::KeyframeSchedule::fixed_stride(c.frames, a.stride).map(|s| s.count())).transpose()?;
+            let keyframes = (c.kernel == Kernel::Expand)
+                .then(|| cadence::KeyframeSchedule::fixed_stride(c.frames, a.stride).map(|s| s.count()))
+                .transpose()?;
             rows.push(Row {
                 backend: b.name().to_string(),
                 kernel: c.kernel.name().to_string(),
@@ -292,7 +335,10 @@ fn run(a: Args) -> Result<()> {
     bar.finish_and_clear();
 
     let mut prov = Provenance::for_backends(&backends, "n/a", "n/a");
-    prov.note("load_average", format!("{load_before} at the start, {} at the end (1, 5, 15 min)", experiments::provenance::load_average()));
+    prov.note(
+        "load_average",
+        format!("{load_before} at the start, {} at the end (1, 5, 15 min)", experiments::provenance::load_average()),
+    );
     prov.note(
         "timing",
         format!(
@@ -351,12 +397,18 @@ fn print_table(rows: &[Row]) {
 /// One panel per (backend, kernel, storage type): GB/s against compulsory MB, one line per
 /// method and frame shape (over the frame counts; NV12: over the resolutions), and the copy
 /// bound measured at the same byte counts as a dashed line.
-fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Provenance) -> Result<experiments::plot::PlotFiles> {
+fn plot(
+    rows: &[Row],
+    backends: &[Backend],
+    out_dir: &std::path::Path,
+    prov: &Provenance,
+) -> Result<experiments::plot::PlotFiles> {
     let mut charts = Vec::new();
     for b in backends {
         for k in [Kernel::Expand, Kernel::SlerpPairs, Kernel::Ease, Kernel::Nv12, Kernel::Composite] {
             for dt in ["f32", "f16"] {
-                let mine: Vec<&Row> = rows.iter().filter(|r| r.backend == b.name() && r.kernel == k.name() && r.dtype == dt).collect();
+                let mine: Vec<&Row> =
+                    rows.iter().filter(|r| r.backend == b.name() && r.kernel == k.name() && r.dtype == dt).collect();
                 if mine.is_empty() {
                     continue;
                 }
@@ -384,7 +436,8 @@ fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Pr
                     Kernel::Composite => "compulsory MB (crop + per-box-pixel terms in, box NV12 out)".to_string(),
                     _ => format!("compulsory MB (frames {})", frames_list(&mine)),
                 };
-                let mut chart = LineChart::new(title, x_label, "GB/s (log scale)").log_x().log_y().legend(Legend::UpperRight);
+                let mut chart =
+                    LineChart::new(title, x_label, "GB/s (log scale)").log_x().log_y().legend(Legend::UpperRight);
                 for (i, (name, mut pts)) in series.into_iter().enumerate() {
                     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                     chart = chart.series(Series::new(name, pts).style(LineStyle::SolidMarkers).color(i));
@@ -401,7 +454,13 @@ fn plot(rows: &[Row], backends: &[Backend], out_dir: &std::path::Path, prov: &Pr
             }
         }
     }
-    line_plot_grid(&out_dir.join("kernel_bench"), "cadence kernels: GB/s of compulsory bytes, against a copy of the same bytes", &charts, 2, prov)
+    line_plot_grid(
+        &out_dir.join("kernel_bench"),
+        "cadence kernels: GB/s of compulsory bytes, against a copy of the same bytes",
+        &charts,
+        2,
+        prov,
+    )
 }
 
 fn frames_list(rows: &[&Row]) -> String {

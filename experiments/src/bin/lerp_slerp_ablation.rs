@@ -160,8 +160,14 @@ fn ratios(backend: &Backend, v0: &[f32], v1: &[f32], alphas: &[f32], dim: usize,
 }
 
 fn run(args: Args) -> Result<()> {
-    ensure!(!(args.skip_synthetic && args.skip_trajectory), "--skip-synthetic and --skip-trajectory together leave nothing to do");
-    ensure!(!args.strides.is_empty() && args.strides.iter().all(|&k| k >= 2), "--strides must be integers of at least 2 (stride 1 has no in-between frames)");
+    ensure!(
+        !(args.skip_synthetic && args.skip_trajectory),
+        "--skip-synthetic and --skip-trajectory together leave nothing to do"
+    );
+    ensure!(
+        !args.strides.is_empty() && args.strides.iter().all(|&k| k >= 2),
+        "--strides must be integers of at least 2 (stride 1 has no in-between frames)"
+    );
     let out_dir = args.out.dir()?;
     if !args.skip_synthetic {
         synthetic(&args, &out_dir)?;
@@ -221,11 +227,22 @@ fn synthetic(args: &Args, out_dir: &Path) -> Result<()> {
 
     let mut prov = Provenance::for_backends(&backends, "n/a", "n/a");
     prov.note("csv_backend", pb.describe());
-    prov.note("vectors", format!("{} angles in [0, pi] x {} alphas, D = {dim}, unit vectors, f32 storage, seed {}", thetas.len(), args.alphas.len(), args.seed));
+    prov.note(
+        "vectors",
+        format!(
+            "{} angles in [0, pi] x {} alphas, D = {dim}, unit vectors, f32 storage, seed {}",
+            thetas.len(),
+            args.alphas.len(),
+            args.seed
+        ),
+    );
     for (b, l, s) in per_backend.iter().enumerate().filter(|(i, _)| *i != primary).map(|(_, x)| x) {
         let dl = l.iter().zip(lerp).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
         let ds = s.iter().zip(slerp).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
-        prov.note(format!("agreement_{}", b.name()), format!("max |ratio difference| vs csv_backend: LERP {dl:.2e}, SLERP {ds:.2e}"));
+        prov.note(
+            format!("agreement_{}", b.name()),
+            format!("max |ratio difference| vs csv_backend: LERP {dl:.2e}, SLERP {ds:.2e}"),
+        );
     }
     let at_pi: Vec<&NormRow> = rows.iter().filter(|r| r.theta_rad >= PI - 1e-9).collect();
     let same = at_pi.iter().all(|r| (r.slerp_norm_ratio - r.lerp_norm_ratio).abs() <= 1e-6);
@@ -241,7 +258,8 @@ fn synthetic(args: &Args, out_dir: &Path) -> Result<()> {
 
     // Summary on stdout.
     let interior = |r: &&NormRow| r.theta_rad < PI - 1e-9;
-    let worst_lerp_vs_analytic = rows.iter().map(|r| (r.lerp_norm_ratio - r.analytic_lerp_ratio).abs()).fold(0.0, f64::max);
+    let worst_lerp_vs_analytic =
+        rows.iter().map(|r| (r.lerp_norm_ratio - r.analytic_lerp_ratio).abs()).fold(0.0, f64::max);
     let worst_slerp = rows.iter().filter(interior).map(|r| (r.slerp_norm_ratio - 1.0).abs()).fold(0.0, f64::max);
     let min_lerp = rows.iter().filter(interior).map(|r| r.lerp_norm_ratio).fold(f64::INFINITY, f64::min);
     println!("backends: {}", backends.iter().map(|b| b.describe()).collect::<Vec<_>>().join("; "));
@@ -267,7 +285,11 @@ fn synthetic(args: &Args, out_dir: &Path) -> Result<()> {
     let at = |a: f64, f: &dyn Fn(&NormRow) -> f64| -> Vec<(f64, f64)> {
         rows.iter().filter(|r| r.alpha == a).map(|r| (r.theta_rad, f(r))).collect()
     };
-    let analytic_label = if (a_mid - 0.5).abs() < 1e-12 { "analytic LERP: cos(theta/2)".to_string() } else { format!("analytic LERP at alpha {a_mid}") };
+    let analytic_label = if (a_mid - 0.5).abs() < 1e-12 {
+        "analytic LERP: cos(theta/2)".to_string()
+    } else {
+        format!("analytic LERP at alpha {a_mid}")
+    };
     let chart = LineChart::new(
         format!("Norm ratio at alpha = {a_mid}: LERP vs SLERP (D = {dim}, cadence slerp_pairs kernel, {})", pb.name()),
         "angle theta between the vectors (rad)",
@@ -277,11 +299,21 @@ fn synthetic(args: &Args, out_dir: &Path) -> Result<()> {
     .y_range(-0.02, 1.08)
     .series(Series::new(analytic_label, at(a_mid, &|r| r.analytic_lerp_ratio)).style(LineStyle::Dashed).color(7))
     .series(Series::new("LERP (measured)", at(a_mid, &|r| r.lerp_norm_ratio)).style(LineStyle::Markers).color(3))
-    .series(Series::new("SLERP (measured)", at(a_mid, &|r| if r.theta_rad < PI - 1e-9 { r.slerp_norm_ratio } else { f64::NAN })).style(LineStyle::SolidMarkers).color(0))
     .series(
-        Series::new("SLERP at theta = pi (antipodal: LERP fallback)", at(a_mid, &|r| if r.theta_rad < PI - 1e-9 { f64::NAN } else { r.slerp_norm_ratio }))
-            .style(LineStyle::Markers)
-            .color(1),
+        Series::new(
+            "SLERP (measured)",
+            at(a_mid, &|r| if r.theta_rad < PI - 1e-9 { r.slerp_norm_ratio } else { f64::NAN }),
+        )
+        .style(LineStyle::SolidMarkers)
+        .color(0),
+    )
+    .series(
+        Series::new(
+            "SLERP at theta = pi (antipodal: LERP fallback)",
+            at(a_mid, &|r| if r.theta_rad < PI - 1e-9 { f64::NAN } else { r.slerp_norm_ratio }),
+        )
+        .style(LineStyle::Markers)
+        .color(1),
     )
     .legend(Legend::LowerLeft);
     let files = line_plot(&out_dir.join("lerp_slerp_norm"), &chart, &prov)?;
@@ -309,9 +341,12 @@ fn synthetic(args: &Args, out_dir: &Path) -> Result<()> {
         let label = format!("LERP a = {}", names.join(" and "));
         chart = chart.series(Series::new(label, at(members[0], &|r| r.lerp_norm_ratio)).color(i));
     }
-    let mut slerp_all: Vec<(f64, f64)> = rows.iter().filter(|r| r.theta_rad < PI - 1e-9).map(|r| (r.theta_rad, r.slerp_norm_ratio)).collect();
+    let mut slerp_all: Vec<(f64, f64)> =
+        rows.iter().filter(|r| r.theta_rad < PI - 1e-9).map(|r| (r.theta_rad, r.slerp_norm_ratio)).collect();
     slerp_all.sort_by(|a, b| a.0.total_cmp(&b.0));
-    chart = chart.series(Series::new("SLERP, every alpha (theta < pi)", slerp_all).style(LineStyle::Markers).color(7)).legend(Legend::LowerLeft);
+    chart = chart
+        .series(Series::new("SLERP, every alpha (theta < pi)", slerp_all).style(LineStyle::Markers).color(7))
+        .legend(Legend::LowerLeft);
     let files = line_plot(&out_dir.join("lerp_slerp_norm_alphas"), &chart, &prov)?;
     println!("wrote {} and {}", files.png.display(), files.svg.display());
 
@@ -391,7 +426,9 @@ fn motion(dense: &[f32], n: usize, strides: &[usize]) -> Result<Motion> {
     lag_list.sort_unstable();
     let mut lags = Vec::new();
     for &l in &lag_list {
-        let a = (0..n - l).map(|f| metrics::angle_between(frame_of(dense, f), frame_of(dense, f + l))).collect::<Result<Vec<f64>>>()?;
+        let a = (0..n - l)
+            .map(|f| metrics::angle_between(frame_of(dense, f), frame_of(dense, f + l)))
+            .collect::<Result<Vec<f64>>>()?;
         lags.push((l, a.iter().sum::<f64>() / a.len() as f64, a.iter().copied().fold(0.0, f64::max)));
     }
     let (mut sum, mut count) = (0.0, 0usize);
@@ -408,11 +445,17 @@ fn motion(dense: &[f32], n: usize, strides: &[usize]) -> Result<Motion> {
         }
     }
     let total: f64 = dense.iter().map(|&x| (x as f64).powi(2)).sum();
-    let varying: f64 = (0..n).map(|f| frame_of(dense, f).iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum();
+    let varying: f64 =
+        (0..n).map(|f| frame_of(dense, f).iter().zip(&mean).map(|(&x, m)| (x as f64 - m).powi(2)).sum::<f64>()).sum();
     let norms: Vec<f64> = (0..n).map(|f| metrics::l2_norm(frame_of(dense, f))).collect();
     let nm = norms.iter().sum::<f64>() / n as f64;
     let nsd = (norms.iter().map(|x| (x - nm).powi(2)).sum::<f64>() / n as f64).sqrt();
-    Ok(Motion { lags, all_pairs_mean: if count > 0 { sum / count as f64 } else { 0.0 }, varying_energy: varying / total, norm_cv: nsd / nm })
+    Ok(Motion {
+        lags,
+        all_pairs_mean: if count > 0 { sum / count as f64 } else { 0.0 },
+        varying_energy: varying / total,
+        norm_cv: nsd / nm,
+    })
 }
 
 fn weights_kind(summary: &str) -> &'static str {
@@ -447,7 +490,8 @@ fn decode_each(
     let mut outside = 0;
     for start in (0..count).step_by(batch.max(1)) {
         let b = batch.max(1).min(count - start);
-        let out = decoder.decode(&Batch::new(vec![b, 4, 32, 32], latents[start * LATENT_DIM..(start + b) * LATENT_DIM].to_vec())?)?;
+        let out = decoder
+            .decode(&Batch::new(vec![b, 4, 32, 32], latents[start * LATENT_DIM..(start + b) * LATENT_DIM].to_vec())?)?;
         ensure!(out.data.len() == b * crop, "decoder returned shape {:?}", out.shape);
         let mut data = out.data;
         for v in data.iter_mut() {
@@ -469,14 +513,22 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let load_before = experiments::provenance::load_average();
     let n = args.session.frames.unwrap_or(DEFAULT_TRAJECTORY_FRAMES);
     let max_k = *args.strides.iter().max().expect("strides checked non-empty");
-    ensure!(n > max_k, "--frames {n} must exceed the largest stride {max_k} (some frame must lie between two keyframes)");
+    ensure!(
+        n > max_k,
+        "--frames {n} must exceed the largest stride {max_k} (some frame must lie between two keyframes)"
+    );
     let mut sa = args.session.clone();
     sa.frames = Some(args.start + n);
     eprintln!("lerp_slerp_ablation: trajectory part: loading engines and inputs ...");
     let session = Session::open(&sa)?;
     let Session { backend, engines, opts, audio, img, face, .. } = &session;
     let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
-    ensure!(prepared.frames >= args.start + n, "the audio gives {} frames, fewer than --start {} + --frames {n}", prepared.frames, args.start);
+    ensure!(
+        prepared.frames >= args.start + n,
+        "the audio gives {} frames, fewer than --start {} + --frames {n}",
+        prepared.frames,
+        args.start
+    );
     let speech = &prepared.speech[args.start..args.start + n];
     let speech_frac = speech.iter().filter(|&&s| s).count() as f64 / n as f64;
     let batch = opts.batch.max(1);
@@ -499,7 +551,8 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
         }
         let f0 = args.start + c;
         let win_data = prepared.features.data[f0 * per_window..(f0 + b) * per_window].to_vec();
-        let out = engines.unet.predict(&Batch::new(vec![b, 8, 32, 32], lat)?, &Batch::new(vec![b, win, dim_a], win_data)?)?;
+        let out =
+            engines.unet.predict(&Batch::new(vec![b, 8, 32, 32], lat)?, &Batch::new(vec![b, win, dim_a], win_data)?)?;
         ensure!(out.data.len() == b * LATENT_DIM, "UNet returned shape {:?}", out.shape);
         dense.extend_from_slice(&out.data);
         bar.inc(b as u64);
@@ -510,7 +563,8 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let mot = motion(&dense, n, &args.strides)?;
 
     // Decoding: the dense frames once, then every method's in-between frames.
-    let schedules: Vec<KeyframeSchedule> = args.strides.iter().map(|&k| KeyframeSchedule::fixed_stride(n, k)).collect::<Result<_>>()?;
+    let schedules: Vec<KeyframeSchedule> =
+        args.strides.iter().map(|&k| KeyframeSchedule::fixed_stride(n, k)).collect::<Result<_>>()?;
     let decode_total = n + schedules.iter().map(|s| 2 * (n - s.count())).sum::<usize>();
     let bar = progress_bar(decode_total as u64, "decoding");
     bar.set_message("dense frames");
@@ -545,7 +599,9 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
             .collect::<Result<Vec<f64>>>()?;
         for method in [Method::Lerp, Method::Slerp] {
             bar.set_message(format!("stride {k}, {}", method_name(method)));
-            let exp = backend.expand(&key_lat, schedule, LATENT_DIM, method).with_context(|| format!("expanding stride {k} with {method:?}"))?;
+            let exp = backend
+                .expand(&key_lat, schedule, LATENT_DIM, method)
+                .with_context(|| format!("expanding stride {k} with {method:?}"))?;
             for &f in keys {
                 let f = f as usize;
                 keyframe_check = keyframe_check.max(metrics::max_abs_error(frame_of(&exp, f), frame_of(&dense, f))?);
@@ -576,7 +632,8 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
             decoded_samples += lat.len() / LATENT_DIM * crop;
             let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
             let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-            let (def, vd): (SignedSummary, SignedSummary) = (metrics::signed_summary(&deficit)?, metrics::signed_summary(&vs_dense)?);
+            let (def, vd): (SignedSummary, SignedSummary) =
+                (metrics::signed_summary(&deficit)?, metrics::signed_summary(&vs_dense)?);
             rows.push(TrajectoryRow {
                 stride: k,
                 method: method_name(method).into(),
@@ -620,7 +677,8 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
             backend.describe()
         ),
     );
-    let lag_text: Vec<String> = mot.lags.iter().map(|(l, m, x)| format!("lag {l}: mean {m:.4} rad, max {x:.4} rad")).collect();
+    let lag_text: Vec<String> =
+        mot.lags.iter().map(|(l, m, x)| format!("lag {l}: mean {m:.4} rad, max {x:.4} rad")).collect();
     prov.note(
         "dense_motion",
         format!(
@@ -651,8 +709,20 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
             100.0 * outside as f64 / decoded_samples as f64
         ),
     );
-    prov.note("load_average", format!("{load_before} at start, {} at end (1/5/15 min; shared machine, times are noisy)", experiments::provenance::load_average()));
-    prov.note("runtime", format!("UNet {unet_s:.1} s, decoding + metrics {decode_s:.1} s, trajectory part {:.1} s", t_run.elapsed().as_secs_f64()));
+    prov.note(
+        "load_average",
+        format!(
+            "{load_before} at start, {} at end (1/5/15 min; shared machine, times are noisy)",
+            experiments::provenance::load_average()
+        ),
+    );
+    prov.note(
+        "runtime",
+        format!(
+            "UNet {unet_s:.1} s, decoding + metrics {decode_s:.1} s, trajectory part {:.1} s",
+            t_run.elapsed().as_secs_f64()
+        ),
+    );
 
     println!();
     println!(
@@ -673,12 +743,30 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     println!("{caveat}");
     println!(
         "{:<7} {:<6} {:>7} {:>13} {:>13} {:>12} {:>10} {:>9} {:>9} {:>11}",
-        "stride", "method", "frames", "deficit mean", "deficit worst", "vs dense", "PSNR dB", "PSNR min", "SSIM", "sharp ratio"
+        "stride",
+        "method",
+        "frames",
+        "deficit mean",
+        "deficit worst",
+        "vs dense",
+        "PSNR dB",
+        "PSNR min",
+        "SSIM",
+        "sharp ratio"
     );
     for r in &rows {
         println!(
             "{:<7} {:<6} {:>7} {:>13.3e} {:>13.3e} {:>12.3e} {:>10.2} {:>9.2} {:>9.5} {:>11.4}",
-            r.stride, r.method, r.inbetween_frames, r.norm_deficit_mean, r.norm_deficit_worst, r.norm_vs_dense_mean, r.psnr_db_mean, r.psnr_db_min, r.ssim_mean, r.sharpness_ratio
+            r.stride,
+            r.method,
+            r.inbetween_frames,
+            r.norm_deficit_mean,
+            r.norm_deficit_worst,
+            r.norm_vs_dense_mean,
+            r.psnr_db_mean,
+            r.psnr_db_min,
+            r.ssim_mean,
+            r.sharpness_ratio
         );
     }
     let csv = out_dir.join("lerp_slerp_trajectory.csv");
@@ -712,21 +800,34 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     };
     let (d0, d1) = decades(rows.iter().flat_map(|r| [r.norm_deficit_mean.abs(), r.norm_deficit_worst.abs()]).collect());
     let (s0, s1) = decades(rows.iter().map(|r| 1.0 - r.ssim_mean).collect());
-    let deficit = panel("|norm deficit| on in-between frames (log; SLERP: f32 rounding)", "| |v| / ((1-a)|v0| + a|v1|) - 1 |", &|r| r.norm_deficit_mean.abs())
-        .series(Series::new("LERP worst", pts("lerp", &|r| r.norm_deficit_worst.abs())).style(LineStyle::Dashed).color(3))
-        .series(Series::new("SLERP worst", pts("slerp", &|r| r.norm_deficit_worst.abs())).style(LineStyle::Dashed).color(0))
-        .log_y()
-        .y_range(d0, d1)
-        .legend(Legend::MiddleRight);
+    let deficit = panel(
+        "|norm deficit| on in-between frames (log; SLERP: f32 rounding)",
+        "| |v| / ((1-a)|v0| + a|v1|) - 1 |",
+        &|r| r.norm_deficit_mean.abs(),
+    )
+    .series(Series::new("LERP worst", pts("lerp", &|r| r.norm_deficit_worst.abs())).style(LineStyle::Dashed).color(3))
+    .series(Series::new("SLERP worst", pts("slerp", &|r| r.norm_deficit_worst.abs())).style(LineStyle::Dashed).color(0))
+    .log_y()
+    .y_range(d0, d1)
+    .legend(Legend::MiddleRight);
     let psnr = panel("PSNR vs dense decode (mean)", "dB", &|r| r.psnr_db_mean);
-    let ssim = panel("1 - SSIM vs dense decode (mean, luma; log)", "1 - SSIM", &|r| 1.0 - r.ssim_mean).log_y().y_range(s0, s1).legend(Legend::LowerRight);
-    let sharp = panel("sharpness change vs dense decode (mean)", "Laplacian variance ratio - 1 (%)", &|r| 100.0 * (r.sharpness_ratio - 1.0));
+    let ssim = panel("1 - SSIM vs dense decode (mean, luma; log)", "1 - SSIM", &|r| 1.0 - r.ssim_mean)
+        .log_y()
+        .y_range(s0, s1)
+        .legend(Legend::LowerRight);
+    let sharp = panel("sharpness change vs dense decode (mean)", "Laplacian variance ratio - 1 (%)", &|r| {
+        100.0 * (r.sharpness_ratio - 1.0)
+    });
     let title = format!(
         "LERP vs SLERP on dense UNet latent trajectories ({n} frames, {kind} weights, {profile} profile, {})",
         engines.decoder.model()
     );
-    let files = line_plot_grid(&out_dir.join("lerp_slerp_trajectory"), &title, &[deficit, psnr, ssim, sharp], 2, &prov)?;
+    let files =
+        line_plot_grid(&out_dir.join("lerp_slerp_trajectory"), &title, &[deficit, psnr, ssim, sharp], 2, &prov)?;
     println!("wrote {} and {}", files.png.display(), files.svg.display());
-    println!("trajectory part took {:.1} s (UNet {unet_s:.1} s, decoding + metrics {decode_s:.1} s)", t_run.elapsed().as_secs_f64());
+    println!(
+        "trajectory part took {:.1} s (UNet {unet_s:.1} s, decoding + metrics {decode_s:.1} s)",
+        t_run.elapsed().as_secs_f64()
+    );
     Ok(())
 }

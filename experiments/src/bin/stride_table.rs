@@ -8,14 +8,16 @@ use cadence::render::{self, Output};
 use cadence::KeyframeSchedule;
 use cadence_engines::Engine;
 use clap::Parser;
-use experiments::session::{Session, SessionArgs};
 use experiments::plot::{bar_plot, BarChart};
 use experiments::provenance::Provenance;
+use experiments::session::{Session, SessionArgs};
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(about = "Reproduce the stride table: render one clip at each stride through the real pipeline and measure every row")]
+#[command(
+    about = "Reproduce the stride table: render one clip at each stride through the real pipeline and measure every row"
+)]
 struct Args {
     /// Strides to measure.
     #[arg(long, default_value = "1,2,3", value_delimiter = ',')]
@@ -153,7 +155,10 @@ fn print_table(rows: &[Row], prov: &Provenance) {
     let lines: Vec<(&str, Box<Cell>)> = vec![
         ("Metric", Box::new(|r| format!("Stride {}", r.stride))),
         ("UNet keyframes scheduled", Box::new(|r| format!("{} / {}", r.keyframes, r.frames))),
-        ("UNet evaluations (silence bypassed)", Box::new(|r| format!("{} ({} bypassed)", r.unet_evaluations, r.bypassed_frames))),
+        (
+            "UNet evaluations (silence bypassed)",
+            Box::new(|r| format!("{} ({} bypassed)", r.unet_evaluations, r.bypassed_frames)),
+        ),
         ("UNet duty cycle", Box::new(|r| format!("{:.1}%", r.unet_duty_cycle_pct))),
         ("SLERP infill (total)", Box::new(|r| format!("{:.2} ms", r.slerp_infill_ms))),
         ("Pure neural time", Box::new(|r| format!("{:.1} ms", r.pure_neural_ms))),
@@ -166,7 +171,8 @@ fn print_table(rows: &[Row], prov: &Provenance) {
         ("End-to-end FPS", Box::new(|r| format!("{:.1} FPS", r.end_to_end_fps))),
         ("End-to-end real-time factor", Box::new(|r| format!("{:.2}x", r.end_to_end_rtf))),
     ];
-    let cells: Vec<(&str, Vec<String>)> = lines.iter().map(|(name, f)| (*name, rows.iter().map(f.as_ref()).collect())).collect();
+    let cells: Vec<(&str, Vec<String>)> =
+        lines.iter().map(|(name, f)| (*name, rows.iter().map(f.as_ref()).collect())).collect();
     let label_w = cells.iter().map(|(n, _)| n.len()).max().unwrap_or(0) + 2;
     let col_w = cells.iter().flat_map(|(_, v)| v.iter().map(|c| c.len())).max().unwrap_or(0) + 3;
     println!("\nCADENCE STRIDE TABLE ({} frames), {}", rows[0].frames, prov.hardware);
@@ -175,7 +181,10 @@ fn print_table(rows: &[Row], prov: &Provenance) {
         values.iter().for_each(|v| print!("{v:>col_w$}"));
         println!();
     }
-    println!("UNet engine: {} | decoder: {} | precision {}", rows[0].unet_engine, rows[0].decoder_engine, rows[0].precision);
+    println!(
+        "UNet engine: {} | decoder: {} | precision {}",
+        rows[0].unet_engine, rows[0].decoder_engine, rows[0].precision
+    );
     println!(
         "backend {} | engines on {} | frames: {} | profile {} | weights {} | commit {}",
         prov.backend,

@@ -100,8 +100,13 @@ pub fn nv12_ref(rgb: &[f32], w: usize, h: usize, pitch: usize, signed: bool, bt6
     }
     for by in 0..h / 2 {
         for bx in 0..w / 2 {
-            let avg =
-                |c| (px(c, 2 * bx, 2 * by) + px(c, 2 * bx + 1, 2 * by) + px(c, 2 * bx, 2 * by + 1) + px(c, 2 * bx + 1, 2 * by + 1)) / 4.0;
+            let avg = |c| {
+                (px(c, 2 * bx, 2 * by)
+                    + px(c, 2 * bx + 1, 2 * by)
+                    + px(c, 2 * bx, 2 * by + 1)
+                    + px(c, 2 * bx + 1, 2 * by + 1))
+                    / 4.0
+            };
             let (r, g, b) = (avg(0), avg(1), avg(2));
             out[w * h + by * w + 2 * bx] = q(128.0 + ku[0] * r + ku[1] * g + ku[2] * b);
             out[w * h + by * w + 2 * bx + 1] = q(128.0 + kv[0] * r + kv[1] * g + kv[2] * b);

@@ -25,11 +25,7 @@ pub fn write_wav(
         channels,
         sample_rate: rate,
         bits_per_sample: bits,
-        sample_format: if float {
-            hound::SampleFormat::Float
-        } else {
-            hound::SampleFormat::Int
-        },
+        sample_format: if float { hound::SampleFormat::Float } else { hound::SampleFormat::Int },
     };
     let mut w = hound::WavWriter::create(path, spec).unwrap();
     for i in 0..n_frames {
@@ -58,11 +54,8 @@ pub fn rms(x: &[f32]) -> f32 {
 /// message when espeak-ng is not installed: these tests must not pass silently.
 pub fn espeak(text: &str, dir: &std::path::Path, name: &str) -> (u32, Vec<i16>) {
     let out = dir.join(format!("{name}.wav"));
-    let status = std::process::Command::new("espeak-ng")
-        .args(["-v", "en-us", "-s", "150", "-w"])
-        .arg(&out)
-        .arg(text)
-        .status();
+    let status =
+        std::process::Command::new("espeak-ng").args(["-v", "en-us", "-s", "150", "-w"]).arg(&out).arg(text).status();
     match status {
         Ok(s) if s.success() => {}
         Ok(s) => panic!("espeak-ng failed ({s}) generating test speech"),
@@ -79,8 +72,5 @@ pub fn espeak(text: &str, dir: &std::path::Path, name: &str) -> (u32, Vec<i16>) 
 }
 
 pub fn have(cmd: &str) -> bool {
-    std::process::Command::new(cmd)
-        .arg("-version")
-        .output()
-        .is_ok()
+    std::process::Command::new(cmd).arg("-version").output().is_ok()
 }
