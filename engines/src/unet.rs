@@ -169,6 +169,8 @@ pub struct MuseTalkUnet {
 /// What runs the network, each with the positional-encoding table in the form it adds: cadence's
 /// CPU path on the CPU (the candle model is built once to check the weights, then dropped, so the
 /// weights are held once), candle elsewhere.
+// One per loaded model: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Forward {
     Cpu { net: UnetCpu, pe: Vec<f32> },
     Candle { net: UNet2DConditionModel, pe: Tensor },

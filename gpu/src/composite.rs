@@ -54,6 +54,7 @@ pub fn tap(p: u32, box_len: u32, crop_len: u32) -> Tap {
 /// `pXY` = column X, row Y of the taps) weighted by the face's `alpha`, plus `background_term`
 /// = (1 - alpha) x background, which is the same every frame and precomputed.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn blend_bilinear(
     p00: f32,
     p10: f32,

@@ -58,11 +58,16 @@ impl Compositor {
             width * height * 3
         );
         ensure!(
-            width % 2 == 0 && height % 2 == 0,
+            width.is_multiple_of(2) && height.is_multiple_of(2),
             "the output frame must have an even width and height (got {width}x{height})"
         );
         ensure!(
-            face.x % 2 == 0 && face.y % 2 == 0 && face.w % 2 == 0 && face.h % 2 == 0 && face.w > 0 && face.h > 0,
+            face.x.is_multiple_of(2)
+                && face.y.is_multiple_of(2)
+                && face.w.is_multiple_of(2)
+                && face.h.is_multiple_of(2)
+                && face.w > 0
+                && face.h > 0,
             "face box {face:?} must have even position and size"
         );
         ensure!(

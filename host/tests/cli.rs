@@ -71,7 +71,7 @@ fn expand_bad_inputs_fail_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.npy");
     let out = dir.path().join("frames.npy");
-    cadence::npy::write(&keys, &[4, 8], &vec![0.5f32; 32]).unwrap();
+    cadence::npy::write(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
     let mut nan = vec![0.5f32; 32];
     nan[17] = f32::NAN;
     let nan_keys = dir.path().join("nan.npy");

@@ -22,14 +22,8 @@ fn compose_pastes_the_crop_into_the_box_only() {
         let mut out = vec![0u8; c.frame_bytes()];
         c.compose_frame(&crop, cw, ch, RgbRange::Unit, &mut out).unwrap();
         let bg_nv12 = c.background_nv12().to_vec();
-        let solid = backend
-            .rgb_to_nv12(
-                &crop[..].iter().map(|&v| v).collect::<Vec<_>>()[..],
-                RgbLayout::packed(cw, ch, 1),
-                ColorMatrix::Bt709,
-                RgbRange::Unit,
-            )
-            .unwrap();
+        let solid =
+            backend.rgb_to_nv12(&crop, RgbLayout::packed(cw, ch, 1), ColorMatrix::Bt709, RgbRange::Unit).unwrap();
         let (y_face, u_face, v_face) = (solid[0], solid[cw * ch], solid[cw * ch + 1]);
         for y in 0..h {
             for x in 0..w {

@@ -30,13 +30,13 @@ fn slerp_matches_f64_reference_and_keeps_the_interpolated_norm() {
             }
             let alphas: Vec<f32> = (0..rows).map(|i| (i as f32 + 0.5) / rows as f32).collect();
             let out = b.slerp_pairs(&v0, &v1, &alphas, dim, Method::Slerp).unwrap();
-            for row in 0..rows {
+            for (row, &alpha) in alphas.iter().enumerate() {
                 let s = row * dim..(row + 1) * dim;
                 let (a, c) = (to64(&v0[s.clone()]), to64(&v1[s.clone()]));
                 if dim == 1 && (a[0] > 0.0) != (c[0] > 0.0) {
                     continue; // 1-D opposite signs are antipodal: tested separately
                 }
-                let reference = slerp_ref(&a, &c, alphas[row] as f64);
+                let reference = slerp_ref(&a, &c, alpha as f64);
                 let got = to64(&out[s]);
                 // The pair basis is ill-conditioned near antipodal pairs (coefficients grow as
                 // 1/sin theta and cancel): the bound scales with that, as documented in slerp.rs.
@@ -242,7 +242,7 @@ fn expansion_in_f16_storage() {
 fn expansion_rejects_a_wrong_keyframe_count() {
     for_each_backend(|b| {
         let s = KeyframeSchedule::fixed_stride(10, 3).unwrap();
-        assert!(b.expand(&vec![1.0f32; 3 * 4], &s, 4, Method::Slerp).is_err());
+        assert!(b.expand(&[1.0f32; 3 * 4], &s, 4, Method::Slerp).is_err());
     });
 }
 
