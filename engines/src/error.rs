@@ -13,6 +13,10 @@ pub enum EngineError {
     BadDtype { file: PathBuf, name: String, dtype: String },
     #[error("weights file {file}: {msg}")]
     BadFile { file: PathBuf, msg: String },
+    #[error("config {file}: {msg}")]
+    Config { file: PathBuf, msg: String },
+    #[error("models folder {dir}: {msg}")]
+    Models { dir: PathBuf, msg: String },
     #[error("bad input: {0}")]
     BadInput(String),
     #[error("not available: {0}")]

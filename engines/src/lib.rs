@@ -18,9 +18,13 @@
 //! [`WeightsSource::Synthetic`] builds seeded deterministic weights (He/LeCun-normal, residual
 //! outputs scaled down, norms 1, biases 0) for the exact expected name -> shape table, and then loads
 //! them through the same `VarBuilder::from_tensors` path as a file. [`WeightsSource::File`] reads a
-//! safetensors file and checks every expected tensor up front: a missing name, a wrong shape or a
-//! non-float dtype is an [`EngineError`] naming the tensor. [`resolve_weights`] finds conventional
-//! file names in `$CADENCE_MODELS` (see [`ModelKind::file_name`]). Every engine reports
+//! weights file and checks every expected tensor up front: a missing name, a wrong shape or a
+//! non-float dtype is an [`EngineError`] naming the tensor. Weights files are safetensors or
+//! PyTorch checkpoints (zip or legacy `torch.save` formats, read by [`checkpoint`] through
+//! candle's pickle reader, no Python), with their JSON configurations checked ([`config`]).
+//! [`ModelsDir`] finds each engine's file in MuseTalk's `models/` folder as downloaded (or
+//! cadence's flat folder, [`ModelKind::file_name`]) and checks it without loading
+//! ([`ModelsDir::check`], `cadence models check`). Every engine reports
 //! [`Engine::weights_label`] (`synthetic(seed=N)` or `real(<file>)`) and [`Engine::profile`].
 //!
 //! ## Profiles
@@ -41,13 +45,17 @@
 //! same run so the achieved fraction can be reported.
 
 pub mod bench;
+pub mod checkpoint;
+pub mod config;
 pub mod cpu_conv;
 pub mod device;
 pub mod error;
 mod flops;
+pub mod models_dir;
 pub mod sd_vae;
 mod simd;
 pub mod taesd;
+pub mod torch_write;
 #[cfg(feature = "tensorrt")]
 pub mod trt;
 pub mod unet;
@@ -58,6 +66,7 @@ pub mod whisper;
 pub use candle_core::{Device, Tensor};
 pub use device::{engine_device, select_device, DeviceRequest, EngineDevice};
 pub use error::{EngineError, Result};
+pub use models_dir::{check_file, EngineCheck, ModelsDir};
 pub use sd_vae::SdVae;
 pub use taesd::Taesd;
 pub use unet::MuseTalkUnet;
@@ -94,6 +103,21 @@ impl Profile {
             Profile::Full
         }
     }
+    /// The profile of a command: `explicit` (`--profile`) if given, else `Full` with real
+    /// weights (their shapes are the published ones), else [`Profile::default_for`] the device.
+    /// The reduced profile with real weights is an error (its narrower tensors exist only as
+    /// synthetic weights).
+    pub fn for_weights(explicit: Option<Profile>, device: &Device, real_weights: bool) -> Result<Profile> {
+        match (explicit, real_weights) {
+            (Some(Profile::Cpu), true) => Err(EngineError::BadInput(
+                "real weights need --profile full (cpu-reduced is a narrowed architecture for synthetic weights)"
+                    .into(),
+            )),
+            (Some(p), _) => Ok(p),
+            (None, true) => Ok(Profile::Full),
+            (None, false) => Ok(Profile::default_for(device)),
+        }
+    }
     pub fn parse(s: &str) -> Result<Profile> {
         match s {
             "full" => Ok(Profile::Full),
@@ -117,7 +141,8 @@ impl fmt::Display for Profile {
 pub enum WeightsSource {
     /// Seeded deterministic synthetic weights (same seed -> bit-identical weights).
     Synthetic { seed: u64 },
-    /// A safetensors file in the model's original state-dict layout.
+    /// A weights file in the model's original state-dict layout: safetensors, or a PyTorch
+    /// checkpoint (`.pth`/`.bin`/`.pt`, zip or legacy format), read directly.
     File(PathBuf),
 }
 
@@ -145,14 +170,14 @@ pub enum ModelKind {
 }
 
 impl ModelKind {
-    /// Conventional file name inside `$CADENCE_MODELS`:
+    /// cadence's flat file name inside a models folder, the last place [`models_dir::candidates`]
+    /// looks (MuseTalk's own layout comes first):
     /// - `taesd_decoder.safetensors`: madebyollin/taesd `taesd_decoder.pth` as safetensors
     ///   (keys `1.weight` ... `19.bias`);
     /// - `taesd_encoder.safetensors`: `taesd_encoder.pth` as safetensors (keys `0.weight` ... `14.bias`);
     /// - `sd_vae_ft_mse.safetensors`: stabilityai/sd-vae-ft-mse `diffusion_pytorch_model.safetensors`
     ///   (both VAE engines read it);
-    /// - `musetalk_unet.safetensors`: MuseTalk `musetalk/pytorch_model.bin` as safetensors (diffusers
-    ///   UNet keys, optionally prefixed `unet.`);
+    /// - `musetalk_unet.safetensors`: MuseTalk's UNet (diffusers UNet keys, optionally prefixed `unet.`);
     /// - `whisper_tiny.safetensors`: openai/whisper-tiny `model.safetensors` (Hugging Face layout,
     ///   `model.encoder.*`; the decoder's tensors are ignored).
     pub fn file_name(self) -> &'static str {
@@ -182,28 +207,9 @@ impl fmt::Display for ModelKind {
     }
 }
 
-/// Name of the environment variable holding the models directory.
+/// Name of the environment variable holding the models directory (used when `--models` is not
+/// given; see [`ModelsDir::requested`]).
 pub const MODELS_ENV: &str = "CADENCE_MODELS";
-
-/// Picks the weights of `model`: an explicit path wins; else `$CADENCE_MODELS/<file_name>` if that
-/// file exists; else synthetic weights with [`DEFAULT_SEED`].
-pub fn resolve_weights(model: ModelKind, explicit: Option<&Path>) -> WeightsSource {
-    resolve_weights_in(model, explicit, std::env::var_os(MODELS_ENV).map(PathBuf::from).as_deref())
-}
-
-/// [`resolve_weights`] with the models directory given (testable without touching the environment).
-pub fn resolve_weights_in(model: ModelKind, explicit: Option<&Path>, models_dir: Option<&Path>) -> WeightsSource {
-    if let Some(p) = explicit {
-        return WeightsSource::File(p.to_path_buf());
-    }
-    if let Some(dir) = models_dir {
-        let p = dir.join(model.file_name());
-        if p.is_file() {
-            return WeightsSource::File(p);
-        }
-    }
-    WeightsSource::Synthetic { seed: DEFAULT_SEED }
-}
 
 /// A dense f32 tensor on the host, row-major.
 #[derive(Debug, Clone, PartialEq)]
@@ -429,16 +435,33 @@ pub fn param_table(model: ModelKind, profile: Profile) -> Result<weights::ParamT
     }
 }
 
-/// Loads tensors for `table` from `source` (synthetic or checked file).
+/// Loads tensors for `table` from `source`: synthetic, or a weights file (safetensors or PyTorch
+/// checkpoint) whose configuration ([`config::check`]) and tensors are checked first.
 pub(crate) fn obtain_tensors(
+    kind: ModelKind,
+    profile: Profile,
     table: &weights::ParamTable,
     source: &WeightsSource,
     rule: &dyn Fn(&str, &[usize]) -> weights::Init,
-    normalize: &dyn Fn(&str) -> Option<String>,
     device: &Device,
 ) -> Result<std::collections::HashMap<String, Tensor>> {
     match source {
         WeightsSource::Synthetic { seed } => weights::synthetic_tensors(table, *seed, rule, device),
-        WeightsSource::File(p) => weights::load_checked(p, table, normalize, device),
+        WeightsSource::File(p) => {
+            let mut file = checkpoint::WeightsFile::open(p)?;
+            config::check(kind, profile, p, &file.checkpoint)?;
+            weights::load_checked(&mut file, table, &normalizer(kind), device)
+        }
+    }
+}
+
+/// How a model maps the tensor names of its weights files to the names its constructor asks
+/// for (`None`: a tensor the model does not use, such as a whisper file's text decoder).
+pub(crate) fn normalizer(kind: ModelKind) -> fn(&str) -> Option<String> {
+    match kind {
+        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => taesd::normalize,
+        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => sd_vae::normalize,
+        ModelKind::MuseTalkUnet => unet::normalize,
+        ModelKind::WhisperTiny => whisper::normalize,
     }
 }

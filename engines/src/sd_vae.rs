@@ -22,6 +22,9 @@ use std::collections::HashMap;
 /// Latent scaling factor of SD 1.x VAEs.
 pub const SCALING_FACTOR: f64 = 0.18215;
 
+/// RGB in and out.
+pub const IMAGE_CHANNELS: usize = 3;
+
 /// VAE configuration of a profile.
 pub fn config(profile: Profile) -> AutoEncoderKLConfig {
     let block_out_channels = match profile {
@@ -39,7 +42,7 @@ pub fn config(profile: Profile) -> AutoEncoderKLConfig {
 }
 
 fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<AutoEncoderKL> {
-    AutoEncoderKL::new(vb, 3, 3, config(profile))
+    AutoEncoderKL::new(vb, IMAGE_CHANNELS, IMAGE_CHANNELS, config(profile))
 }
 
 /// Expected table of the whole VAE (encoder and decoder; one file holds both).
@@ -64,7 +67,7 @@ fn init_rule(name: &str, shape: &[usize]) -> Init {
 
 /// Accepts diffusers keys, optionally prefixed `vae.`, with either attention naming
 /// (`to_q/to_k/to_v/to_out.0` or the older `query/key/value/proj_attn`).
-fn normalize(key: &str) -> Option<String> {
+pub(crate) fn normalize(key: &str) -> Option<String> {
     let k = key.strip_prefix("vae.").unwrap_or(key);
     let k = k
         .replace(".attentions.0.query.", ".attentions.0.to_q.")
@@ -98,7 +101,7 @@ impl SdVae {
 
     fn new(kind: ModelKind, profile: Profile, weights: &WeightsSource, device: &Device) -> Result<SdVae> {
         let table = param_table(profile)?;
-        let mut tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
+        let mut tensors = crate::obtain_tensors(kind, profile, &table, weights, &init_rule, device)?;
         if kind == ModelKind::SdVaeEncoder {
             zero_logvar(&mut tensors)?;
         }

@@ -224,7 +224,7 @@ fn init_rule(kind: ModelKind) -> impl Fn(&str, &[usize]) -> Init {
 }
 
 /// Accepts the original keys, optionally prefixed `decoder.`/`encoder.` or `first_stage_model.`.
-fn normalize(key: &str) -> Option<String> {
+pub(crate) fn normalize(key: &str) -> Option<String> {
     let k = key.strip_prefix("first_stage_model.").unwrap_or(key);
     let k = k.strip_prefix("decoder.").or_else(|| k.strip_prefix("encoder.")).unwrap_or(k);
     Some(k.to_string())
@@ -296,7 +296,7 @@ impl Taesd {
     }
     fn new(kind: ModelKind, profile: Profile, weights: &WeightsSource, device: &Device) -> Result<Taesd> {
         let table = param_table(kind, profile)?;
-        let tensors = crate::obtain_tensors(&table, weights, &init_rule(kind), &normalize, device)?;
+        let tensors = crate::obtain_tensors(kind, profile, &table, weights, &init_rule(kind), device)?;
         let c = channels(profile);
         let layers = weights::build_from_tensors(tensors, device, kind.name(), |vb| build_layers(&vb, kind, c))?;
         let fast = if device.is_cpu() { Some(fast_plan(&layers)?) } else { None };

@@ -19,6 +19,9 @@ use std::collections::HashMap;
 /// Audio feature width (whisper-tiny d_model) and tokens per window.
 pub const AUDIO_DIM: usize = 384;
 pub const AUDIO_TOKENS: usize = 50;
+/// Input channels (masked latent + reference latent) and output channels of MuseTalk's UNet.
+pub const IN_CHANNELS: usize = 8;
+pub const OUT_CHANNELS: usize = 4;
 /// Latent spatial size of MuseTalk (256x256 face crop / 8).
 pub const LATENT_HW: usize = 32;
 
@@ -66,7 +69,7 @@ pub fn config(profile: Profile) -> UNet2DConditionModelConfig {
 }
 
 fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<UNet2DConditionModel> {
-    UNet2DConditionModel::new(vb, 8, 4, false, config(profile))
+    UNet2DConditionModel::new(vb, IN_CHANNELS, OUT_CHANNELS, false, config(profile))
 }
 
 /// Expected diffusers state-dict table.
@@ -91,7 +94,7 @@ fn init_rule(name: &str, shape: &[usize]) -> Init {
 }
 
 /// Accepts diffusers keys, optionally prefixed `unet.`.
-fn normalize(key: &str) -> Option<String> {
+pub(crate) fn normalize(key: &str) -> Option<String> {
     Some(key.strip_prefix("unet.").unwrap_or(key).to_string())
 }
 
@@ -179,7 +182,7 @@ enum Forward {
 impl MuseTalkUnet {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<MuseTalkUnet> {
         let table = param_table(profile)?;
-        let tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
+        let tensors = crate::obtain_tensors(ModelKind::MuseTalkUnet, profile, &table, weights, &init_rule, device)?;
         let fast = if device.is_cpu() { Some(UnetCpu::for_profile(&tensors, profile)?) } else { None };
         let unet = weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
         let runtime = if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle };

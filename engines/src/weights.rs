@@ -1,5 +1,5 @@
 //! Weights: expected name -> shape tables, seeded synthetic initialisation, checked loading of
-//! safetensors files, saving.
+//! weights files (safetensors or PyTorch checkpoints, see [`crate::checkpoint`]), saving.
 //!
 //! Both weight sources go through the same path: a `HashMap<String, Tensor>` that has been
 //! checked against the model's expected table, then `VarBuilder::from_tensors` and the model's
@@ -7,6 +7,7 @@
 //! against a recording `VarBuilder` backend (no memory is allocated for the weights), so the
 //! table can never drift from what the constructor asks for.
 
+use crate::checkpoint::{Checkpoint, WeightsFile};
 use crate::error::{EngineError, Result};
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
@@ -176,68 +177,175 @@ pub(crate) fn synthetic_tensors(
     Ok(map)
 }
 
-/// Reads a safetensors file and checks it against the expected table: every expected name must be
-/// present (after `normalize` maps file keys to canonical names; `None` drops a key), with the
-/// expected shape and a float dtype. Returns F32 tensors keyed by canonical name. Extra tensors in
-/// the file are ignored (a whole-VAE or whole-whisper file feeds an encoder-only engine).
-///
-/// Shape leniency, one case only: a (o, i, 1, 1) tensor is accepted for an expected (o, i) linear
-/// weight (old diffusers VAE checkpoints store attention projections as 1x1 convs).
+/// How a checkpoint's tensors line up with a model's expected table. File names are mapped to
+/// canonical names by the model's `normalize` (`None` drops a file tensor on purpose, e.g. a
+/// whisper file's text decoder).
+#[derive(Debug, Clone, Default)]
+pub struct TableMatch {
+    /// Per table entry, in table order.
+    status: Vec<Slot>,
+    /// File tensors that map to no expected name (index into the checkpoint).
+    pub extra: Vec<String>,
+    /// File tensors the model drops on purpose.
+    pub ignored: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Found with a usable shape and a float dtype (checkpoint index).
+    Found(usize),
+    Missing,
+    Misshaped(usize),
+    NotFloat(usize),
+}
+
+/// Shape leniency, one case only: a (o, i, 1, 1) tensor is accepted for an expected (o, i)
+/// linear weight (old diffusers VAE checkpoints store attention projections as 1x1 convs).
+fn shape_fits(expected: &[usize], found: &[usize]) -> bool {
+    found == expected || (expected.len() == 2 && found.len() == 4 && found[..2] == expected[..] && found[2..] == [1, 1])
+}
+
+impl TableMatch {
+    pub fn new(ck: &Checkpoint, table: &ParamTable, normalize: &dyn Fn(&str) -> Option<String>) -> Result<TableMatch> {
+        let mut by_canonical: HashMap<String, usize> = HashMap::new();
+        let mut m = TableMatch::default();
+        for (i, t) in ck.tensors.iter().enumerate() {
+            match normalize(&t.name) {
+                None => m.ignored += 1,
+                Some(c) => {
+                    if let Some(&j) = by_canonical.get(&c) {
+                        return Err(EngineError::BadInput(format!(
+                            "tensors `{}` and `{}` both stand for `{c}`",
+                            ck.tensors[j].name, t.name
+                        )));
+                    }
+                    by_canonical.insert(c, i);
+                }
+            }
+        }
+        let mut used = vec![false; ck.tensors.len()];
+        for e in &table.entries {
+            let slot = match by_canonical.get(&e.name) {
+                None => Slot::Missing,
+                Some(&i) => {
+                    used[i] = true;
+                    let t = &ck.tensors[i];
+                    if !shape_fits(&e.shape, &t.shape) {
+                        Slot::Misshaped(i)
+                    } else if t.float_dtype().is_none() {
+                        Slot::NotFloat(i)
+                    } else {
+                        Slot::Found(i)
+                    }
+                }
+            };
+            m.status.push(slot);
+        }
+        m.extra = by_canonical.values().filter(|&&i| !used[i]).map(|&i| ck.tensors[i].name.clone()).collect();
+        m.extra.sort();
+        Ok(m)
+    }
+
+    /// Whether every expected tensor was found, well shaped and floating point.
+    pub fn complete(&self) -> bool {
+        self.status.iter().all(|s| matches!(s, Slot::Found(_)))
+    }
+
+    /// The first problem in table order, as the error loading reports.
+    pub fn first_error(&self, file: &Path, table: &ParamTable, ck: &Checkpoint) -> Option<EngineError> {
+        let file = file.to_path_buf();
+        self.status.iter().zip(&table.entries).find_map(|(s, e)| match *s {
+            Slot::Found(_) => None,
+            Slot::Missing => {
+                Some(EngineError::MissingTensor { file: file.clone(), name: e.name.clone(), expected: e.shape.clone() })
+            }
+            Slot::Misshaped(i) => Some(EngineError::ShapeMismatch {
+                file: file.clone(),
+                name: ck.tensors[i].name.clone(),
+                expected: e.shape.clone(),
+                found: ck.tensors[i].shape.clone(),
+            }),
+            Slot::NotFloat(i) => Some(EngineError::BadDtype {
+                file: file.clone(),
+                name: ck.tensors[i].name.clone(),
+                dtype: ck.tensors[i].dtype.clone(),
+            }),
+        })
+    }
+
+    /// Expected tensors absent from the file: `name (expected shape)`.
+    pub fn missing(&self, table: &ParamTable) -> Vec<String> {
+        self.status
+            .iter()
+            .zip(&table.entries)
+            .filter(|(s, _)| **s == Slot::Missing)
+            .map(|(_, e)| format!("{} {:?}", e.name, e.shape))
+            .collect()
+    }
+
+    /// Tensors with the wrong shape: `name: file shape, expected shape`.
+    pub fn misshaped(&self, table: &ParamTable, ck: &Checkpoint) -> Vec<String> {
+        self.status
+            .iter()
+            .zip(&table.entries)
+            .filter_map(|(s, e)| match *s {
+                Slot::Misshaped(i) => Some(format!(
+                    "{}: {:?} in the file, expected {:?}",
+                    ck.tensors[i].name, ck.tensors[i].shape, e.shape
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Tensors stored with a non-float dtype: `name: dtype`.
+    pub fn not_float(&self, ck: &Checkpoint) -> Vec<String> {
+        self.status
+            .iter()
+            .filter_map(|s| match *s {
+                Slot::NotFloat(i) => Some(format!("{}: {}", ck.tensors[i].name, ck.tensors[i].dtype)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Parameters in the expected tensors the file provides.
+    pub fn matched_params(&self, ck: &Checkpoint) -> usize {
+        self.status
+            .iter()
+            .filter_map(|s| match *s {
+                Slot::Found(i) => Some(ck.tensors[i].numel()),
+                _ => None,
+            })
+            .sum()
+    }
+}
+
+/// Reads the expected tensors of `table` from an open weights file, after checking all of them
+/// (a missing name, a wrong shape or a non-float dtype is an error naming the tensor, before any
+/// data is read). F16/BF16/F64 are converted to F32. Returns tensors keyed by canonical name.
 pub(crate) fn load_checked(
-    path: &Path,
+    file: &mut WeightsFile,
     table: &ParamTable,
     normalize: &dyn Fn(&str) -> Option<String>,
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
-    let file = path.to_path_buf();
-    let bytes = std::fs::read(path).map_err(|source| EngineError::Io { path: file.clone(), source })?;
-    let st = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|e| EngineError::BadFile { file: file.clone(), msg: format!("not a valid safetensors file: {e}") })?;
-    let mut by_canonical: HashMap<String, String> = HashMap::new();
-    for key in st.names() {
-        if let Some(c) = normalize(key) {
-            by_canonical.insert(c, key.to_string());
-        }
+    let m = TableMatch::new(&file.checkpoint, table, normalize).map_err(|e| match e {
+        EngineError::BadInput(msg) => EngineError::BadFile { file: file.path.clone(), msg },
+        e => e,
+    })?;
+    if let Some(e) = m.first_error(&file.path, table, &file.checkpoint) {
+        return Err(e);
     }
     let mut out = HashMap::with_capacity(table.len());
-    for e in &table.entries {
-        let key = by_canonical.get(&e.name).ok_or_else(|| EngineError::MissingTensor {
-            file: file.clone(),
-            name: e.name.clone(),
-            expected: e.shape.clone(),
+    // After `first_error`, every slot is `Found`.
+    for (slot, e) in m.status.iter().zip(&table.entries) {
+        let Slot::Found(i) = *slot else { continue };
+        let entry = file.checkpoint.tensors[i].clone();
+        let t = file.read_f32(&entry)?;
+        let t = t.reshape(e.shape.as_slice()).and_then(|t| t.to_device(device)).map_err(|err| {
+            EngineError::BadFile { file: file.path.clone(), msg: format!("tensor `{}`: {err}", entry.name) }
         })?;
-        let view = st
-            .tensor(key)
-            .map_err(|err| EngineError::BadFile { file: file.clone(), msg: format!("tensor `{key}`: {err}") })?;
-        let found = view.shape().to_vec();
-        let shape_ok = found == e.shape
-            || (e.shape.len() == 2 && found.len() == 4 && found[..2] == e.shape[..] && found[2..] == [1, 1]);
-        if !shape_ok {
-            return Err(EngineError::ShapeMismatch {
-                file: file.clone(),
-                name: key.clone(),
-                expected: e.shape.clone(),
-                found,
-            });
-        }
-        let dtype = match view.dtype() {
-            safetensors::Dtype::F32 => DType::F32,
-            safetensors::Dtype::F16 => DType::F16,
-            safetensors::Dtype::BF16 => DType::BF16,
-            safetensors::Dtype::F64 => DType::F64,
-            other => {
-                return Err(EngineError::BadDtype {
-                    file: file.clone(),
-                    name: key.clone(),
-                    dtype: format!("{other:?}"),
-                })
-            }
-        };
-        let t = Tensor::from_raw_buffer(view.data(), dtype, &found, &Device::Cpu)
-            .and_then(|t| t.to_dtype(DType::F32))
-            .and_then(|t| t.reshape(e.shape.as_slice()))
-            .and_then(|t| t.to_device(device))
-            .map_err(|err| EngineError::BadFile { file: file.clone(), msg: format!("tensor `{key}`: {err}") })?;
         out.insert(e.name.clone(), t);
     }
     Ok(out)

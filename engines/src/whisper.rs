@@ -234,7 +234,7 @@ fn init_rule(name: &str, shape: &[usize]) -> Init {
 
 /// Accepts Hugging Face keys (`model.encoder.*`, `encoder.*`), openai-whisper keys
 /// (`encoder.blocks.N.attn.query` ...), or bare canonical names; drops decoder keys.
-fn normalize(key: &str) -> Option<String> {
+pub(crate) fn normalize(key: &str) -> Option<String> {
     let k = if let Some(k) = key.strip_prefix("model.encoder.") {
         k
     } else if let Some(k) = key.strip_prefix("encoder.") {
@@ -286,7 +286,7 @@ pub struct WhisperAudio {
 impl WhisperAudio {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<WhisperAudio> {
         let table = param_table(profile)?;
-        let tensors = crate::obtain_tensors(&table, weights, &init_rule, &normalize, device)?;
+        let tensors = crate::obtain_tensors(ModelKind::WhisperTiny, profile, &table, weights, &init_rule, device)?;
         let enc = weights::build_from_tensors(tensors, device, "whisper-tiny", |vb| build(vb, profile))?;
         let t = (WINDOW_FRAMES / 2) as f64;
         let flops_window = crate::flops::weight_flops(&table, |name| {

@@ -195,22 +195,20 @@ fn prefixed_keys_are_accepted() {
 }
 
 #[test]
-fn resolve_weights_order() {
-    let dir = tmp("models");
+fn flat_models_folder_of_safetensors_files() {
+    // cadence's own flat names are the last place a models folder is searched.
+    let dir = tmp("models-flat");
     std::fs::create_dir_all(&dir).unwrap();
-    assert_eq!(
-        resolve_weights_in(ModelKind::TaesdDecoder, None, Some(&dir)),
-        WeightsSource::Synthetic { seed: DEFAULT_SEED }
-    );
     let f = dir.join("taesd_decoder.safetensors");
-    std::fs::write(&f, b"x").unwrap();
-    assert_eq!(resolve_weights_in(ModelKind::TaesdDecoder, None, Some(&dir)), WeightsSource::File(f));
-    let explicit = PathBuf::from("/elsewhere/w.safetensors");
-    assert_eq!(resolve_weights_in(ModelKind::TaesdDecoder, Some(&explicit), Some(&dir)), WeightsSource::File(explicit));
-    assert_eq!(
-        resolve_weights_in(ModelKind::MuseTalkUnet, None, None),
-        WeightsSource::Synthetic { seed: DEFAULT_SEED }
-    );
+    write_synthetic_weights(ModelKind::TaesdDecoder, Profile::Cpu, 4, &f).unwrap();
+    let models = ModelsDir::open(&dir).unwrap();
+    assert_eq!(models.weights(ModelKind::TaesdDecoder).unwrap(), WeightsSource::File(f));
+    assert!(models.weights(ModelKind::TaesdEncoder).is_err(), "no silent synthetic fallback");
+    assert!(models.check(ModelKind::TaesdDecoder, Profile::Cpu).loads());
+    assert_eq!(models.check(ModelKind::TaesdDecoder, Profile::Cpu).format.as_deref(), Some("safetensors"));
+    // At the published size the same file is misshaped, tensor by tensor.
+    let full = models.check(ModelKind::TaesdDecoder, Profile::Full);
+    assert!(!full.loads() && full.misshaped.iter().any(|m| m.starts_with("1.weight: [16, 4, 3, 3]")), "{full:?}");
     assert_eq!(WeightsSource::Synthetic { seed: 3 }.label(), "synthetic(seed=3)");
 }
 
