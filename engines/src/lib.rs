@@ -416,13 +416,21 @@ pub trait AudioEncoder: Engine {
 /// Synthetic weights of a model written to a safetensors file (the same tensors
 /// `WeightsSource::Synthetic { seed }` would use), e.g. to test the file path end to end.
 pub fn write_synthetic_weights(model: ModelKind, profile: Profile, seed: u64, path: &Path) -> Result<()> {
-    let tensors = match model {
-        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => taesd::synthetic_weights(model, profile, seed)?,
-        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => sd_vae::synthetic_weights(profile, seed)?,
-        ModelKind::MuseTalkUnet => unet::synthetic_weights(profile, seed)?,
-        ModelKind::WhisperTiny => whisper::synthetic_weights(profile, seed)?,
-    };
-    weights::save_tensors(&tensors, path)
+    weights::save_tensors(&synthetic_weights(model, profile, seed)?, path)
+}
+
+/// The tensors `WeightsSource::Synthetic { seed }` gives `model` at `profile`, by state-dict name.
+pub fn synthetic_weights(
+    model: ModelKind,
+    profile: Profile,
+    seed: u64,
+) -> Result<std::collections::HashMap<String, Tensor>> {
+    match model {
+        ModelKind::TaesdDecoder | ModelKind::TaesdEncoder => taesd::synthetic_weights(model, profile, seed),
+        ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => sd_vae::synthetic_weights(profile, seed),
+        ModelKind::MuseTalkUnet => unet::synthetic_weights(profile, seed),
+        ModelKind::WhisperTiny => whisper::synthetic_weights(profile, seed),
+    }
 }
 
 /// Expected parameter table (names and shapes) of a model at a profile.

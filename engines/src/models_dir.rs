@@ -127,8 +127,10 @@ pub struct EngineCheck {
     pub file: Option<PathBuf>,
     /// `safetensors`, `PyTorch zip`, `PyTorch legacy`.
     pub format: Option<String>,
-    /// The configuration read and checked (`None`: none beside the file).
+    /// The configuration read and checked (`None`: none beside the file, or refused).
     pub config: Option<config::ConfigInfo>,
+    /// Why the configuration was refused (the field, its value and cadence's).
+    pub config_error: Option<String>,
     /// The network cadence builds from this file.
     pub architecture: String,
     /// Parameters the architecture has (its whole table: both halves for the SD VAE).
@@ -147,8 +149,8 @@ pub struct EngineCheck {
     pub extra: Vec<String>,
     /// File tensors the engine drops on purpose (whisper's text decoder).
     pub ignored: usize,
-    /// Why the weights cannot load when it is not a tensor problem: not found, unreadable,
-    /// configuration refused.
+    /// Why the weights cannot load when it is neither the configuration nor a tensor: not
+    /// found, unreadable.
     pub error: Option<String>,
 }
 
@@ -159,6 +161,7 @@ impl EngineCheck {
             file: None,
             format: None,
             config: None,
+            config_error: None,
             architecture: architecture(kind, profile),
             params_expected: param_table(kind, profile).map(|t| t.num_params()).unwrap_or(0),
             params_matched: 0,
@@ -175,6 +178,7 @@ impl EngineCheck {
     /// Whether the engine would load from this file.
     pub fn loads(&self) -> bool {
         self.error.is_none()
+            && self.config_error.is_none()
             && self.file.is_some()
             && self.missing.is_empty()
             && self.misshaped.is_empty()
@@ -198,7 +202,11 @@ fn fill(kind: ModelKind, profile: Profile, path: &Path, c: &mut EngineCheck) -> 
     let ck = &file.checkpoint;
     c.format = Some(ck.format.to_string());
     c.tensors_in_file = ck.tensors.len();
-    c.config = config::check(kind, profile, path, ck)?;
+    // A refused configuration is reported with the tensors' state, not instead of it.
+    match config::check(kind, profile, path, ck) {
+        Ok(info) => c.config = info,
+        Err(e) => c.config_error = Some(e.to_string()),
+    }
     let table = param_table(kind, profile)?;
     let m = TableMatch::new(ck, &table, &crate::normalizer(kind))?;
     c.params_matched = m.matched_params(ck);
@@ -219,7 +227,7 @@ pub fn architecture(kind: ModelKind, profile: Profile) -> String {
             taesd::channels(profile)
         ),
         ModelKind::MuseTalkUnet => format!(
-            "MuseTalk UNet (diffusers UNet2DConditionModel: in {}, out {}, blocks {:?}, {} heads, cross-attention {})",
+            "MuseTalk UNet (diffusers UNet2DConditionModel: in {}, out {}, blocks {:?}, attention heads {}, cross-attention {})",
             unet::IN_CHANNELS,
             unet::OUT_CHANNELS,
             unet::block_channels(profile),

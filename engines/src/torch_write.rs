@@ -15,9 +15,11 @@
 //! pickles, then each storage as an 8-byte little-endian element count and its bytes).
 
 use crate::error::{EngineError, Result};
+use crate::{sd_vae, synthetic_weights, unet, ModelKind, Profile};
 use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::Path;
 
 /// One storage: its dtype (`F32`, `F16`, `BF16`, `F64`, `I64`) and raw little-endian bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -338,6 +340,86 @@ pub fn legacy_checkpoint(sd: &StateDict) -> Result<Vec<u8>> {
     }
     Ok(out)
 }
+
+/// Writes a MuseTalk `models/` folder as `download_weights.sh` lays it out, plus TAESD's two
+/// files, holding the synthetic weights of `profile` (`seed(kind)` per engine; the MuseTalk 1.0
+/// UNet gets `seed + 1`) with configurations describing that profile. The containers vary (zip
+/// or legacy, F32) so a folder exercises both:
+///
+/// `musetalkV15/{unet.pth (zip), musetalk.json}`, `musetalk/{pytorch_model.bin (legacy),
+/// musetalk.json}`, `sd-vae/{diffusion_pytorch_model.bin (legacy), config.json}`,
+/// `whisper/{pytorch_model.bin (zip, Hugging Face names with one text-decoder tensor and the
+/// positional table), config.json, preprocessor_config.json}`, `taesd/taesd_decoder.pth`
+/// (zip), `taesd/taesd_encoder.pth` (legacy).
+pub fn write_musetalk_folder(root: &Path, profile: Profile, seed: &dyn Fn(ModelKind) -> u64) -> Result<()> {
+    let put = |rel: &str, bytes: &[u8]| -> Result<()> {
+        let p = root.join(rel);
+        let io = |source| EngineError::Io { path: p.clone(), source };
+        std::fs::create_dir_all(p.parent().unwrap_or(root)).map_err(io)?;
+        std::fs::write(&p, bytes).map_err(io)
+    };
+    let sd = |kind, seed| StateDict::from_tensors(&synthetic_weights(kind, profile, seed)?, DType::F32);
+    let unet_seed = seed(ModelKind::MuseTalkUnet);
+    put("musetalkV15/unet.pth", &zip_checkpoint(&sd(ModelKind::MuseTalkUnet, unet_seed)?)?)?;
+    put("musetalkV15/musetalk.json", musetalk_config(profile).as_bytes())?;
+    put("musetalk/pytorch_model.bin", &legacy_checkpoint(&sd(ModelKind::MuseTalkUnet, unet_seed + 1)?)?)?;
+    put("musetalk/musetalk.json", musetalk_config(profile).as_bytes())?;
+    put(
+        "sd-vae/diffusion_pytorch_model.bin",
+        &legacy_checkpoint(&sd(ModelKind::SdVaeDecoder, seed(ModelKind::SdVaeDecoder))?)?,
+    )?;
+    put("sd-vae/config.json", vae_config(profile).as_bytes())?;
+    let mut w: HashMap<String, Tensor> =
+        synthetic_weights(ModelKind::WhisperTiny, profile, seed(ModelKind::WhisperTiny))?
+            .into_iter()
+            .map(|(k, v)| (format!("model.encoder.{k}"), v))
+            .collect();
+    let zeros = |shape: (usize, usize)| Tensor::zeros(shape, DType::F32, &candle_core::Device::Cpu);
+    w.insert("model.decoder.embed_tokens.weight".into(), zeros((4, crate::whisper::D_MODEL))?);
+    w.insert(
+        "model.encoder.embed_positions.weight".into(),
+        zeros((crate::whisper::WINDOW_FRAMES / 2, crate::whisper::D_MODEL))?,
+    );
+    put("whisper/pytorch_model.bin", &zip_checkpoint(&StateDict::from_tensors(&w, DType::F32)?)?)?;
+    put("whisper/config.json", WHISPER_TINY_CONFIG.as_bytes())?;
+    put("whisper/preprocessor_config.json", b"{}")?;
+    put("taesd/taesd_decoder.pth", &zip_checkpoint(&sd(ModelKind::TaesdDecoder, seed(ModelKind::TaesdDecoder))?)?)?;
+    put("taesd/taesd_encoder.pth", &legacy_checkpoint(&sd(ModelKind::TaesdEncoder, seed(ModelKind::TaesdEncoder))?)?)?;
+    Ok(())
+}
+
+/// MuseTalk's `musetalk.json` (diffusers 0.6 field set) for the UNet cadence builds at `profile`.
+fn musetalk_config(profile: Profile) -> String {
+    format!(
+        r#"{{"_class_name": "UNet2DConditionModel", "act_fn": "silu", "attention_head_dim": {},
+ "block_out_channels": {:?}, "center_input_sample": false, "cross_attention_dim": {},
+ "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+ "downsample_padding": 1, "flip_sin_to_cos": true, "freq_shift": 0, "in_channels": {}, "layers_per_block": 2,
+ "mid_block_scale_factor": 1, "norm_eps": 1e-05, "norm_num_groups": 32, "out_channels": {}, "sample_size": 64,
+ "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"]}}"#,
+        unet::attention_heads(profile),
+        unet::block_channels(profile),
+        unet::AUDIO_DIM,
+        unet::IN_CHANNELS,
+        unet::OUT_CHANNELS
+    )
+}
+
+/// sd-vae-ft-mse's `config.json` for the VAE cadence builds at `profile`.
+fn vae_config(profile: Profile) -> String {
+    format!(
+        r#"{{"_class_name": "AutoencoderKL", "act_fn": "silu", "block_out_channels": {:?},
+ "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D"],
+ "in_channels": 3, "latent_channels": 4, "layers_per_block": 2, "norm_num_groups": 32, "out_channels": 3,
+ "sample_size": 256, "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"]}}"#,
+        sd_vae::config(profile).block_out_channels
+    )
+}
+
+/// The encoder fields of openai/whisper-tiny's `config.json` (whisper has one size at every profile).
+const WHISPER_TINY_CONFIG: &str = r#"{"model_type": "whisper", "d_model": 384, "encoder_layers": 4,
+ "encoder_attention_heads": 6, "encoder_ffn_dim": 1536, "num_mel_bins": 80, "max_source_positions": 1500,
+ "activation_function": "gelu", "scale_embedding": false}"#;
 
 /// A minimal zip writer (stored entries, no data descriptors), enough for PyTorch's layout.
 #[derive(Default)]

@@ -10,7 +10,7 @@ use cadence_engines::bench::test_input;
 use cadence_engines::checkpoint::{inspect_bytes, Checkpoint, Format, Scalar, WeightsFile};
 use cadence_engines::models_dir::{candidates, ALL_MODELS};
 use cadence_engines::torch_write::{
-    legacy_checkpoint, state_dict_pickle, zip_archive, zip_checkpoint, Entry, StateDict, Storage,
+    legacy_checkpoint, state_dict_pickle, write_musetalk_folder, zip_archive, zip_checkpoint, Entry, StateDict, Storage,
 };
 use cadence_engines::*;
 use candle_core::{DType, Tensor};
@@ -29,9 +29,7 @@ fn fixture(name: &str) -> PathBuf {
 
 /// The synthetic tensors of `kind` at the reduced profile, as a map.
 fn synthetic(kind: ModelKind, seed: u64) -> HashMap<String, Tensor> {
-    let p = tmp(&format!("syn-{kind}-{seed}.safetensors"));
-    write_synthetic_weights(kind, Profile::Cpu, seed, &p).unwrap();
-    candle_core::safetensors::load(&p, &Device::Cpu).unwrap()
+    synthetic_weights(kind, Profile::Cpu, seed).unwrap()
 }
 
 fn write(path: &Path, bytes: &[u8]) {
@@ -237,44 +235,17 @@ fn whisper_json(d_model: usize) -> String {
     )
 }
 
-fn prefixed(t: &HashMap<String, Tensor>, prefix: &str) -> HashMap<String, Tensor> {
-    t.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect()
+/// Seeds of the engines in the test folder (distinct, so a swapped file cannot pass).
+fn seed(kind: ModelKind) -> u64 {
+    20 + ALL_MODELS.iter().position(|&k| k == kind).unwrap() as u64
 }
 
-/// A MuseTalk `models/` folder as `download_weights.sh` lays it out (plus TAESD's two files), with
-/// the reduced profile's tensors (a full UNet is 3.4 GB) and matching configurations. Formats
-/// vary per file to cover both PyTorch containers.
+/// A MuseTalk `models/` folder as `download_weights.sh` lays it out (plus TAESD), with the
+/// reduced profile's tensors (a full UNet is 3.4 GB) and configurations describing them.
 fn musetalk_folder(name: &str) -> PathBuf {
     let root = tmp(name);
     let _ = std::fs::remove_dir_all(&root);
-    let cpu_unet = [32, 64, 128, 128];
-    let unet = StateDict::from_tensors(&synthetic(ModelKind::MuseTalkUnet, 21), DType::F32).unwrap();
-    write(&root.join("musetalkV15/unet.pth"), &zip_checkpoint(&unet).unwrap());
-    write(&root.join("musetalkV15/musetalk.json"), musetalk_json(cpu_unet, 1).as_bytes());
-    let unet_v1 = StateDict::from_tensors(&synthetic(ModelKind::MuseTalkUnet, 22), DType::F32).unwrap();
-    write(&root.join("musetalk/pytorch_model.bin"), &legacy_checkpoint(&unet_v1).unwrap());
-    write(&root.join("musetalk/musetalk.json"), musetalk_json(cpu_unet, 1).as_bytes());
-    let vae = StateDict::from_tensors(&synthetic(ModelKind::SdVaeDecoder, 23), DType::F32).unwrap();
-    write(&root.join("sd-vae/diffusion_pytorch_model.bin"), &legacy_checkpoint(&vae).unwrap());
-    write(&root.join("sd-vae/config.json"), vae_json([32, 64, 128, 128]).as_bytes());
-    // Hugging Face layout: `model.encoder.*`, the decoder beside it, and the positional table
-    // (cadence computes it: an extra tensor).
-    let mut w = prefixed(&synthetic(ModelKind::WhisperTiny, 24), "model.encoder.");
-    w.insert("model.decoder.embed_tokens.weight".into(), Tensor::zeros((4, 384), DType::F32, &Device::Cpu).unwrap());
-    w.insert(
-        "model.encoder.embed_positions.weight".into(),
-        Tensor::zeros((1500, 384), DType::F32, &Device::Cpu).unwrap(),
-    );
-    write(
-        &root.join("whisper/pytorch_model.bin"),
-        &zip_checkpoint(&StateDict::from_tensors(&w, DType::F32).unwrap()).unwrap(),
-    );
-    write(&root.join("whisper/config.json"), whisper_json(384).as_bytes());
-    write(&root.join("whisper/preprocessor_config.json"), b"{}");
-    let dec = StateDict::from_tensors(&synthetic(ModelKind::TaesdDecoder, 25), DType::F32).unwrap();
-    write(&root.join("taesd/taesd_decoder.pth"), &zip_checkpoint(&dec).unwrap());
-    let enc = StateDict::from_tensors(&synthetic(ModelKind::TaesdEncoder, 26), DType::F32).unwrap();
-    write(&root.join("taesd/taesd_encoder.pth"), &legacy_checkpoint(&enc).unwrap());
+    write_musetalk_folder(&root, Profile::Cpu, &seed).unwrap();
     root
 }
 
@@ -311,27 +282,23 @@ fn musetalk_folder_as_downloaded_loads_every_engine() {
     let lat = test_input(vec![1, 8, 32, 32], 1);
     let aud = test_input(vec![1, 50, 384], 2);
     let u = MuseTalkUnet::new(Profile::Cpu, &load(ModelKind::MuseTalkUnet), &Device::Cpu).unwrap();
-    let want = MuseTalkUnet::new(Profile::Cpu, &syn(21), &Device::Cpu).unwrap();
-    assert_eq!(u.predict(&lat, &aud).unwrap(), want.predict(&lat, &aud).unwrap());
+    let want = MuseTalkUnet::new(Profile::Cpu, &syn(seed(ModelKind::MuseTalkUnet)), &Device::Cpu).unwrap();
+    assert!(u.predict(&lat, &aud).unwrap() == want.predict(&lat, &aud).unwrap(), "UNet 1.5 from the folder");
     let z = test_input(vec![1, 4, 4, 4], 5);
     let v = SdVae::decoder(Profile::Cpu, &load(ModelKind::SdVaeDecoder), &Device::Cpu).unwrap();
-    assert_eq!(
-        v.decode(&z).unwrap(),
-        SdVae::decoder(Profile::Cpu, &syn(23), &Device::Cpu).unwrap().decode(&z).unwrap()
-    );
+    let want = SdVae::decoder(Profile::Cpu, &syn(seed(ModelKind::SdVaeDecoder)), &Device::Cpu).unwrap();
+    assert!(v.decode(&z).unwrap() == want.decode(&z).unwrap(), "SD VAE decoder from the folder");
     let img = test_input(vec![1, 3, 32, 32], 6);
     let e = Taesd::encoder(Profile::Cpu, &load(ModelKind::TaesdEncoder), &Device::Cpu).unwrap();
-    assert_eq!(
-        e.encode(&img).unwrap(),
-        Taesd::encoder(Profile::Cpu, &syn(26), &Device::Cpu).unwrap().encode(&img).unwrap()
-    );
+    let want = Taesd::encoder(Profile::Cpu, &syn(seed(ModelKind::TaesdEncoder)), &Device::Cpu).unwrap();
+    assert!(e.encode(&img).unwrap() == want.encode(&img).unwrap(), "TAESD encoder from the folder");
 
     // Without MuseTalk 1.5, the 1.0 UNet is used.
     std::fs::remove_file(root.join("musetalkV15/unet.pth")).unwrap();
     assert_eq!(found(ModelKind::MuseTalkUnet), Path::new("musetalk/pytorch_model.bin"));
     let u1 = MuseTalkUnet::new(Profile::Cpu, &load(ModelKind::MuseTalkUnet), &Device::Cpu).unwrap();
-    let want1 = MuseTalkUnet::new(Profile::Cpu, &syn(22), &Device::Cpu).unwrap();
-    assert_eq!(u1.predict(&lat, &aud).unwrap(), want1.predict(&lat, &aud).unwrap());
+    let want1 = MuseTalkUnet::new(Profile::Cpu, &syn(seed(ModelKind::MuseTalkUnet) + 1), &Device::Cpu).unwrap();
+    assert!(u1.predict(&lat, &aud).unwrap() == want1.predict(&lat, &aud).unwrap(), "UNet 1.0 from the folder");
 }
 
 #[test]

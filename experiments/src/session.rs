@@ -5,7 +5,7 @@ use anyhow::{bail, ensure, Context, Result};
 use cadence::composite::FaceBox;
 use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
 use cadence::{render, Backend, BackendChoice};
-use cadence_engines::{DeviceRequest, EngineDevice, Profile};
+use cadence_engines::{DeviceRequest, EngineDevice};
 use std::path::PathBuf;
 
 /// The bundled clip: espeak-ng speech with pauses, 25.6 s (640 frames at 25 fps).
@@ -29,14 +29,16 @@ pub struct SessionArgs {
     /// Face box x,y,w,h (default: 284,544,512,512 for the bundled anchor, else centred).
     #[arg(long)]
     pub face_box: Option<String>,
-    /// Engine size: cpu-reduced (default on CPU) or full (default on CUDA).
+    /// Engine size: cpu-reduced (default on CPU with synthetic weights) or full (default on
+    /// CUDA and with --models).
     #[arg(long)]
     pub profile: Option<String>,
     #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = cadence_engines::device::DEVICE_HELP)]
     pub device: DeviceRequest,
     #[arg(long, value_enum, default_value = "taesd")]
     pub decoder: DecoderKind,
-    /// Directory of real weights (else $CADENCE_MODELS, else seeded synthetic weights).
+    /// MuseTalk's models/ folder as downloaded (else $CADENCE_MODELS, else seeded synthetic
+    /// weights); every engine must be found there.
     #[arg(long)]
     pub models: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto")]
@@ -98,12 +100,10 @@ impl Session {
         let engine_device = cadence_engines::select_device(a.device)?;
         let device = engine_device.device.clone();
         let backend = Backend::for_engines(a.backend, &device)?;
-        let profile = match &a.profile {
-            Some(p) => Profile::parse(p)?,
-            None => Profile::default_for(&device),
-        };
+        let (models, profile) =
+            cadence::pipeline::models_and_profile(a.models.as_deref(), a.profile.as_deref(), &device)?;
         let opts = RenderOptions { fps: 25.0, ramp: 4, batch: a.batch, method: cadence::Method::Slerp };
-        let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
+        let engines = Engines::load(profile, a.decoder, &device, models.as_ref())?;
         let mut audio = render::load_audio(&audio_path, 3600.0)?;
         if let Some(n) = a.frames {
             let keep = (n as f64 / opts.fps as f64 * cadence_media::TARGET_RATE as f64).round() as usize;

@@ -15,8 +15,8 @@ use crate::schedule::{speech_distance, KeyframeSchedule};
 use crate::Backend;
 use anyhow::{ensure, Context, Result};
 use cadence_engines::{
-    resolve_weights, AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind,
-    MuseTalkUnet, Profile, SdVae, Taesd, Tensor, WhisperAudio,
+    AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind, ModelsDir,
+    MuseTalkUnet, Profile, SdVae, Taesd, Tensor, WeightsSource, WhisperAudio, DEFAULT_SEED,
 };
 use std::path::Path;
 use std::time::Instant;
@@ -31,6 +31,36 @@ pub enum DecoderKind {
     Taesd,
     /// The full SD VAE decoder (sd-vae-ft-mse), output in [-1, 1].
     SdVae,
+}
+
+impl DecoderKind {
+    /// The decoder and the matching image encoder this choice loads.
+    pub fn models(self) -> [ModelKind; 2] {
+        match self {
+            DecoderKind::Taesd => [ModelKind::TaesdDecoder, ModelKind::TaesdEncoder],
+            DecoderKind::SdVae => [ModelKind::SdVaeDecoder, ModelKind::SdVaeEncoder],
+        }
+    }
+}
+
+/// The engines a render loads with `decoder` (what `cadence models check` checks by default).
+pub fn render_models(decoder: DecoderKind) -> [ModelKind; 4] {
+    let [dec, enc] = decoder.models();
+    [ModelKind::WhisperTiny, ModelKind::MuseTalkUnet, dec, enc]
+}
+
+/// The weights and profile a command asked for: `--models` (else `$CADENCE_MODELS`), resolved
+/// to a folder that must exist and hold weights, and `--profile`, which defaults to `full` with
+/// real weights (and must be `full` with them) and else to the device's default.
+pub fn models_and_profile(
+    models: Option<&Path>,
+    profile: Option<&str>,
+    device: &Device,
+) -> Result<(Option<ModelsDir>, Profile)> {
+    let dir = ModelsDir::requested(models)?;
+    let explicit = profile.map(Profile::parse).transpose()?;
+    let profile = Profile::for_weights(explicit, device, dir.is_some())?;
+    Ok((dir, profile))
 }
 
 /// The engines of one render, loaded once.
@@ -50,41 +80,33 @@ pub struct Engines {
 }
 
 impl Engines {
-    /// Real weights come from `models_dir` (or $CADENCE_MODELS) where the files exist; every
-    /// other engine gets seeded synthetic weights. `weights_summary` says which.
+    /// Every engine's weights come from `models` (an engine the folder lacks is an error, never
+    /// a synthetic stand-in), or all are seeded synthetic weights when no folder was asked for
+    /// ([`models_and_profile`]). `weights_summary` says which.
     pub fn load(
         profile: Profile,
         decoder_kind: DecoderKind,
         device: &Device,
-        models_dir: Option<&Path>,
+        models: Option<&ModelsDir>,
     ) -> Result<Self> {
-        let w = |kind: ModelKind| match models_dir {
-            Some(dir) => cadence_engines::resolve_weights_in(kind, None, Some(dir)),
-            None => resolve_weights(kind, None),
+        let w = |kind: ModelKind| -> Result<WeightsSource> {
+            Ok(match models {
+                Some(dir) => dir.weights(kind)?,
+                None => WeightsSource::Synthetic { seed: DEFAULT_SEED },
+            })
         };
-        let audio = WhisperAudio::new(profile, &w(ModelKind::WhisperTiny), device).context("loading whisper-tiny")?;
+        let audio = WhisperAudio::new(profile, &w(ModelKind::WhisperTiny)?, device).context("loading whisper-tiny")?;
         let unet =
-            MuseTalkUnet::new(profile, &w(ModelKind::MuseTalkUnet), device).context("loading the MuseTalk UNet")?;
+            MuseTalkUnet::new(profile, &w(ModelKind::MuseTalkUnet)?, device).context("loading the MuseTalk UNet")?;
+        let [dec, enc] = decoder_kind.models();
         let (decoder, image_encoder): (Box<dyn LatentDecoder>, Box<dyn ImageEncoder>) = match decoder_kind {
             DecoderKind::Taesd => (
-                Box::new(
-                    Taesd::decoder(profile, &w(ModelKind::TaesdDecoder), device)
-                        .context("loading the TAESD decoder")?,
-                ),
-                Box::new(
-                    Taesd::encoder(profile, &w(ModelKind::TaesdEncoder), device)
-                        .context("loading the TAESD encoder")?,
-                ),
+                Box::new(Taesd::decoder(profile, &w(dec)?, device).context("loading the TAESD decoder")?),
+                Box::new(Taesd::encoder(profile, &w(enc)?, device).context("loading the TAESD encoder")?),
             ),
             DecoderKind::SdVae => (
-                Box::new(
-                    SdVae::decoder(profile, &w(ModelKind::SdVaeDecoder), device)
-                        .context("loading the SD VAE decoder")?,
-                ),
-                Box::new(
-                    SdVae::encoder(profile, &w(ModelKind::SdVaeEncoder), device)
-                        .context("loading the SD VAE encoder")?,
-                ),
+                Box::new(SdVae::decoder(profile, &w(dec)?, device).context("loading the SD VAE decoder")?),
+                Box::new(SdVae::encoder(profile, &w(enc)?, device).context("loading the SD VAE encoder")?),
             ),
         };
         let s = audio.encode_audio(&vec![0.0f32; 16000 / 25], 25.0).context("encoding one frame of silence")?;
@@ -96,14 +118,23 @@ impl Engines {
         [&self.audio, &self.unet, self.decoder.as_ref(), self.image_encoder.as_ref()]
     }
 
-    /// The common label (e.g. `synthetic(seed=13295116)`) when every engine has the same source,
-    /// "real" when all are real files, else a per-engine list.
+    /// The common label (e.g. `synthetic(seed=13295116)`) when every engine has the same source;
+    /// `real: <engine>=<file>, ...` when all are real files; else `mixed: ...`.
     pub fn weights_summary(&self) -> String {
         let labels: Vec<String> = self.all().iter().map(|e| e.weights_label()).collect();
         if labels.iter().all(|l| l == &labels[0]) {
             labels[0].clone()
         } else if labels.iter().all(|l| l.starts_with("real")) {
-            "real".into()
+            let parts: Vec<String> = self
+                .all()
+                .iter()
+                .map(|e| {
+                    let l = e.weights_label();
+                    let file = l.strip_prefix("real(").and_then(|f| f.strip_suffix(')')).unwrap_or(&l).to_string();
+                    format!("{}={file}", e.model())
+                })
+                .collect();
+            format!("real: {}", parts.join(", "))
         } else {
             let parts: Vec<String> =
                 self.all().iter().map(|e| format!("{}={}", e.model(), e.weights_label())).collect();

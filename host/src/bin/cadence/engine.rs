@@ -3,9 +3,9 @@
 use anyhow::{Context, Result};
 use cadence::npy::{self, Array};
 use cadence_engines::device::DEVICE_HELP;
-use cadence_engines::DeviceRequest;
+use cadence_engines::{DeviceRequest, ModelKind, ModelsDir, WeightsSource, DEFAULT_SEED};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineModel {
@@ -15,13 +15,29 @@ pub enum EngineModel {
     WhisperTiny,
 }
 
+impl EngineModel {
+    fn kind(self) -> ModelKind {
+        match self {
+            EngineModel::Taesd => ModelKind::TaesdDecoder,
+            EngineModel::SdVae => ModelKind::SdVaeDecoder,
+            EngineModel::MusetalkUnet => ModelKind::MuseTalkUnet,
+            EngineModel::WhisperTiny => ModelKind::WhisperTiny,
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct EngineRunArgs {
     #[arg(long, value_enum)]
     model: EngineModel,
-    /// Weights (safetensors, original layout). Without it: seeded synthetic weights.
-    #[arg(long)]
+    /// Weights file: safetensors or a PyTorch checkpoint (.pth/.bin/.pt), original layout; its
+    /// configuration beside it is checked. Without it and --models: seeded synthetic weights.
+    #[arg(long, conflicts_with = "models")]
     weights: Option<PathBuf>,
+    /// MuseTalk's models/ folder as downloaded (else $CADENCE_MODELS); the model's weights must
+    /// be found there.
+    #[arg(long)]
+    models: Option<PathBuf>,
     /// taesd / sd-vae: latents (B,4,h,w); musetalk-unet: (B,8,32,32) = [masked, reference];
     /// whisper-tiny: 16 kHz mono samples (n,) as float32.
     #[arg(long)]
@@ -31,7 +47,7 @@ pub struct EngineRunArgs {
     audio: Option<PathBuf>,
     #[arg(long)]
     output: PathBuf,
-    /// full (default; what real weights need) or cpu-reduced.
+    /// full (default; what real weights need) or cpu-reduced (synthetic weights only).
     #[arg(long, default_value = "full")]
     profile: String,
     #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = DEVICE_HELP)]
@@ -50,19 +66,28 @@ pub struct EngineBenchArgs {
     pub batch: usize,
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
-    /// cpu-reduced (default on the CPU) or full (default on CUDA).
+    /// cpu-reduced (default on the CPU with synthetic weights) or full (default on CUDA and
+    /// with real weights).
     #[arg(long)]
     pub profile: Option<String>,
-    /// Real weights (safetensors); default: seeded synthetic.
-    #[arg(long)]
+    /// Weights file (safetensors or PyTorch checkpoint); default: seeded synthetic.
+    #[arg(long, conflicts_with = "models")]
     pub weights: Option<PathBuf>,
+    /// MuseTalk's models/ folder as downloaded (else $CADENCE_MODELS).
+    #[arg(long)]
+    pub models: Option<PathBuf>,
 }
 
-fn weights_source(path: Option<PathBuf>) -> cadence_engines::WeightsSource {
-    match path {
-        Some(p) => cadence_engines::WeightsSource::File(p),
-        None => cadence_engines::WeightsSource::Synthetic { seed: cadence_engines::DEFAULT_SEED },
+/// The weights of `model`: `--weights FILE`, else the model's file in `--models DIR` (or
+/// `$CADENCE_MODELS`, through the same [`ModelsDir`] as `render`), else seeded synthetic weights.
+fn weights_source(model: EngineModel, file: Option<PathBuf>, models: Option<&Path>) -> Result<WeightsSource> {
+    if let Some(p) = file {
+        return Ok(WeightsSource::File(p));
     }
+    Ok(match ModelsDir::requested(models)? {
+        Some(dir) => dir.weights(model.kind())?,
+        None => WeightsSource::Synthetic { seed: DEFAULT_SEED },
+    })
 }
 
 fn read_f32(path: &std::path::Path, what: &str) -> Result<cadence_engines::Batch> {
@@ -77,10 +102,11 @@ fn read_f32(path: &std::path::Path, what: &str) -> Result<cadence_engines::Batch
 pub fn run(a: EngineRunArgs) -> Result<()> {
     use cadence_engines::*;
     npy::check_output(&a.output, a.force)?;
-    let profile = Profile::parse(&a.profile)?;
     let engine_device = select_device(a.device)?;
     let dev = engine_device.device.clone();
-    let w = weights_source(a.weights.clone());
+    let w = weights_source(a.model, a.weights.clone(), a.models.as_deref())?;
+    let real = matches!(w, WeightsSource::File(_));
+    let profile = Profile::for_weights(Some(Profile::parse(&a.profile)?), &dev, real)?;
     let input = read_f32(&a.input, "the input")?;
     let (out, label) = match a.model {
         EngineModel::Taesd => {
@@ -120,17 +146,15 @@ pub fn run(a: EngineRunArgs) -> Result<()> {
 }
 
 pub fn bench(a: EngineBenchArgs) -> Result<()> {
-    let EngineBenchArgs { model, device, batch, runs, profile, weights } = a;
+    let EngineBenchArgs { model, device, batch, runs, profile, weights, models } = a;
     use cadence_engines::bench::*;
     use cadence_engines::*;
     anyhow::ensure!(batch > 0 && runs > 0, "--batch and --runs must be positive");
     let engine_device = select_device(device)?;
     let dev = engine_device.device.clone();
-    let profile = match profile.as_deref() {
-        Some(p) => Profile::parse(p)?,
-        None => Profile::default_for(&dev),
-    };
-    let w = weights_source(weights);
+    let w = weights_source(model, weights, models.as_deref())?;
+    let explicit = profile.as_deref().map(Profile::parse).transpose()?;
+    let profile = Profile::for_weights(explicit, &dev, matches!(w, WeightsSource::File(_)))?;
     let mm = matmul_probe(&dev, 2048, 5)?;
     let (r, label) = match model {
         EngineModel::Taesd => {

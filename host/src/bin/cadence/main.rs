@@ -5,6 +5,7 @@ mod engine;
 mod expand;
 mod gpu_check;
 mod info;
+mod models;
 mod render;
 
 use anyhow::Result;
@@ -35,6 +36,9 @@ enum Command {
     /// Speech audio and an avatar image to an MP4 with cadence strides, silence easing,
     /// compositing, NV12 and H.264.
     Render(Box<render::RenderArgs>),
+    /// Weights as users have them: `models check DIR` lists what cadence would load from
+    /// MuseTalk's models/ folder and whether it can.
+    Models(models::ModelsArgs),
     /// Microbenchmark of the one-launch stride expansion against the copy bandwidth measured
     /// in the same run (median of runs; CPU always, CUDA when present).
     Bench(bench::BenchArgs),
@@ -53,6 +57,7 @@ fn main() {
         Command::Render(a) => render::run(*a),
         Command::EngineRun(a) => engine::run(a),
         Command::EngineBench(a) => engine::bench(a),
+        Command::Models(a) => models::run(a),
         Command::Bench(a) => bench::run(a),
         Command::GpuCheck(a) => gpu_check::run(a),
     };

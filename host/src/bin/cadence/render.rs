@@ -38,13 +38,14 @@ pub struct RenderArgs {
     /// Latent decoder (and the matching image encoder for the avatar).
     #[arg(long, value_enum, default_value = "taesd")]
     pub decoder: cadence::pipeline::DecoderKind,
-    /// Engine size: cpu-reduced (default on CPU) or full (the published architectures; default
-    /// on CUDA).
+    /// Engine size: cpu-reduced (default on CPU with synthetic weights) or full (the published
+    /// architectures; default on CUDA and with --models).
     #[arg(long)]
     pub profile: Option<String>,
     #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = DEVICE_HELP)]
     pub device: DeviceRequest,
-    /// Directory of real weights (else $CADENCE_MODELS; else seeded synthetic weights).
+    /// MuseTalk's models/ folder as downloaded (else $CADENCE_MODELS; else seeded synthetic
+    /// weights). Every engine must be found there; `cadence models check DIR` says what is.
     #[arg(long)]
     pub models: Option<PathBuf>,
     /// Where cadence's kernels run (expansion, easing, compositing + NV12). With the engines on
@@ -101,17 +102,15 @@ pub fn run(a: RenderArgs) -> Result<()> {
     anyhow::ensure!(a.batch > 0, "--batch must be at least 1 (got 0)");
     let engine_device = cadence_engines::select_device(a.device)?;
     let device = engine_device.device.clone();
+    // Before any input is read: a models folder that cannot be used fails at once.
+    let (models, profile) = cadence::pipeline::models_and_profile(a.models.as_deref(), a.profile.as_deref(), &device)?;
     let audio = render::load_audio(&a.audio, a.max_seconds)?;
     let img = render::load_avatar(&a.avatar)?;
     let face = render::face_box(&img, a.face_box)?;
     let backend = Backend::for_engines(a.backend, &device)?;
-    let profile = match &a.profile {
-        Some(p) => cadence_engines::Profile::parse(p)?,
-        None => cadence_engines::Profile::default_for(&device),
-    };
     let opts = RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.batch, method: a.method };
     let t0 = Instant::now();
-    let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
+    let engines = Engines::load(profile, a.decoder, &device, models.as_ref())?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let prepared = render::prepare(&engines, &backend, audio, &img, face, &opts)?;
     let schedule = match &a.keyframes {
