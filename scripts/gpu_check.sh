@@ -14,7 +14,7 @@ mkdir -p "$out"
     echo "date: $(date -u +%FT%TZ)"
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
     "$bin" info
-    "$bin" gpu-check --reps 101 --json "$out/gpu_check.json"
+    "$bin" gpu-check --reps 101 --json "$out/gpu_check.json" --force
     echo "gpu-check exit: $?"
-    "$bin" bench --frames 640 --strides 1,2,3,4 --reps 101 --json "$out/expand_bench.json"
+    "$bin" bench --frames 640 --strides 1,2,3,4 --reps 101 --json "$out/expand_bench.json" --force
 } 2>&1 | tee "$out/gpu_check.log"

@@ -157,7 +157,7 @@ pub struct WeightsFile {
 impl WeightsFile {
     /// Opens `path` and reads its headers (no tensor data).
     pub fn open(path: &Path) -> Result<WeightsFile> {
-        let io = |source| EngineError::Io { path: path.to_path_buf(), source };
+        let io = |error| EngineError::Io { path: path.to_path_buf(), error };
         let f = std::fs::File::open(path).map_err(io)?;
         let len = f.metadata().map_err(io)?.len();
         let mut file = std::io::BufReader::new(f);
@@ -240,8 +240,9 @@ const LEGACY_MAGIC: [u8; 15] =
     [0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e];
 /// torch's legacy `PROTOCOL_VERSION`.
 const LEGACY_PROTOCOL: i64 = 1001;
-/// Largest pickle cadence reads (a state dict's pickle is about 150 bytes per tensor).
-const MAX_PICKLE_BYTES: usize = 256 << 20;
+/// Largest pickle cadence reads (a state dict's pickle is about 150 bytes per tensor: MuseTalk's
+/// UNet, 686 tensors, needs about 100 kB).
+const MAX_PICKLE_BYTES: usize = 64 << 20;
 /// safetensors' own header limit.
 const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 
@@ -367,7 +368,9 @@ fn torch_zip<R: Read + Seek>(r: &mut R, len: u64) -> FResult<Checkpoint> {
         if f.size() > limit as u64 {
             return Err(bad(format!("zip entry `{name}` is {} bytes (more than {limit})", f.size())));
         }
-        let mut v = Vec::with_capacity(f.size() as usize);
+        // The declared size is not trusted for the allocation: a stored entry cannot be larger
+        // than the file.
+        let mut v = Vec::with_capacity(f.size().min(len) as usize);
         (&mut f).take(limit as u64).read_to_end(&mut v).map_err(|e| bad(format!("zip entry `{name}`: {e}")))?;
         Ok(v)
     };

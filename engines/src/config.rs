@@ -68,7 +68,7 @@ fn rule(field: &'static str, expected: Value, default: Value) -> Rule {
 /// `Ok(None)`: no configuration (the tensors alone decide).
 pub fn check(kind: ModelKind, profile: Profile, weights: &Path, ck: &Checkpoint) -> Result<Option<ConfigInfo>> {
     if let Some(path) = config_file(kind, weights) {
-        let text = std::fs::read_to_string(&path).map_err(|source| EngineError::Io { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|error| EngineError::Io { path: path.clone(), error })?;
         let json: Value = serde_json::from_str(&text)
             .map_err(|e| EngineError::Config { file: path.clone(), msg: format!("not valid JSON: {e}") })?;
         let fail = |msg: String| EngineError::Config { file: path.clone(), msg };

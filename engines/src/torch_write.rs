@@ -354,7 +354,7 @@ pub fn legacy_checkpoint(sd: &StateDict) -> Result<Vec<u8>> {
 pub fn write_musetalk_folder(root: &Path, profile: Profile, seed: &dyn Fn(ModelKind) -> u64) -> Result<()> {
     let put = |rel: &str, bytes: &[u8]| -> Result<()> {
         let p = root.join(rel);
-        let io = |source| EngineError::Io { path: p.clone(), source };
+        let io = |error| EngineError::Io { path: p.clone(), error };
         std::fs::create_dir_all(p.parent().unwrap_or(root)).map_err(io)?;
         std::fs::write(&p, bytes).map_err(io)
     };

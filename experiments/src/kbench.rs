@@ -311,8 +311,8 @@ pub fn time_composite(
     );
     let bg: Vec<u8> =
         data::<f32>(width * height * 3, 43).into_iter().map(|x| (x * 37.0 + 128.0).clamp(0.0, 255.0) as u8).collect();
-    let face =
-        FaceBox { x: ((width - box_side) / 2) & !1, y: ((height - box_side) / 2) & !1, w: box_side, h: box_side };
+    let (x, y) = (((width - box_side) / 2) & !1, ((height - box_side) / 2) & !1);
+    let face = FaceBox { x: x as u32, y: y as u32, w: box_side as u32, h: box_side as u32 };
     let comp = Compositor::new(backend, &bg, width, height, face, (box_side / 8) as f32, ColorMatrix::Bt709)?;
     let rgb: Vec<f32> = data::<f32>(3 * crop * crop, 44).into_iter().map(|x| x * 0.15 + 0.5).collect();
     let mut frame = comp.background_nv12().to_vec();

@@ -160,7 +160,7 @@ fn pipeline_experiments_refuse_a_zero_batch_before_loading_engines() {
         let out = Command::new(bin).args(["--batch", "0", "--out"]).arg(dir.path()).output().unwrap();
         assert!(!out.status.success(), "{bin}");
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("--batch must be at least 1"),
+            String::from_utf8_lossy(&out.stderr).contains("0 is not in 1..=1024"),
             "{bin}: {}",
             String::from_utf8_lossy(&out.stderr)
         );

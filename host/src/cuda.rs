@@ -335,7 +335,7 @@ impl DeviceCompositor {
         let f = c.face;
         let (cw, ch, rng) = (cw as u32, ch as u32, range.code());
         let (w, h, mat) = (c.width as u32, c.height as u32, c.matrix.code());
-        let (bx, by, bw, bh) = (f.x as u32, f.y as u32, f.w as u32, f.h as u32);
+        let (bx, by, bw, bh) = (f.x, f.y, f.w, f.h);
         let mut b = self.stream.launch_builder(&self.function);
         b.arg(crop).arg(&cw).arg(&ch).arg(&rng).arg(&self.alpha).arg(&self.background_term);
         b.arg(frame).arg(&w).arg(&h).arg(&bx).arg(&by).arg(&bw).arg(&bh).arg(&mat);

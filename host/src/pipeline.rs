@@ -18,7 +18,6 @@ use cadence_engines::{
     AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind, ModelsDir,
     MuseTalkUnet, Profile, SdVae, Taesd, Tensor, WeightsSource, WhisperAudio, DEFAULT_SEED,
 };
-use std::path::Path;
 use std::time::Instant;
 
 /// MuseTalk's latent: 4 x 32 x 32 for a 256 x 256 face crop.
@@ -49,20 +48,6 @@ pub fn render_models(decoder: DecoderKind) -> [ModelKind; 4] {
     [ModelKind::WhisperTiny, ModelKind::MuseTalkUnet, dec, enc]
 }
 
-/// The weights and profile a command asked for: `--models` (else `$CADENCE_MODELS`), resolved
-/// to a folder that must exist and hold weights, and `--profile`, which defaults to `full` with
-/// real weights (and must be `full` with them) and else to the device's default.
-pub fn models_and_profile(
-    models: Option<&Path>,
-    profile: Option<&str>,
-    device: &Device,
-) -> Result<(Option<ModelsDir>, Profile)> {
-    let dir = ModelsDir::requested(models)?;
-    let explicit = profile.map(Profile::parse).transpose()?;
-    let profile = Profile::for_weights(explicit, device, dir.is_some())?;
-    Ok((dir, profile))
-}
-
 /// The engines of one render, loaded once.
 pub struct Engines {
     pub audio: WhisperAudio,
@@ -82,7 +67,7 @@ pub struct Engines {
 impl Engines {
     /// Every engine's weights come from `models` (an engine the folder lacks is an error, never
     /// a synthetic stand-in), or all are seeded synthetic weights when no folder was asked for
-    /// ([`models_and_profile`]). `weights_summary` says which.
+    /// (`--models`, [`crate::args::EngineArgs`]). `weights_summary` says which.
     pub fn load(
         profile: Profile,
         decoder_kind: DecoderKind,
@@ -198,7 +183,7 @@ fn unet_input(masked: &[f32], reference: &[f32], batch: usize) -> Batch {
 
 #[derive(Clone, Debug)]
 pub struct RenderOptions {
-    pub fps: f32,
+    pub fps: cadence_media::FrameRate,
     /// Frames of Hermite easing between speech and rest (4 gives 1, 0.84375, 0.5, 0.15625, 0).
     pub ramp: u32,
     /// Engine batch size.
@@ -208,14 +193,13 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { fps: 25.0, ramp: 4, batch: 8, method: Method::Slerp }
+        Self { fps: cadence_media::FrameRate::whole(25), ramp: 4, batch: 8, method: Method::Slerp }
     }
 }
 
 /// Milliseconds per stage.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StageTimes {
-    pub audio_encoder_ms: f64,
     pub unet_ms: f64,
     pub expand_ms: f64,
     pub ease_ms: f64,
@@ -224,16 +208,6 @@ pub struct StageTimes {
     pub encoder_ms: f64,
     pub other_ms: f64,
     pub total_ms: f64,
-}
-
-impl StageTimes {
-    pub fn neural_ms(&self) -> f64 {
-        self.audio_encoder_ms + self.unet_ms + self.decoder_ms
-    }
-    /// Everything that is neither a neural engine nor the encoder.
-    pub fn overhead_ms(&self) -> f64 {
-        self.expand_ms + self.ease_ms + self.composite_nv12_ms + self.other_ms
-    }
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

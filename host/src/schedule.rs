@@ -16,14 +16,23 @@ impl KeyframeSchedule {
     /// at N = 640 that is 640, 321, 214 keyframes for k = 1, 2, 3 (not 320 at k = 2 as the
     /// source's table prints).
     pub fn fixed_stride(n_frames: usize, stride: usize) -> Result<Self> {
-        ensure!(stride > 0, "stride must be at least 1 (got 0)");
-        ensure!(n_frames > 0, "the video has no frames");
-        ensure!(n_frames <= u32::MAX as usize, "too many frames ({n_frames})");
+        let count = Self::fixed_stride_count(n_frames, stride)?;
         let mut keys: Vec<u32> = (0..n_frames).step_by(stride).map(|f| f as u32).collect();
         if *keys.last().unwrap() as usize != n_frames - 1 {
             keys.push((n_frames - 1) as u32);
         }
+        debug_assert_eq!(keys.len(), count);
         Ok(Self { n_frames, keys })
+    }
+
+    /// The number of keyframes [`Self::fixed_stride`] makes, computed without making them (so a
+    /// caller can check an input against it before allocating anything).
+    pub fn fixed_stride_count(n_frames: usize, stride: usize) -> Result<usize> {
+        ensure!(stride > 0, "stride must be at least 1 (got 0)");
+        ensure!(n_frames > 0, "the video has no frames");
+        ensure!(n_frames <= u32::MAX as usize, "too many frames ({n_frames}; at most {})", u32::MAX);
+        let last = n_frames - 1;
+        Ok(last / stride + 1 + usize::from(!last.is_multiple_of(stride)))
     }
 
     /// Any strictly increasing list of frame indices below N. Frames before the first keyframe

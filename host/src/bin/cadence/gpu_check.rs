@@ -11,8 +11,11 @@ pub struct GpuCheckArgs {
     /// Write the full report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Replace an existing JSON file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(a: GpuCheckArgs) -> Result<()> {
-    cadence::gpucheck::run(a.reps).and_then(|r| crate::write_json(a.json, &r))
+    cadence::gpucheck::run(a.reps).and_then(|r| crate::write_json(a.json.as_deref(), a.force, &r))
 }
