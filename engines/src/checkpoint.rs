@@ -240,8 +240,8 @@ const LEGACY_MAGIC: [u8; 15] =
     [0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e];
 /// torch's legacy `PROTOCOL_VERSION`.
 const LEGACY_PROTOCOL: i64 = 1001;
-/// Largest pickle cadence reads (a state dict's pickle is about 150 bytes per tensor: MuseTalk's
-/// UNet, 686 tensors, needs about 100 kB).
+/// Largest pickle cadence reads (the 686-tensor MuseTalk UNet state dict pickles to 113,223
+/// bytes as `torch_write` writes it, test `state_dicts_are_far_inside_the_guard_limits`).
 const MAX_PICKLE_BYTES: usize = 64 << 20;
 /// safetensors' own header limit.
 const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
@@ -831,9 +831,12 @@ fn tensor_of(o: &Object, name: &str) -> FResult<Option<RawTensor>> {
 // ---------------------------------------------------------------------------------------------
 // Pickles: a guard pass, then candle's pickle machine
 
-/// Deepest object nesting accepted (a state dict is about 6 deep).
+/// Deepest object nesting accepted (measured by test `state_dicts_are_far_inside_the_guard_limits`:
+/// MuseTalk's UNet state dict nests 6 deep, the CPython fixture with an `nn.Parameter` and
+/// `_metadata` 9).
 pub const MAX_DEPTH: u32 = 64;
-/// Most objects candle may copy for memo references (a state dict copies about 40 per tensor).
+/// Most objects candle may copy for memo references (the UNet state dict as `torch_write` writes it
+/// copies 46,090: same test).
 pub const MAX_CLONED_NODES: u64 = 4_000_000;
 
 #[derive(Debug)]
@@ -861,7 +864,7 @@ impl PickleError {
 /// Runs one pickle starting at `start` through [`guard`] and then candle's pickle machine.
 /// Returns the object and the offset just past its STOP.
 fn unpickle(data: &[u8], start: usize) -> std::result::Result<(Object, usize), PickleError> {
-    let end = guard(data, start)?;
+    let end = guard(data, start)?.end;
     let mut cur = std::io::Cursor::new(&data[start..end]);
     let mut stack = Stack::empty();
     stack.read_loop(&mut cur).map_err(|e| PickleError::Bad(format!("pickle at byte {start}: {e}")))?;
@@ -878,6 +881,16 @@ enum Slot {
 }
 
 const ATOM: Slot = Slot::Val { depth: 1, nodes: 1 };
+
+/// What [`guard`] found: where the pickle ends, its deepest nesting, the objects candle will copy.
+// The loader reads `end` only; the depth and the copies are the tests' measurements.
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Debug, Clone, Copy)]
+struct GuardStats {
+    end: usize,
+    max_depth: u32,
+    cloned: u64,
+}
 
 /// Names of standard pickle opcodes candle's machine does not run (for the error message).
 fn unsupported_opcode(op: u8) -> Option<&'static str> {
@@ -927,11 +940,12 @@ fn unsupported_opcode(op: u8) -> Option<&'static str> {
 /// integers wider than 8 bytes (candle would shift past 64 bits), nesting deeper than
 /// [`MAX_DEPTH`] (candle's objects are recursive), and memo copies (BINPUT/BINGET clone the
 /// object in candle) adding up to more than [`MAX_CLONED_NODES`] objects.
-fn guard(data: &[u8], start: usize) -> std::result::Result<usize, PickleError> {
+fn guard(data: &[u8], start: usize) -> std::result::Result<GuardStats, PickleError> {
     use PickleError::{Bad, Truncated};
     let mut stack: Vec<Slot> = Vec::new();
     let mut memo: HashMap<u32, Slot> = HashMap::new();
     let mut cloned: u64 = 0;
+    let mut max_depth: u32 = 0;
     let mut p = start;
     let take = |p: &mut usize, n: usize| -> std::result::Result<&[u8], PickleError> {
         let end = p.checked_add(n).ok_or(Truncated)?;
@@ -1060,13 +1074,14 @@ fn guard(data: &[u8], start: usize) -> std::result::Result<usize, PickleError> {
                 let items = pop_to_mark(&mut stack)?;
                 add_to_top(&mut stack, items)?;
             }
-            b'.' => return Ok(p),
+            b'.' => return Ok(GuardStats { end: p, max_depth, cloned }),
             other => {
                 let what = unsupported_opcode(other).map(|n| format!(" ({n})")).unwrap_or_default();
                 return Err(Bad(format!("unknown or unsupported pickle opcode 0x{other:02x}{what} at byte {at}")));
             }
         }
         if let Some(Slot::Val { depth, .. }) = stack.last() {
+            max_depth = max_depth.max(*depth);
             if *depth > MAX_DEPTH {
                 return Err(Bad(format!("pickle objects nested more than {MAX_DEPTH} deep (at byte {at})")));
             }
@@ -1089,6 +1104,46 @@ mod tests {
         let le = 0x1950a86a20f9469cfc6c_u128.to_le_bytes();
         assert_eq!(&LEGACY_MAGIC[4..14], &le[..10]);
         assert_eq!(LEGACY_MAGIC[3] as usize, 10);
+    }
+
+    #[test]
+    fn state_dicts_are_far_inside_the_guard_limits() {
+        // The real MuseTalk UNet's tensor names and shapes (the full profile's table), and the
+        // CPython-written fixture (which memoises like torch.save).
+        let table = crate::param_table(crate::ModelKind::MuseTalkUnet, crate::Profile::Full).unwrap();
+        let sd = crate::torch_write::StateDict {
+            storages: table
+                .entries
+                .iter()
+                .map(|_| crate::torch_write::Storage { dtype: "F32", bytes: vec![0; 4] })
+                .collect(),
+            entries: table
+                .entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| crate::torch_write::Entry {
+                    name: e.name.clone(),
+                    storage: i,
+                    offset: 0,
+                    shape: e.shape.clone(),
+                    strides: row_major(&e.shape),
+                })
+                .collect(),
+            whisper_dims: None,
+        };
+        let pkl = crate::torch_write::state_dict_pickle(&sd, false).unwrap();
+        let st = guard(&pkl, 0).unwrap();
+        assert_eq!(st.end, pkl.len());
+        eprintln!("UNet state dict: {} tensors, depth {}, {} objects copied", table.len(), st.max_depth, st.cloned);
+        assert!(st.max_depth <= MAX_DEPTH / 8 && st.cloned <= MAX_CLONED_NODES / 50, "{st:?}");
+        let fixture = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_legacy.pth")).unwrap();
+        let main = {
+            let after_two = LEGACY_MAGIC.len() + 6;
+            after_two + guard(&fixture, after_two).unwrap().end - after_two
+        };
+        let st = guard(&fixture, main).unwrap();
+        eprintln!("CPython fixture: depth {}, {} objects copied", st.max_depth, st.cloned);
+        assert!(st.max_depth <= MAX_DEPTH / 4, "{st:?}");
     }
 
     #[test]
