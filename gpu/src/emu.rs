@@ -173,6 +173,15 @@ impl<T: Scalar> Buffer<T> {
         }
     }
 
+    /// Marks `range` as never written (the host does not know its contents): for an output a
+    /// launch must write in full inside a buffer whose rest is input, so that
+    /// [`Self::written`] catches a launch that missed part of it.
+    pub fn discard(&self, range: core::ops::Range<usize>) {
+        for s in &self.shadow[range] {
+            s.store(NEVER, Relaxed);
+        }
+    }
+
     /// The elements nothing has written, as (first index, count); `None` when every element
     /// was uploaded or stored.
     pub fn unwritten(&self) -> Option<(usize, usize)> {

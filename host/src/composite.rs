@@ -130,6 +130,12 @@ impl Compositor {
         crate::launch::CompositeTarget { width: self.width, height: self.height, face: self.face, matrix: self.matrix }
     }
 
+    /// What the kernel gets per render: the box's blend weights and the (1 - alpha) x background
+    /// term (3 planes of the box, one after the other).
+    pub fn per_render_data(&self) -> (&[f32], Vec<f32>) {
+        (&self.alpha, self.background_term.iter().flatten().copied().collect())
+    }
+
     pub fn background_nv12(&self) -> &[u8] {
         &self.background_nv12
     }

@@ -12,11 +12,20 @@ use crate::schedule::KeyframeSchedule;
 use anyhow::{anyhow, ensure, Result};
 use cadence_kernels::emu::{self, Buffer, Scalar};
 
+/// Names a kernel whose emulated launches get one block fewer than launch.rs says: a planted
+/// launch error, so that tests can check that `gpu-check --emulate` reports one (and fails).
+pub const PLANT_ENV: &str = "CADENCE_EMULATE_ONE_BLOCK_SHORT";
+
 /// Runs one launch in the emulator; a fault becomes the error, in one line.
 pub fn run<A: EmulatedArgs>(l: &Launch<A>) -> Result<()> {
+    static PLANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let mut blocks = l.shape.blocks;
+    if PLANTED.get_or_init(|| std::env::var(PLANT_ENV).ok()).as_deref() == Some(l.kernel) {
+        blocks -= 1;
+    }
     // SAFETY: `call` runs inside `emu::launch`, and the launch's buffers outlive it (the callers
     // hold them).
-    emu::launch(l.kernel, l.shape.blocks, l.shape.threads, || unsafe { l.args.call() }).map_err(|f| anyhow!("{f}"))
+    emu::launch(l.kernel, blocks, l.shape.threads, || unsafe { l.args.call() }).map_err(|f| anyhow!("{f}"))
 }
 
 /// Reads back an output the launch of `kernel` must have written entirely.
@@ -27,7 +36,7 @@ pub fn read_output<T: Scalar>(kernel: &str, b: &Buffer<T>) -> Result<Vec<T>> {
 pub fn expand<T: Elem>(keys: &[T], schedule: &KeyframeSchedule, dim: usize, method: Method) -> Result<Vec<T>> {
     let k = Buffer::from_slice("keys", keys);
     let idx = Buffer::from_slice("key_idx", schedule.keyframes());
-    let out = Buffer::uninit("frames", schedule.n_frames() * dim, T::default());
+    let out = Buffer::uninit("out", schedule.n_frames() * dim, T::default());
     let l = launch::expand::<Emulated, T>(
         k.ptr(),
         idx.ptr(),
@@ -103,7 +112,10 @@ impl EmulatedCompositor {
         ensure!(crop.len() == 3 * cw * ch, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
         let c = Buffer::from_slice("crop", crop);
         let frame = Buffer::from_slice("frame", &self.background_nv12);
-        run(&launch::composite_nv12::<Emulated, T>(
+        // The kernel must rewrite every byte of the box: mark them unwritten, so that a launch
+        // that misses some fails the read-back.
+        discard_box(&frame, target);
+        let l = launch::composite_nv12::<Emulated, T>(
             c.ptr(),
             cw,
             ch,
@@ -112,8 +124,23 @@ impl EmulatedCompositor {
             self.background_term.ptr(),
             frame.ptr(),
             target,
-        ))?;
-        out.copy_from_slice(&frame.to_vec());
+        );
+        run(&l)?;
+        out.copy_from_slice(&read_output(l.kernel, &frame)?);
         Ok(())
+    }
+}
+
+/// Marks the face box of an NV12 frame (its luma rows and its chroma rows) as unwritten (as far
+/// as the buffer reaches).
+pub fn discard_box(frame: &Buffer<u8>, t: CompositeTarget) {
+    let (w, f, len) = (t.width, t.face, frame.len());
+    let row = |start: usize| frame.discard(start.min(len)..(start + f.w).min(len));
+    for y in f.y..f.y + f.h {
+        row(y * w + f.x);
+    }
+    let uv = w * t.height;
+    for y in f.y / 2..(f.y + f.h) / 2 {
+        row(uv + y * w + f.x);
     }
 }

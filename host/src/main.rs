@@ -72,13 +72,22 @@ enum Command {
     },
     /// On a CUDA machine: every kernel's GPU output against the CPU path on random data, a short
     /// render with the kernels on the GPU against the same render on the CPU, then a timing
-    /// table. Exits non-zero on any mismatch.
+    /// table. With --emulate, the same checks with the kernels run by cadence's SIMT emulator on
+    /// the CPU (no GPU needed; every memory access bounds-checked). Exits non-zero on any
+    /// mismatch or failed kernel, after writing the report.
     GpuCheck {
         #[arg(long, default_value_t = 51)]
         reps: usize,
-        /// Write the full report as JSON to this file.
+        /// Write the full report as JSON to this file (also when checks fail).
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Run the kernels in the SIMT emulator instead of on a GPU (no timings).
+        #[arg(long)]
+        emulate: bool,
+        /// Check only these kernels (entry point names, e.g. expand_f32, or `render`); no
+        /// timings.
+        #[arg(long = "kernel", value_name = "NAME")]
+        kernels: Vec<String>,
     },
 }
 
@@ -228,7 +237,12 @@ fn main() {
         Command::Bench { frames, strides, dim, reps, method, json } => {
             cmd_bench(frames, &strides, dim, reps, method, json)
         }
-        Command::GpuCheck { reps, json } => cadence::gpucheck::run(reps).and_then(|r| write_json(json, &r)),
+        Command::GpuCheck { reps, json, emulate, kernels } => {
+            cadence::gpucheck::run(reps, emulate, &kernels).and_then(|r| {
+                write_json(json, &r)?;
+                r.verdict()
+            })
+        }
     };
     if let Err(e) = result {
         eprintln!("cadence: error: {e:#}");

@@ -114,3 +114,38 @@ pub fn nv12_ref(rgb: &[f32], w: usize, h: usize, pitch: usize, signed: bool, bt6
     }
     out
 }
+
+/// The CUDA backend for a per-device test: `None` (with a skip line) on a machine without a CUDA
+/// driver; on a machine with one, a backend that fails to start fails the test.
+pub fn cuda_backend() -> Option<cadence::Backend> {
+    if !cadence::cuda::driver_present() {
+        eprintln!("SKIPPED: no CUDA driver on this machine");
+        return None;
+    }
+    let c = cadence::cuda::CudaBackend::new(0).expect("a CUDA driver is present, so the CUDA backend must start");
+    Some(cadence::Backend::Cuda(Box::new(c)))
+}
+
+/// One named test per device for a test body `fn name(b: &Backend)` (candle's `test_device!`):
+/// `name::cpu`, `name::emulated` (the CUDA kernels in the SIMT emulator) and `name::cuda`.
+#[macro_export]
+macro_rules! test_device {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn cpu() {
+                super::$name(&cadence::Backend::Cpu)
+            }
+            #[test]
+            fn emulated() {
+                super::$name(&cadence::Backend::Emulated)
+            }
+            #[test]
+            fn cuda() {
+                if let Some(b) = $crate::common::cuda_backend() {
+                    super::$name(&b)
+                }
+            }
+        }
+    };
+}
