@@ -61,16 +61,18 @@ impl Backend {
         Self::select(choice)
     }
 
-    /// Every backend usable here: the CPU always, CUDA when present (used by tests and benches
-    /// that run one body per device).
-    pub fn all_available() -> Vec<Backend> {
+    /// Every backend that runs the kernels at full speed here: the CPU always, CUDA when a driver
+    /// is present (used by benches and experiments that run one body per device). Where a driver
+    /// is present but the CUDA backend does not start, that is an error, not a quiet CPU-only
+    /// list. The emulated backend is not among them (it checks the kernels; its speed is not
+    /// theirs).
+    pub fn all_available() -> Result<Vec<Backend>> {
         let mut v = vec![Backend::Cpu];
         if cuda::driver_present() {
-            if let Ok(c) = CudaBackend::new(0) {
-                v.push(Backend::Cuda(Box::new(c)));
-            }
+            let c = CudaBackend::new(0).context("a CUDA driver is present but the CUDA backend does not start")?;
+            v.push(Backend::Cuda(Box::new(c)));
         }
-        v
+        Ok(v)
     }
 
     pub fn is_cuda(&self) -> bool {

@@ -106,7 +106,7 @@ fn main() {
 }
 
 fn backends(set: BackendSet) -> Result<Vec<Backend>> {
-    let all = Backend::all_available();
+    let all = Backend::all_available()?;
     let chosen: Vec<Backend> = match set {
         BackendSet::All => all,
         BackendSet::Cpu => all.into_iter().filter(|b| !b.is_cuda()).collect(),
