@@ -122,8 +122,7 @@ pub fn nv12_bytes(layout: RgbLayout, elem_size: usize) -> u64 {
 pub fn copy_times(backend: &Backend, bytes: u64, r: Reps) -> Result<Vec<f64>> {
     let n = (bytes / 2).max(1) as usize;
     match backend {
-        Backend::Emulated => return Err(emulated_not_timed()),
-
+        Backend::Emulated => Err(emulated_not_timed()),
         Backend::Cpu => {
             let mut buf = vec![1u8; 2 * n + 4 * PAGE];
             let (src, dst) = copy_buffers(&mut buf, n);
@@ -202,7 +201,6 @@ pub fn time_expand<T: Elem>(
     let compulsory_bytes = expand_bytes(s.count(), frames, dim, std::mem::size_of::<T>());
     let times_ms = match backend {
         Backend::Emulated => return Err(emulated_not_timed()),
-
         Backend::Cpu => {
             let mut out = vec![T::default(); frames * dim];
             host_times(r, || cpu::expand(&keys, &s, dim, method, &mut out))
@@ -232,7 +230,6 @@ pub fn time_slerp_pairs<T: Elem>(
     let compulsory_bytes = slerp_pairs_bytes(rows, dim, std::mem::size_of::<T>());
     let times_ms = match backend {
         Backend::Emulated => return Err(emulated_not_timed()),
-
         Backend::Cpu => {
             let mut out = vec![T::default(); rows * dim];
             host_times(r, || cpu::slerp_pairs(&v0, &v1, &alphas, dim, method, &mut out))
@@ -262,7 +259,6 @@ pub fn time_ease<T: Elem>(backend: &Backend, frames: usize, dim: usize, ramp: u3
     let compulsory_bytes = ease_bytes(frames, dim, std::mem::size_of::<T>());
     let times_ms = match backend {
         Backend::Emulated => return Err(emulated_not_timed()),
-
         Backend::Cpu => host_times(r, || cpu::ease(&mut fr, &rest, &distance, ramp)),
         Backend::Cuda(c) => {
             let mut df = c.upload(&fr)?;
@@ -283,7 +279,6 @@ pub fn time_nv12<T: Elem>(backend: &Backend, layout: RgbLayout, r: Reps) -> Resu
     let (m, rg) = (ColorMatrix::Bt709, RgbRange::Unit);
     let times_ms = match backend {
         Backend::Emulated => return Err(emulated_not_timed()),
-
         Backend::Cpu => {
             let mut out = vec![0u8; layout.frames * layout.nv12_frame_bytes()];
             host_times(r, || cpu::rgb_to_nv12(&rgb, layout, m, rg, &mut out))
@@ -329,7 +324,6 @@ pub fn time_composite(
     let compulsory_bytes = composite_bytes(crop, box_side, box_side);
     let times_ms = match backend {
         Backend::Emulated => return Err(emulated_not_timed()),
-
         Backend::Cpu => {
             let mut err = None;
             let t = host_times(r, || {
