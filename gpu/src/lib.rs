@@ -5,10 +5,13 @@
 //! with the small shim in `shim.rs`, and [`kernels`] holds the entry points. For the host it is
 //! an ordinary library: the scalar math ([`math`]), the interpolation geometry ([`slerp`]) and
 //! the colour conversion ([`color`]) are the very functions the kernels call, so the CPU paths
-//! of the `cadence` crate and the tests use them unchanged (the rust-gpu pattern).
+//! of the `cadence` crate and the tests use them unchanged (the rust-gpu pattern). With the
+//! `emulate` feature the entry points themselves compile for the host too, and [`emu`] runs them
+//! on an emulated grid with bounds-checked memory (gpu/README.md).
 //!
-//! Code outside `kernels` and `shim` must compile both ways: no `for` loops (they need the
-//! iterator lang items), no slices or arrays, no std methods on floats (use [`prim`]).
+//! Code outside `kernels`, `shim` and `emu` must compile both ways: no `for` loops (they need the
+//! iterator lang items), no slices or arrays in code (a `const` table such as [`KERNELS`] is
+//! fine), no `Option`, no std methods on floats (use [`prim`]).
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(no_core, lang_items, abi_ptx, intrinsics, rustc_attrs, link_llvm_intrinsics, f16, auto_traits),
