@@ -227,3 +227,25 @@ fn cuda_engine_device_without_the_feature_is_a_one_line_error() {
         }
     }
 }
+
+/// `--backend emulated` runs the CUDA kernels in the SIMT emulator: same frames as the CPU path
+/// (to float rounding: the kernel sums in another order), and the backend is named.
+#[test]
+fn expand_on_the_emulated_backend_matches_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.npy");
+    let data: Vec<f32> = (0..5 * 64).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
+    cadence::npy::save(&keys, &[5, 64], &data).unwrap();
+    let mut frames = Vec::new();
+    for backend in ["cpu", "emulated"] {
+        let out = dir.path().join(format!("{backend}.npy"));
+        let args = ["expand", "--input", s(&keys), "--output", s(&out), "--frames", "13", "--stride", "3"];
+        let o = cadence(&[&args[..], &["--backend", backend]].concat());
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let cadence::npy::Array::F32 { data, .. } = cadence::npy::read(&out).unwrap() else { panic!("dtype changed") };
+        frames.push(data);
+    }
+    assert_eq!(frames[0].len(), 13 * 64);
+    let worst = frames[0].iter().zip(&frames[1]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-6, "emulated vs cpu: {worst}");
+}
