@@ -249,3 +249,30 @@ fn expand_on_the_emulated_backend_matches_the_cpu() {
     let worst = frames[0].iter().zip(&frames[1]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     assert!(worst <= 1e-6, "emulated vs cpu: {worst}");
 }
+
+#[test]
+fn cadence_bench_writes_json_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let bin = env!("CARGO_BIN_EXE_cadence");
+    let args = ["bench", "--frames", "40", "--strides", "2,3", "--dim", "256", "--reps", "3", "--json"];
+    let o = Command::new(bin).args(args).arg(&json).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 4, "CPU: f32 and f16 at strides 2 and 3");
+    for r in rows {
+        let k = r["stride"].as_u64().unwrap() as usize;
+        assert_eq!(r["frames"], 40);
+        assert_eq!(
+            r["keyframes"].as_u64().unwrap() as usize,
+            cadence::KeyframeSchedule::fixed_stride_count(40, k).unwrap()
+        );
+        let (q1, med, q3) =
+            (r["q1_ms"].as_f64().unwrap(), r["median_ms"].as_f64().unwrap(), r["q3_ms"].as_f64().unwrap());
+        assert!(r["min_ms"].as_f64().unwrap() <= q1 && q1 <= med && med <= q3 && med > 0.0, "{r}");
+    }
+    // Not replaced without --force.
+    let o = Command::new(bin).args(args).arg(&json).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--force"));
+}

@@ -30,7 +30,7 @@ fn devices() -> Vec<(Device, Backend, Residency)> {
             let b = Backend::for_engines(cadence::BackendChoice::Cuda, &d).expect("CUDA backend on candle's stream");
             v.push((d, b, Residency::Device));
         }
-        Err(e) => eprintln!("no CUDA device ({e}): the device-resident run is skipped"),
+        Err(e) => common::skipped("resident (device-resident run)", &format!("no CUDA device ({e})")),
     }
     v
 }

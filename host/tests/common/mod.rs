@@ -115,11 +115,24 @@ pub fn nv12_ref(rgb: &[f32], w: usize, h: usize, pitch: usize, signed: bool, bt6
     out
 }
 
-/// The CUDA backend for a per-device test: `None` (with a skip line) on a machine without a CUDA
-/// driver; on a machine with one, a backend that fails to start fails the test.
-pub fn cuda_backend() -> Option<cadence::Backend> {
+/// Records that a test could check nothing on this machine: a `SKIPPED` line on stderr, and a line
+/// in `target/tmp/skipped-tests.txt`, which `scripts/test.sh` (the test command) counts and lists
+/// after the run, so a skip never passes unseen.
+pub fn skipped(test: &str, reason: &str) {
+    use std::io::Write;
+    let line = format!("{test}: {reason}");
+    eprintln!("SKIPPED: {line}");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// The CUDA backend for a per-device test: `None` (recorded as skipped) on a machine without a
+/// CUDA driver; on a machine with one, a backend that fails to start fails the test.
+pub fn cuda_backend(test: &str) -> Option<cadence::Backend> {
     if !cadence::cuda::driver_present() {
-        eprintln!("SKIPPED: no CUDA driver on this machine");
+        skipped(test, "no CUDA driver on this machine");
         return None;
     }
     let c = cadence::cuda::CudaBackend::new(0).expect("a CUDA driver is present, so the CUDA backend must start");
@@ -142,7 +155,7 @@ macro_rules! test_device {
             }
             #[test]
             fn cuda() {
-                if let Some(b) = $crate::common::cuda_backend() {
+                if let Some(b) = $crate::common::cuda_backend(concat!(stringify!($name), "::cuda")) {
                     super::$name(&b)
                 }
             }
