@@ -12,10 +12,17 @@ fn data_lines(path: &Path) -> Vec<String> {
 
 #[test]
 fn every_binary_has_help() {
-    for bin in [env!("CARGO_BIN_EXE_lerp_slerp_ablation"), env!("CARGO_BIN_EXE_kernel_bench")] {
+    for bin in [
+        env!("CARGO_BIN_EXE_lerp_slerp_ablation"),
+        env!("CARGO_BIN_EXE_kernel_bench"),
+        env!("CARGO_BIN_EXE_stride_table"),
+        env!("CARGO_BIN_EXE_calibrate"),
+        env!("CARGO_BIN_EXE_cross_arch"),
+    ] {
         let out = run(bin, &["--help"]);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("--out <DIR>"), "{bin}: {text}");
+        assert!(text.contains("--out <"), "{bin}: {text}");
+        assert!(text.lines().next().is_some_and(|l| l.len() > 20), "{bin}: no description: {text}");
     }
 }
 

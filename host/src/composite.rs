@@ -3,7 +3,7 @@
 //! face box are recomputed (bilinear resize of the crop, feathered blend, BT.709/601).
 
 use crate::cpu::multiversion;
-use crate::elem::{ColorMatrix, RgbLayout, RgbRange};
+use crate::elem::{ColorMatrix, Elem, RgbLayout, RgbRange};
 use crate::Backend;
 use anyhow::{ensure, Result};
 use cadence_kernels::color;
@@ -30,8 +30,14 @@ pub struct Compositor {
     pub face: FaceBox,
     pub feather: f32,
     pub matrix: ColorMatrix,
-    /// The same per-render data on the GPU when the backend is CUDA.
-    device: Option<crate::cuda::DeviceCompositor>,
+    /// The same per-render data where the backend's kernels run (CUDA or the emulator).
+    device: Option<DeviceSide>,
+}
+
+/// Where a compositor's kernel runs.
+enum DeviceSide {
+    Cuda(crate::cuda::DeviceCompositor),
+    Emulated(crate::emulated::EmulatedCompositor),
 }
 
 impl Compositor {
@@ -89,7 +95,12 @@ impl Compositor {
             }
         }
         let device = match backend {
-            Backend::Cuda(c) => Some(c.compositor(&alpha, &background_term, &background_nv12)?),
+            Backend::Cuda(c) => Some(DeviceSide::Cuda(c.compositor(&alpha, &background_term, &background_nv12)?)),
+            Backend::Emulated => Some(DeviceSide::Emulated(crate::emulated::EmulatedCompositor::new(
+                &alpha,
+                &background_term,
+                &background_nv12,
+            ))),
             Backend::Cpu => None,
         };
         Ok(Self { width, height, alpha, background_term, background_nv12, face, feather, matrix, device })
@@ -101,7 +112,21 @@ impl Compositor {
 
     /// The GPU copy of the per-render data (built on CUDA only).
     pub fn device(&self) -> Option<&crate::cuda::DeviceCompositor> {
-        self.device.as_ref()
+        match &self.device {
+            Some(DeviceSide::Cuda(d)) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The frame size, face box and matrix the kernel composites with.
+    pub fn target(&self) -> crate::launch::CompositeTarget {
+        crate::launch::CompositeTarget { width: self.width, height: self.height, face: self.face, matrix: self.matrix }
+    }
+
+    /// What the kernel gets per render: the box's blend weights and the (1 - alpha) x background
+    /// term (3 planes of the box, one after the other).
+    pub fn per_render_data(&self) -> (&[f32], Vec<f32>) {
+        (&self.alpha, self.background_term.iter().flatten().copied().collect())
     }
 
     pub fn background_nv12(&self) -> &[u8] {
@@ -109,9 +134,18 @@ impl Compositor {
     }
 
     /// Writes one NV12 frame on the backend this compositor was made for: the GPU when it was
-    /// built on CUDA (crop uploaded, frame downloaded), else the CPU ([`Self::compose`]).
-    pub fn compose_frame(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) -> Result<()> {
-        self.check(crop, cw, ch, out)?;
+    /// built on CUDA (crop uploaded, frame downloaded), the emulator when built on it, else the
+    /// CPU ([`Self::compose`]). The crop is f32 or f16 (the kernel's two storage types); the CPU
+    /// path computes in f32 either way.
+    pub fn compose_frame<T: Elem>(
+        &self,
+        crop: &[T],
+        cw: usize,
+        ch: usize,
+        range: RgbRange,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.check(crop.len(), cw, ch, out)?;
         if self.device.is_none() {
             out.copy_from_slice(&self.background_nv12);
         }
@@ -122,23 +156,34 @@ impl Compositor {
     /// must already hold the background (start the buffer from [`Self::background_nv12`] and
     /// reuse it). The render loop keeps one frame buffer this way and saves a full-frame copy
     /// (3 MB at 1080x1920) per frame.
-    pub fn compose_box(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) -> Result<()> {
-        self.check(crop, cw, ch, out)?;
+    pub fn compose_box<T: Elem>(
+        &self,
+        crop: &[T],
+        cw: usize,
+        ch: usize,
+        range: RgbRange,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.check(crop.len(), cw, ch, out)?;
         match &self.device {
-            Some(d) => d.compose(crop, cw, ch, range, self, out),
+            Some(DeviceSide::Cuda(d)) => d.compose(crop, cw, ch, range, self, out),
+            Some(DeviceSide::Emulated(e)) => e.compose(crop, cw, ch, range, self.target(), out),
             None => {
-                self.write_box(crop, cw, ch, range, out);
+                match T::as_f32(crop) {
+                    Some(c) => self.write_box(c, cw, ch, range, out),
+                    None => {
+                        let mut wide = vec![0f32; crop.len()];
+                        T::widen(crop, &mut wide);
+                        self.write_box(&wide, cw, ch, range, out)
+                    }
+                }
                 Ok(())
             }
         }
     }
 
-    fn check(&self, crop: &[f32], cw: usize, ch: usize, out: &[u8]) -> Result<()> {
-        ensure!(
-            crop.len() == 3 * cw * ch && cw > 0 && ch > 0,
-            "crop has {} values, 3 x {cw} x {ch} expected",
-            crop.len()
-        );
+    fn check(&self, crop_len: usize, cw: usize, ch: usize, out: &[u8]) -> Result<()> {
+        ensure!(crop_len == 3 * cw * ch && cw > 0 && ch > 0, "crop has {crop_len} values, 3 x {cw} x {ch} expected");
         ensure!(
             out.len() == self.frame_bytes(),
             "output frame has {} bytes, {} expected",

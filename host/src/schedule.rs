@@ -79,21 +79,20 @@ impl KeyframeSchedule {
         self.keys.len() - 1
     }
 
-    /// For each frame, the interval that writes it and its alpha inside that interval, with the
-    /// same ownership as the device kernel (interval 0 also writes the frames before the first
-    /// keyframe, the last interval the frames after the last).
+    /// For each frame, the interval that writes it and its alpha inside that interval, by the
+    /// kernels' ownership rule ([`cadence_kernels::slerp::interval_frames`]).
     pub fn frame_positions(&self) -> Vec<(usize, f32)> {
+        use cadence_kernels::slerp::{interval_alpha, interval_frames};
         let mut out = Vec::with_capacity(self.n_frames);
-        if self.keys.len() == 1 {
+        let m = self.keys.len();
+        if m == 1 {
             out.resize(self.n_frames, (0, 0.0));
             return out;
         }
-        let mut j = 0;
-        for f in 0..self.n_frames as u32 {
-            while j + 2 < self.keys.len() && f >= self.keys[j + 1] {
-                j += 1;
-            }
-            out.push((j, cadence_kernels::slerp::interval_alpha(f, self.keys[j], self.keys[j + 1])));
+        for j in 0..m - 1 {
+            let (k0, k1) = (self.keys[j], self.keys[j + 1]);
+            let (first, end) = interval_frames(j as u32, m as u32, k0, k1, self.n_frames as u32);
+            out.extend((first..end).map(|f| (j, interval_alpha(f, k0, k1))));
         }
         out
     }

@@ -227,3 +227,52 @@ fn cuda_engine_device_without_the_feature_is_a_one_line_error() {
         }
     }
 }
+
+/// `--backend emulated` runs the CUDA kernels in the SIMT emulator: same frames as the CPU path
+/// (to float rounding: the kernel sums in another order), and the backend is named.
+#[test]
+fn expand_on_the_emulated_backend_matches_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.npy");
+    let data: Vec<f32> = (0..5 * 64).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
+    cadence::npy::save(&keys, &[5, 64], &data).unwrap();
+    let mut frames = Vec::new();
+    for backend in ["cpu", "emulated"] {
+        let out = dir.path().join(format!("{backend}.npy"));
+        let args = ["expand", "--input", s(&keys), "--output", s(&out), "--frames", "13", "--stride", "3"];
+        let o = cadence(&[&args[..], &["--backend", backend]].concat());
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let cadence::npy::Array::F32 { data, .. } = cadence::npy::read(&out).unwrap() else { panic!("dtype changed") };
+        frames.push(data);
+    }
+    assert_eq!(frames[0].len(), 13 * 64);
+    let worst = frames[0].iter().zip(&frames[1]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-6, "emulated vs cpu: {worst}");
+}
+
+#[test]
+fn cadence_bench_writes_json_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let bin = env!("CARGO_BIN_EXE_cadence");
+    let args = ["bench", "--frames", "40", "--strides", "2,3", "--dim", "256", "--reps", "3", "--json"];
+    let o = Command::new(bin).args(args).arg(&json).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 4, "CPU: f32 and f16 at strides 2 and 3");
+    for r in rows {
+        let k = r["stride"].as_u64().unwrap() as usize;
+        assert_eq!(r["frames"], 40);
+        assert_eq!(
+            r["keyframes"].as_u64().unwrap() as usize,
+            cadence::KeyframeSchedule::fixed_stride_count(40, k).unwrap()
+        );
+        let (q1, med, q3) =
+            (r["q1_ms"].as_f64().unwrap(), r["median_ms"].as_f64().unwrap(), r["q3_ms"].as_f64().unwrap());
+        assert!(r["min_ms"].as_f64().unwrap() <= q1 && q1 <= med && med <= q3 && med > 0.0, "{r}");
+    }
+    // Not replaced without --force.
+    let o = Command::new(bin).args(args).arg(&json).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--force"));
+}

@@ -1,11 +1,13 @@
 //! Compositing fused with NV12: outside the face box the frame is the background's NV12
-//! exactly; deep inside it is the crop's colour; the feathered edge blends between them.
+//! exactly; deep inside it is the crop's colour; the feathered edge blends between them. The
+//! tests that take a backend run once per device (`test_device!`: the CPU path, the
+//! `composite_nv12` kernels in the SIMT emulator, CUDA).
 
+mod common;
 use cadence::composite::{Compositor, FaceBox};
 use cadence::{Backend, ColorMatrix, RgbLayout, RgbRange};
 
-#[test]
-fn compose_pastes_the_crop_into_the_box_only() {
+fn compose_pastes_the_crop_into_the_box_only(backend: &Backend) {
     let (w, h) = (96, 64);
     let mut bg = Vec::with_capacity(w * h * 3);
     for y in 0..h {
@@ -15,8 +17,8 @@ fn compose_pastes_the_crop_into_the_box_only() {
     }
     let face = FaceBox { x: 20, y: 10, w: 40, h: 36 };
     let (fx, fy, fw, fh) = face.as_usize();
-    for backend in Backend::all_available() {
-        let c = Compositor::new(&backend, &bg, w, h, face, 6.0, ColorMatrix::Bt709).unwrap();
+    {
+        let c = Compositor::new(backend, &bg, w, h, face, 6.0, ColorMatrix::Bt709).unwrap();
         // A constant orange crop, in [0, 1].
         let (cw, ch) = (16, 16);
         let crop: Vec<f32> = [1.0f32, 0.5, 0.0].iter().flat_map(|&v| std::iter::repeat_n(v, cw * ch)).collect();
@@ -48,6 +50,7 @@ fn compose_pastes_the_crop_into_the_box_only() {
         assert!((edge - bgv).abs() <= 3, "feathered edge {edge} vs background {bgv}");
     }
 }
+test_device!(compose_pastes_the_crop_into_the_box_only);
 
 #[test]
 fn bad_geometry_is_rejected() {
@@ -62,9 +65,15 @@ fn bad_geometry_is_rejected() {
 
 /// f64 reference of the whole compositor, written from the definitions (pixel-centre bilinear
 /// resize clamped at the crop border, Hermite feather toward every box edge, BT.709 limited
-/// range from Kr = 0.2126, Kb = 0.0722, chroma from the 2x2 average): within 1 LSB everywhere.
-#[test]
-fn compose_matches_an_f64_reference() {
+/// range from Kr = 0.2126, Kb = 0.0722, chroma from the 2x2 average): within 1 LSB everywhere,
+/// for a crop stored as f32 and as f16 (the reference reads the stored values).
+fn compose_matches_an_f64_reference(b: &Backend) {
+    compose_matches_an_f64_reference_in::<f32>(b);
+    compose_matches_an_f64_reference_in::<half::f16>(b);
+}
+test_device!(compose_matches_an_f64_reference);
+
+fn compose_matches_an_f64_reference_in<T: cadence::Elem>(b: &Backend) {
     let (w, h) = (70usize, 52usize);
     let face = FaceBox { x: 8, y: 6, w: 46, h: 40 };
     let (fx, fy, fw, fh) = face.as_usize();
@@ -75,7 +84,7 @@ fn compose_matches_an_f64_reference() {
         (state >> 40) as f64 / (1u64 << 24) as f64
     };
     let bg: Vec<u8> = (0..w * h * 3).map(|_| (rnd() * 255.0) as u8).collect();
-    let crop: Vec<f32> = (0..3 * cw * ch).map(|_| rnd() as f32).collect();
+    let crop: Vec<T> = (0..3 * cw * ch).map(|_| T::from_f32(rnd() as f32)).collect();
     let (kr, kb) = (0.2126f64, 0.0722f64);
     let kg = 1.0 - kr - kb;
     let hermite = |t: f64| {
@@ -100,7 +109,7 @@ fn compose_matches_an_f64_reference() {
         let a = hermite(d / feather);
         let mut out = [0.0; 3];
         for (c, o) in out.iter_mut().enumerate() {
-            let s = |xx: usize, yy: usize| crop[c * cw * ch + yy * cw + xx] as f64 * 255.0;
+            let s = |xx: usize, yy: usize| crop[c * cw * ch + yy * cw + xx].to_f32() as f64 * 255.0;
             let top = s(x0, y0) * (1.0 - fx) + s(x1, y0) * fx;
             let bot = s(x0, y1) * (1.0 - fx) + s(x1, y1) * fx;
             *o = a * (top * (1.0 - fy) + bot * fy) + (1.0 - a) * bgpx(c);
@@ -109,7 +118,7 @@ fn compose_matches_an_f64_reference() {
     };
     let q = |v: f64| (v + 0.5).floor().clamp(0.0, 255.0) as i32;
     let luma = |p: [f64; 3]| kr * p[0] + kg * p[1] + kb * p[2];
-    let c = Compositor::new(&Backend::Cpu, &bg, w, h, face, feather as f32, ColorMatrix::Bt709).unwrap();
+    let c = Compositor::new(b, &bg, w, h, face, feather as f32, ColorMatrix::Bt709).unwrap();
     let mut out = vec![0u8; c.frame_bytes()];
     c.compose_frame(&crop, cw, ch, RgbRange::Unit, &mut out).unwrap();
     let mut worst = 0;
@@ -129,7 +138,7 @@ fn compose_matches_an_f64_reference() {
             worst = worst.max((out[uv] as i32 - u_ref).abs()).max((out[uv + 1] as i32 - v_ref).abs());
         }
     }
-    assert!(worst <= 1, "compositor differs from the f64 reference by {worst} LSB");
+    assert!(worst <= 1, "compositor ({}) differs from the f64 reference by {worst} LSB", T::DTYPE);
 }
 
 #[test]
@@ -138,8 +147,8 @@ fn compose_frame_rejects_wrong_sizes() {
     let c = Compositor::new(&Backend::Cpu, &bg, 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709)
         .unwrap();
     let mut out = vec![0u8; c.frame_bytes()];
-    assert!(c.compose_frame(&[0.5; 10], 4, 4, RgbRange::Unit, &mut out).is_err());
-    assert!(c.compose_frame(&[0.5; 48], 4, 4, RgbRange::Unit, &mut out[..10]).is_err());
+    assert!(c.compose_frame(&[0.5f32; 10], 4, 4, RgbRange::Unit, &mut out).is_err());
+    assert!(c.compose_frame(&[0.5f32; 48], 4, 4, RgbRange::Unit, &mut out[..10]).is_err());
 }
 
 #[test]

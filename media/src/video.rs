@@ -200,7 +200,7 @@ impl OpenH264Enc {
             .skip_frames(false)
             // An IDR every 2 s keeps the file seekable.
             .intra_frame_period(IntraFramePeriod::from_num_frames((2.0 * fps.hz()).round().max(1.0) as u32))
-            // NV12 of this project is BT.709 limited range (DESIGN.md section 4).
+            // NV12 of this project is BT.709 limited range (docs/design.md, the kernels' mathematics).
             .vui(VuiConfig::bt709());
         let enc = Encoder::with_api_config(OpenH264API::from_source(), config)
             .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: e.to_string() })?;

@@ -35,15 +35,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     anyhow::ensure!(reps > 0 && dim > 0 && frames > 0, "frames, dim and reps must be positive");
     let mut rows = Vec::new();
-    for b in Backend::all_available() {
+    let backends = Backend::all_available()?;
+    for b in &backends {
         for dtype in [cadence::elem::Dtype::F32, cadence::elem::Dtype::F16] {
             for &k in &strides {
-                rows.push(cadence::bench::bench_expand_dtype(&b, dtype, frames, k, dim, method, reps)?);
+                rows.push(cadence::bench::bench_expand_dtype(b, dtype, frames, k, dim, method, reps)?);
             }
         }
     }
     cadence::bench::print_expand_table(&rows);
-    if !Backend::all_available().iter().any(|b| b.is_cuda()) {
+    if !backends.iter().any(|b| b.is_cuda()) {
         println!("(no CUDA device here: CPU rows only)");
     }
     crate::write_json(json.as_deref(), force, &rows)

@@ -44,7 +44,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// On a CUDA machine: every kernel's GPU output against the CPU path on random data, a short
     /// render with the kernels on the GPU against the same render on the CPU, then a timing
-    /// table. Exits non-zero on any mismatch.
+    /// table. With --emulate, the same checks with the kernels run by cadence's SIMT emulator on
+    /// the CPU (no GPU needed; every memory access bounds-checked). Exits non-zero on any
+    /// mismatch or failed kernel, after writing the report.
     GpuCheck(gpu_check::GpuCheckArgs),
 }
 
