@@ -44,6 +44,7 @@ fn seeds() -> &'static [Vec<u8>] {
         let st = std::env::temp_dir().join(format!("cadence-fuzz-seed-{}.safetensors", std::process::id()));
         candle_core::safetensors::save(&tensors, &st).unwrap();
         let safetensors = std::fs::read(&st).unwrap();
+        std::fs::remove_file(&st).unwrap();
         vec![zip_checkpoint(&sd).unwrap(), legacy_checkpoint(&sd).unwrap(), safetensors]
     })
 }

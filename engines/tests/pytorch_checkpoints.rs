@@ -17,10 +17,16 @@ use candle_core::{DType, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cadence-pth-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A test's own scratch folder, removed when the test ends.
+struct Scratch(tempfile::TempDir);
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch(tempfile::tempdir().unwrap())
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -87,18 +93,19 @@ fn file_bytes(sd: &StateDict, legacy: bool) -> Vec<u8> {
 
 #[test]
 fn pytorch_checkpoints_load_exactly_like_safetensors() {
+    let scratch = Scratch::new();
     let x = test_input(vec![1, 4, 8, 8], 3);
     let tensors = synthetic(ModelKind::TaesdDecoder, 11);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         // The same tensors, rounded to `dtype`, as safetensors: what the checkpoints must equal.
         let rounded: HashMap<String, Tensor> =
             tensors.iter().map(|(k, v)| (k.clone(), v.to_dtype(dtype).unwrap())).collect();
-        let st = tmp(&format!("taesd-{dtype:?}.safetensors"));
+        let st = scratch.path(&format!("taesd-{dtype:?}.safetensors"));
         candle_core::safetensors::save(&rounded, &st).unwrap();
         let want = Taesd::decoder(Profile::Cpu, &WeightsSource::File(st), &Device::Cpu).unwrap().decode(&x).unwrap();
         let sd = StateDict::from_tensors(&tensors, dtype).unwrap();
         for legacy in [false, true] {
-            let p = tmp(&format!("taesd-{dtype:?}-{legacy}.pth"));
+            let p = scratch.path(&format!("taesd-{dtype:?}-{legacy}.pth"));
             write(&p, &file_bytes(&sd, legacy));
             let got = Taesd::decoder(Profile::Cpu, &WeightsSource::File(p.clone()), &Device::Cpu).unwrap();
             assert_eq!(got.decode(&x).unwrap(), want, "{dtype:?}, legacy {legacy}");
@@ -139,19 +146,20 @@ fn whisper_dims(n_audio_state: i64) -> Vec<(String, i64)> {
 
 #[test]
 fn openai_whisper_checkpoint_with_dims_loads() {
+    let scratch = Scratch::new();
     let tensors = synthetic(ModelKind::WhisperTiny, 5);
     let mut openai = openai_whisper_names(&tensors);
     // The text decoder is in the same file; the audio engine ignores it.
     openai.insert("decoder.token_embedding.weight".into(), Tensor::zeros((4, 384), DType::F32, &Device::Cpu).unwrap());
     let mut sd = StateDict::from_tensors(&openai, DType::F16).unwrap();
     sd.whisper_dims = Some(whisper_dims(384));
-    let p = tmp("whisper/tiny.pt");
+    let p = scratch.path("whisper/tiny.pt");
     write(&p, &legacy_checkpoint(&sd).unwrap());
     let audio: Vec<f32> = (0..16000).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
     let got = WhisperAudio::new(Profile::Cpu, &WeightsSource::File(p.clone()), &Device::Cpu).unwrap();
     let rounded: HashMap<String, Tensor> =
         tensors.iter().map(|(k, v)| (k.clone(), v.to_dtype(DType::F16).unwrap())).collect();
-    let st = tmp("whisper-f16.safetensors");
+    let st = scratch.path("whisper-f16.safetensors");
     candle_core::safetensors::save(&rounded, &st).unwrap();
     let want = WhisperAudio::new(Profile::Cpu, &WeightsSource::File(st), &Device::Cpu).unwrap();
     assert_eq!(got.encode_audio(&audio, 25.0).unwrap(), want.encode_audio(&audio, 25.0).unwrap());
@@ -162,7 +170,7 @@ fn openai_whisper_checkpoint_with_dims_loads() {
 
     // dims of whisper-base: refused, naming the field.
     sd.whisper_dims = Some(whisper_dims(512));
-    let p = tmp("whisper-base/tiny.pt");
+    let p = scratch.path("whisper-base/tiny.pt");
     write(&p, &legacy_checkpoint(&sd).unwrap());
     let e = WhisperAudio::new(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu).err().unwrap();
     assert!(matches!(&e, EngineError::Config { .. }), "{e}");
@@ -242,8 +250,8 @@ fn seed(kind: ModelKind) -> u64 {
 
 /// A MuseTalk `models/` folder as `download_weights.sh` lays it out (plus TAESD), with the
 /// reduced profile's tensors (a full UNet is 3.4 GB) and configurations describing them.
-fn musetalk_folder(name: &str) -> PathBuf {
-    let root = tmp(name);
+fn musetalk_folder(scratch: &Scratch, name: &str) -> PathBuf {
+    let root = scratch.path(name);
     let _ = std::fs::remove_dir_all(&root);
     write_musetalk_folder(&root, Profile::Cpu, &seed).unwrap();
     root
@@ -255,7 +263,8 @@ fn syn(seed: u64) -> WeightsSource {
 
 #[test]
 fn musetalk_folder_as_downloaded_loads_every_engine() {
-    let root = musetalk_folder("models");
+    let scratch = Scratch::new();
+    let root = musetalk_folder(&scratch, "models");
     let dir = ModelsDir::open(&root).unwrap();
     let found = |k| dir.find(k).unwrap().strip_prefix(&root).unwrap().to_path_buf();
     assert_eq!(found(ModelKind::MuseTalkUnet), Path::new("musetalkV15/unet.pth"), "MuseTalk 1.5 first");
@@ -303,19 +312,20 @@ fn musetalk_folder_as_downloaded_loads_every_engine() {
 
 #[test]
 fn models_folder_errors_name_the_problem() {
-    let e = ModelsDir::open(&tmp("no-such-folder")).unwrap_err().to_string();
+    let scratch = Scratch::new();
+    let e = ModelsDir::open(&scratch.path("no-such-folder")).unwrap_err().to_string();
     assert!(e.contains("no-such-folder") && e.contains("cannot be read"), "{e}");
-    let f = tmp("a-file");
+    let f = scratch.path("a-file");
     std::fs::write(&f, b"x").unwrap();
     assert!(ModelsDir::open(&f).unwrap_err().to_string().contains("is not a folder"));
-    let empty = tmp("empty-models");
+    let empty = scratch.path("empty-models");
     std::fs::create_dir_all(&empty).unwrap();
     std::fs::write(empty.join("README.txt"), b"weights go here").unwrap();
     let e = ModelsDir::open(&empty).unwrap_err().to_string();
     assert!(e.contains("holds no weights cadence reads"), "{e}");
 
     // A folder with only TAESD: the UNet is an error naming where it was looked for.
-    let only = tmp("only-taesd");
+    let only = scratch.path("only-taesd");
     let dec = StateDict::from_tensors(&synthetic(ModelKind::TaesdDecoder, 1), DType::F32).unwrap();
     write(&only.join("taesd/taesd_decoder.pth"), &zip_checkpoint(&dec).unwrap());
     let dir = ModelsDir::open(&only).unwrap();
@@ -329,11 +339,12 @@ fn models_folder_errors_name_the_problem() {
 
 #[test]
 fn check_lists_missing_misshaped_and_extra_tensors() {
+    let scratch = Scratch::new();
     let mut t = synthetic(ModelKind::TaesdDecoder, 2);
     t.remove("7.weight");
     t.insert("3.conv.0.weight".into(), Tensor::zeros((16, 16, 1, 3), DType::F32, &Device::Cpu).unwrap());
     t.insert("20.weight".into(), Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap());
-    let p = tmp("broken_decoder.pth");
+    let p = scratch.path("broken_decoder.pth");
     write(&p, &zip_checkpoint(&StateDict::from_tensors(&t, DType::F32).unwrap()).unwrap());
     let c = check_file(ModelKind::TaesdDecoder, Profile::Cpu, &p);
     assert!(!c.loads());
@@ -350,16 +361,25 @@ fn empty_checkpoint() -> Checkpoint {
 }
 
 /// Writes `config_name` with `text` beside a (never read) weights file and checks it.
-fn check_config(kind: ModelKind, dir: &str, weights: &str, config_name: &str, text: &str) -> Result<()> {
-    let d = tmp(dir);
+fn check_config(
+    scratch: &Scratch,
+    kind: ModelKind,
+    dir: &str,
+    weights: &str,
+    config_name: &str,
+    text: &str,
+) -> Result<()> {
+    let d = scratch.path(dir);
     write(&d.join(config_name), text.as_bytes());
     cadence_engines::config::check(kind, Profile::Full, &d.join(weights), &empty_checkpoint()).map(|_| ())
 }
 
 #[test]
 fn published_configs_are_accepted_and_others_refused_by_field() {
+    let scratch = Scratch::new();
     let full = [320, 640, 1280, 1280];
-    let unet = |text: &str| check_config(ModelKind::MuseTalkUnet, "cfg-unet", "unet.pth", "musetalk.json", text);
+    let unet =
+        |text: &str| check_config(&scratch, ModelKind::MuseTalkUnet, "cfg-unet", "unet.pth", "musetalk.json", text);
     unet(&musetalk_json(full, 8)).unwrap();
     // The same config written by a recent diffusers, with every field spelled out.
     let recent = musetalk_json(full, 8).replace(
@@ -402,7 +422,7 @@ fn published_configs_are_accepted_and_others_refused_by_field() {
     assert!(e.contains("not valid JSON"), "{e}");
 
     let vae = |text: &str| {
-        check_config(ModelKind::SdVaeDecoder, "cfg-vae", "diffusion_pytorch_model.bin", "config.json", text)
+        check_config(&scratch, ModelKind::SdVaeDecoder, "cfg-vae", "diffusion_pytorch_model.bin", "config.json", text)
     };
     vae(&vae_json([128, 256, 512, 512])).unwrap();
     // As diffusers >= 0.15 writes it.
@@ -416,14 +436,22 @@ fn published_configs_are_accepted_and_others_refused_by_field() {
         vae(&vae_json([128, 256, 512, 512]).replace("\"latent_channels\": 4", "\"latent_channels\": 16")).unwrap_err();
     assert!(e.to_string().contains("`latent_channels`"), "{e}");
 
-    let whisper =
-        |text: &str| check_config(ModelKind::WhisperTiny, "cfg-whisper", "pytorch_model.bin", "config.json", text);
+    let whisper = |text: &str| {
+        check_config(&scratch, ModelKind::WhisperTiny, "cfg-whisper", "pytorch_model.bin", "config.json", text)
+    };
     whisper(&whisper_json(384)).unwrap();
     let e = whisper(&whisper_json(512)).unwrap_err();
     assert!(e.to_string().contains("`d_model` is 512; cadence implements 384"), "{e}");
     // A config.json beside a differently named file is not this file's configuration.
-    check_config(ModelKind::WhisperTiny, "cfg-whisper2", "whisper_tiny.safetensors", "config.json", &whisper_json(512))
-        .unwrap();
+    check_config(
+        &scratch,
+        ModelKind::WhisperTiny,
+        "cfg-whisper2",
+        "whisper_tiny.safetensors",
+        "config.json",
+        &whisper_json(512),
+    )
+    .unwrap();
 }
 
 #[test]
