@@ -15,6 +15,7 @@ pub mod ptx;
 pub mod render;
 pub mod resident;
 pub mod schedule;
+pub mod schedules;
 
 pub use backend::{Backend, BackendChoice};
 pub use elem::{ColorMatrix, Dtype, Elem, Method, RgbLayout, RgbRange};
