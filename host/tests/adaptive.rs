@@ -633,3 +633,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn espeak_events_become_intervals() {
+    use cadence::schedules::espeak::phoneme_intervals;
+    let ev = |v: &[(i64, &str)]| v.iter().map(|&(t, s)| (t, s.to_string())).collect::<Vec<_>>();
+    // Each phoneme lasts until the next; two events at one time keep the later one; the last
+    // lasts to the end of the audio; an event at the very end is dropped.
+    let a =
+        phoneme_intervals(&ev(&[(13, "b"), (48, "ɑː"), (225, "l"), (225, "z"), (300, ""), (500, "")]), 0.5).unwrap();
+    let got: Vec<(f64, f64, &str)> = a.phones().iter().map(|p| (p.start, p.end, p.phoneme.as_str())).collect();
+    assert_eq!(got, vec![(0.013, 0.048, "b"), (0.048, 0.225, "ɑː"), (0.225, 0.3, "z"), (0.3, 0.5, "")]);
+    assert!(phoneme_intervals(&ev(&[(100, "a"), (50, "b")]), 1.0).unwrap_err().to_string().contains("out of order"));
+    assert!(phoneme_intervals(&ev(&[(100, "a"), (2000, "b"), (2100, "c")]), 1.0)
+        .unwrap_err()
+        .to_string()
+        .contains("past the end"));
+}

@@ -1,16 +1,8 @@
 //! Phoneme classes: what a phoneme does to the mouth, and so how often the UNet must see it.
 //!
-//! The table (also in `docs/adaptive_keyframes.md`, which is its documentation; this file is
-//! its one implementation):
-//!
-//! | class | default stride | ARPAbet (MFA `english_us_arpa`, CMUdict) | IPA (MFA `english_mfa`, espeak-ng) |
-//! |---|---|---|---|
-//! | closure | 1 | P B M F V EM | p b m f v ɱ ɸ β |
-//! | release | 2 | T D K G CH JH DX Q | t d k g ɡ c ɟ q ʔ ɾ tʃ dʒ ts dz |
-//! | open vowel | 2 | AA AE AH (stress 1, 2) AO AW AY OY | a ɑ æ ɐ ɒ ɔ ʌ ɶ aɪ aʊ ɔɪ ɑɪ ɒɪ |
-//! | sustained vowel | 4 | IY IH EH EY ER UW UH OW AX AXR IX UX AH0 | i ɪ e ɛ ɜ ɝ ɚ ə ᵻ ɨ ʉ u ʊ o ɵ ɘ ø œ y ʏ ɤ ɯ eɪ oʊ əʊ ɪə eə ʊə |
-//! | other consonant | 3 | S Z SH ZH TH DH HH N NG L R W Y EL EN NX | s z ʃ ʒ θ ð h ɦ n ŋ ɲ l ɫ ɬ ɹ r ɻ w ʍ j x ç ɣ χ ʁ |
-//! | silence | 4 | `""`, sil, sp, pau, h# | `""`, `_`, `#` |
+//! The table with every symbol is in `docs/adaptive_keyframes.md` (a test checks each symbol
+//! listed there against [`classify`]); default strides: closure 1, release 2, open vowel 2,
+//! other consonant 3, sustained vowel 4, silence 4.
 //!
 //! Closures are the bilabials and labiodentals: the lips close (or touch the teeth), a shape a
 //! viewer notices when it is missed, so the source's "stride 1 on explosive bilabials". The
@@ -200,12 +192,14 @@ fn ipa_class(s: &str) -> Option<PhonemeClass> {
     // Multi-symbol units first (affricates, diphthongs), then single symbols.
     let unit = match s {
         "tʃ" | "dʒ" | "ts" | "dz" | "tɕ" | "dʑ" | "tɬ" => Some(Release),
+        // Syllabic consonants as espeak-ng writes them (ARPAbet EM, EN, EL).
+        "əm" => Some(Closure),
+        "ən" | "əl" => Some(OtherConsonant),
         "aɪ" | "aʊ" | "ɔɪ" | "ɑɪ" | "ɒɪ" | "ɑʊ" | "ɐɪ" | "ɐʊ" | "æɪ" | "æʊ" | "ʌɪ" => {
             Some(OpenVowel)
         }
-        "eɪ" | "oʊ" | "əʊ" | "ɪə" | "eə" | "ʊə" | "ɛə" | "ɜʊ" | "ɪɹ" | "ɛɹ" | "ʊɹ" | "oɹ" | "ɔɹ" | "ɑɹ" | "ɚ" => {
-            Some(SustainedVowel)
-        }
+        "eɪ" | "oʊ" | "əʊ" | "ɪə" | "eə" | "ʊə" | "ɛə" | "ɜʊ" | "ɪɹ" | "ɛɹ" | "ʊɹ" | "oɹ" | "ɔɹ" | "ɑɹ" | "ɜɹ"
+        | "ɚ" | "iə" | "ʊɚ" => Some(SustainedVowel),
         _ => None,
     };
     if unit.is_some() {

@@ -22,6 +22,9 @@ use std::sync::Mutex;
 /// The shared object loaded, and the Debian package that has it.
 pub const LIBRARY: &str = "libespeak-ng.so.1";
 pub const PACKAGE: &str = "libespeak-ng1";
+/// Environment variable naming another path to load instead of [`LIBRARY`] (a library outside
+/// the loader's search path).
+pub const LIBRARY_ENV: &str = "CADENCE_ESPEAK_LIBRARY";
 
 /// The default voice and speaking rate (words per minute; espeak-ng's default is 175).
 pub const DEFAULT_VOICE: &str = "en-us";
@@ -66,6 +69,7 @@ const INITIALIZE_PHONEME_EVENTS: c_int = 0x0001;
 const INITIALIZE_PHONEME_IPA: c_int = 0x0002;
 const POS_CHARACTER: c_int = 1;
 const CHARS_UTF8: c_uint = 1;
+const SSML: c_uint = 0x10;
 const ESPEAK_RATE: c_int = 1;
 const EVENT_LIST_TERMINATED: c_int = 0;
 const EVENT_PHONEME: c_int = 7;
@@ -148,7 +152,8 @@ unsafe extern "C" fn on_synth(wav: *mut i16, n: c_int, events: *mut Event) -> c_
 
 fn load() -> Result<Api> {
     // SAFETY: loading a shared library runs its initialisers; libespeak-ng's are plain C.
-    let lib = unsafe { libloading::Library::new(LIBRARY) }.map_err(|e| {
+    let path = std::env::var_os(LIBRARY_ENV).unwrap_or_else(|| LIBRARY.into());
+    let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| {
         anyhow::anyhow!(
             "speaking text needs libespeak-ng, which could not be loaded ({e}); install the Debian package {PACKAGE} (apt-get install {PACKAGE})"
         )
@@ -156,8 +161,9 @@ fn load() -> Result<Api> {
     macro_rules! sym {
         ($name:literal) => {
             // SAFETY: the signature is the one speak_lib.h declares for this symbol.
-            *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                .map_err(|e| anyhow::anyhow!("{LIBRARY} has no {} ({e}): not an espeak-ng library", $name))?
+            *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| {
+                anyhow::anyhow!("{} has no {} ({e}): not an espeak-ng library", path.to_string_lossy(), $name)
+            })?
         };
     }
     let mut api = Api {
@@ -204,6 +210,7 @@ fn with_api<T>(f: impl FnOnce(&Api) -> Result<T>) -> Result<T> {
 }
 
 /// Speaks `text` with `voice` at `rate_wpm` and returns the samples and the phoneme alignment.
+/// Text that starts with `<speak` is SSML (e.g. `<break time="1500ms"/>` for a pause).
 pub fn speak(text: &str, voice: &str, rate_wpm: u32) -> Result<Speech> {
     ensure!(!text.trim().is_empty(), "the text to speak is empty");
     ensure!((80..=450).contains(&rate_wpm), "speaking rate {rate_wpm} words/min is outside espeak-ng's 80..450");
@@ -226,7 +233,7 @@ pub fn speak(text: &str, voice: &str, rate_wpm: u32) -> Result<Speech> {
                 0,
                 POS_CHARACTER,
                 0,
-                CHARS_UTF8,
+                if text.trim_start().starts_with("<speak") { CHARS_UTF8 | SSML } else { CHARS_UTF8 },
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
             )
