@@ -1,4 +1,4 @@
-//! `cadence render` on real speech (espeak-ng: a sentence, a long pause, a sentence): the MP4
+//! `cadence render` on real speech (committed espeak-ng sentences joined by a long pause): the MP4
 //! is checked, frames in the sustained pause are bypassed and identical, and every bad input
 //! fails with a clear error, a non-zero exit and nothing left at the output path.
 
@@ -7,21 +7,15 @@ use std::process::{Command, Output};
 
 const PAUSE_S: f64 = 2.5;
 
-fn espeak(text: &str, path: &Path) {
-    let st = Command::new("espeak-ng")
-        .args(["-v", "en-us", "-s", "160", "-w"])
-        .arg(path)
-        .arg(text)
-        .status()
-        .expect("espeak-ng is needed for this test (.ci/run installs it: apt-get install espeak-ng)");
-    assert!(st.success());
+/// A committed espeak-ng sentence (fixtures/speech, made by scripts/make_speech_fixtures.sh).
+fn speech_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/speech").join(format!("{name}.wav"))
 }
 
 /// Sentence, PAUSE_S of silence, sentence, as one WAV (espeak's 22.05 kHz mono).
 fn speech_with_pause(dir: &Path) -> PathBuf {
-    let (a, b) = (dir.join("a.wav"), dir.join("b.wav"));
-    espeak("Good evening, here is the news.", &a);
-    espeak("Thank you, and good night.", &b);
+    // "Good evening, here is the news." and "Thank you, and good night."
+    let (a, b) = (speech_fixture("news"), speech_fixture("goodnight"));
     let read = |p: &Path| {
         let mut r = hound::WavReader::open(p).unwrap();
         let spec = r.spec();

@@ -1,5 +1,6 @@
 //! AAC-LC encoding of the audio track with the `fdk-aac` crate (Fraunhofer FDK AAC, whose C++
-//! source `fdk-aac-sys` bundles and builds with `cc`: no system library needed).
+//! source `fdk-aac-sys` bundles and builds with `cc`: no system library needed), and decoding
+//! of raw AAC access units for reading MP4s back ([`Decoder`]).
 
 use fdk_aac::enc::{AudioObjectType, BitRate, ChannelMode, Encoder, EncoderParams, Transport};
 
@@ -103,4 +104,96 @@ pub fn encode(track: &AudioTrack) -> Result<EncodedAac> {
         frames: frames as u64,
         bitrate,
     })
+}
+
+/// FDK AAC's decoder for raw access units (the MP4 sample format), with its PCM limiter off.
+///
+/// Written against `fdk-aac-sys` because the `fdk-aac` crate's decoder cannot set parameters:
+/// by default FDK's PCM limiter and its energy-interpolation concealment each delay the output
+/// (`outputDelay` reads 1264 samples at 16 kHz), which would shift the audio against the MP4's
+/// edit list and hold back the tail. With the limiter off and noise-substitution concealment the
+/// output has no delay beyond the codec's own, which the edit list accounts for.
+pub struct Decoder {
+    handle: fdk_aac_sys::HANDLE_AACDECODER,
+    pcm: Vec<i16>,
+}
+
+fn dec_err(what: &str, code: fdk_aac_sys::AAC_DECODER_ERROR) -> MediaError {
+    MediaError::Encode { encoder: "fdk-aac decoder".into(), detail: format!("{what} failed (error 0x{code:x})") }
+}
+
+impl Decoder {
+    /// A decoder for the stream described by `asc` (its AudioSpecificConfig).
+    pub fn new(asc: &[u8]) -> Result<Self> {
+        // SAFETY: plain C API calls on a handle this struct owns; the config pointer and length
+        // describe `asc`, which outlives the call.
+        unsafe {
+            let handle = fdk_aac_sys::aacDecoder_Open(fdk_aac_sys::TRANSPORT_TYPE_TT_MP4_RAW, 1);
+            if handle.is_null() {
+                return Err(dec_err("opening the decoder", 0));
+            }
+            let d = Self { handle, pcm: vec![0; 2048 * 8] };
+            let mut ptr = asc.as_ptr() as *mut u8;
+            let len = asc.len() as u32;
+            let e = fdk_aac_sys::aacDecoder_ConfigRaw(d.handle, &mut ptr, &len);
+            if e != 0 {
+                return Err(dec_err("reading the AudioSpecificConfig", e));
+            }
+            for (param, value, what) in [
+                (fdk_aac_sys::AACDEC_PARAM_AAC_PCM_LIMITER_ENABLE, 0, "switching the limiter off"),
+                (fdk_aac_sys::AACDEC_PARAM_AAC_CONCEAL_METHOD, 1, "choosing concealment without delay"),
+            ] {
+                let e = fdk_aac_sys::aacDecoder_SetParam(d.handle, param, value);
+                if e != 0 {
+                    return Err(dec_err(what, e));
+                }
+            }
+            Ok(d)
+        }
+    }
+
+    /// Decodes one access unit; returns its interleaved samples.
+    pub fn decode(&mut self, au: &[u8]) -> Result<&[i16]> {
+        // SAFETY: the buffers passed are valid for the lengths given; the decoder copies the
+        // input during Fill and writes at most `pcm.len()` samples.
+        unsafe {
+            let mut ptr = au.as_ptr() as *mut u8;
+            let len = au.len() as u32;
+            let mut left = len;
+            let e = fdk_aac_sys::aacDecoder_Fill(self.handle, &mut ptr, &len, &mut left);
+            if e != 0 {
+                return Err(dec_err("filling the decoder", e));
+            }
+            if left != 0 {
+                return Err(dec_err(&format!("taking the access unit ({left} of {len} bytes left)"), 0));
+            }
+            let e = fdk_aac_sys::aacDecoder_DecodeFrame(self.handle, self.pcm.as_mut_ptr(), self.pcm.len() as i32, 0);
+            if e != 0 {
+                return Err(dec_err("decoding an access unit", e));
+            }
+            let info = &*fdk_aac_sys::aacDecoder_GetStreamInfo(self.handle);
+            let n = (info.frameSize.max(0) as usize * info.numChannels.max(0) as usize).min(self.pcm.len());
+            Ok(&self.pcm[..n])
+        }
+    }
+
+    /// Samples per channel by which the decoder delays its output beyond the codec's own delay.
+    pub fn output_delay(&self) -> u32 {
+        // SAFETY: as in `format`.
+        unsafe { (*fdk_aac_sys::aacDecoder_GetStreamInfo(self.handle)).outputDelay }
+    }
+
+    /// Sample rate and channel count of the decoded stream (known after the first frame).
+    pub fn format(&self) -> (u32, u16) {
+        // SAFETY: the handle is open; the stream info lives as long as the handle.
+        let info = unsafe { &*fdk_aac_sys::aacDecoder_GetStreamInfo(self.handle) };
+        (info.sampleRate.max(0) as u32, info.numChannels.max(0) as u16)
+    }
+}
+
+impl Drop for Decoder {
+    fn drop(&mut self) {
+        // SAFETY: the handle was opened by `new` and is closed once.
+        unsafe { fdk_aac_sys::aacDecoder_Close(self.handle) }
+    }
 }

@@ -1,5 +1,5 @@
 //! WAV input: any sample rate, any channel count, 8/16/24/32-bit integer or 32-bit float PCM
-//! (hound), downmixed to mono and resampled to 16 kHz f32 (rubato's synchronous FFT
+//! ([`crate::wav`]), downmixed to mono and resampled to 16 kHz f32 (rubato's synchronous FFT
 //! resampler), plus the samples the MP4 audio track is encoded from.
 
 use std::path::Path;
@@ -7,6 +7,7 @@ use std::path::Path;
 use rubato::{FftFixedIn, Resampler};
 
 use crate::error::{io_err, MediaError, Result};
+use crate::wav::{WavError, WavFormat, WavReader};
 
 /// The sample rate every analysis path works at (whisper, VAD).
 pub const TARGET_RATE: u32 = 16_000;
@@ -72,112 +73,56 @@ fn path_str(path: &Path) -> String {
     path.display().to_string()
 }
 
-/// Opens a WAV reader, mapping hound's errors to one-line messages that tell a file that is
-/// not a WAV from one that is cut short.
-fn open(path: &Path) -> Result<hound::WavReader<std::io::BufReader<std::fs::File>>> {
-    // Read the first 12 bytes ourselves: hound reports a cut-off header and a non-WAV file
-    // alike as an I/O or format error; the RIFF/WAVE magic tells them apart.
-    let magic_ok = {
-        use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
-        let mut head = [0u8; 12];
-        let n = f.read(&mut head).map_err(|e| io_err(path, e))?;
-        if n == 0 {
-            return Err(MediaError::NotWav { path: path_str(path), detail: "the file is empty".into() });
-        }
-        n == 12 && &head[0..4] == b"RIFF" && &head[8..12] == b"WAVE"
-    };
-    if !magic_ok {
-        return Err(MediaError::NotWav { path: path_str(path), detail: "no RIFF/WAVE header".into() });
+/// Opens a WAV file positioned at its first sample (see [`crate::wav`] for what is accepted).
+fn open(path: &Path) -> Result<WavReader<std::io::BufReader<std::fs::File>>> {
+    let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    let len = file.metadata().map_err(|e| io_err(path, e))?.len();
+    if len == 0 {
+        return Err(MediaError::NotWav { path: path_str(path), detail: "the file is empty".into() });
     }
-    hound::WavReader::open(path).map_err(|e| match e {
-        // The file opened and its first 12 bytes were read above, so a read failure here is
-        // the header ending early (hound reports it as UnexpectedEof or "Failed to read
-        // enough bytes").
-        hound::Error::IoError(io) => MediaError::TruncatedWav {
-            path: path_str(path),
-            detail: format!("the header ends before the data chunk: {io}"),
-        },
-        other => MediaError::NotWav { path: path_str(path), detail: other.to_string() },
-    })
+    WavReader::new(std::io::BufReader::new(file), Some(len)).map_err(|e| wav_err(path, e))
 }
 
-/// Duration in seconds announced by the WAV header, without decoding the samples: lets the
-/// caller reject a too-long file (`--max-seconds`) before the work of loading it.
+fn wav_err(path: &Path, e: WavError) -> MediaError {
+    match e {
+        WavError::NotWav(detail) => MediaError::NotWav { path: path_str(path), detail },
+        WavError::Truncated(detail) => MediaError::TruncatedWav { path: path_str(path), detail },
+        WavError::Io(detail) => MediaError::Io { path: path_str(path), source: std::io::Error::other(detail) },
+    }
+}
+
+/// Duration in seconds of the samples the WAV file holds, from its header and length, without
+/// decoding them: lets the caller reject a too-long file (`--max-seconds`) before the work of
+/// loading it. A placeholder data size (a WAV written to a pipe) counts what the file holds.
 pub fn wav_duration(path: impl AsRef<Path>) -> Result<f64> {
     let path = path.as_ref();
     let reader = open(path)?;
-    let spec = reader.spec();
-    if spec.sample_rate == 0 {
-        return Err(MediaError::NotWav { path: path_str(path), detail: "sample rate 0".into() });
-    }
-    Ok(reader.duration() as f64 / spec.sample_rate as f64)
+    let frames = reader.frames_total().unwrap_or(0);
+    Ok(frames as f64 / reader.format().sample_rate as f64)
 }
 
 /// Loads a WAV file: downmix to mono, resample to 16 kHz (see [`Audio`]).
 ///
 /// Errors (each one line, naming the file): not a WAV / not PCM audio, truncated header or
-/// data, zero samples, unsupported sample format.
+/// data, zero samples, non-finite float samples, unsupported sample format.
 pub fn load_wav(path: impl AsRef<Path>) -> Result<Audio> {
     let path = path.as_ref();
     let mut reader = open(path)?;
-    let spec = reader.spec();
-    let channels = spec.channels as usize;
-    if channels == 0 || spec.sample_rate == 0 {
-        return Err(MediaError::NotWav {
-            path: path_str(path),
-            detail: format!("{} channels at {} Hz", spec.channels, spec.sample_rate),
-        });
-    }
-    let announced = reader.len() as usize;
-    if announced == 0 {
-        return Err(MediaError::EmptyAudio { path: path_str(path) });
-    }
+    let interleaved = reader.read_all().map_err(|e| wav_err(path, e))?;
+    audio_from_interleaved(interleaved, reader.format()).map_err(|e| match e {
+        MediaError::EmptyAudio { .. } => MediaError::EmptyAudio { path: path_str(path) },
+        other => other,
+    })
+}
 
-    let truncated = |read: usize| MediaError::TruncatedWav {
-        path: path_str(path),
-        detail: format!("the header announces {announced} samples, the file holds {read}"),
-    };
-    let mut interleaved: Vec<f32> = Vec::with_capacity(announced);
-    match spec.sample_format {
-        hound::SampleFormat::Float => {
-            if spec.bits_per_sample != 32 {
-                return Err(MediaError::NotWav {
-                    path: path_str(path),
-                    detail: format!("{}-bit float samples are not supported", spec.bits_per_sample),
-                });
-            }
-            for s in reader.samples::<f32>() {
-                match s {
-                    Ok(v) => interleaved.push(v),
-                    Err(_) => return Err(truncated(interleaved.len())),
-                }
-            }
-        }
-        hound::SampleFormat::Int => {
-            if spec.bits_per_sample == 0 || spec.bits_per_sample > 32 {
-                return Err(MediaError::NotWav {
-                    path: path_str(path),
-                    detail: format!("{}-bit integer samples", spec.bits_per_sample),
-                });
-            }
-            let scale = 1.0 / (1u64 << (spec.bits_per_sample - 1)) as f32;
-            for s in reader.samples::<i32>() {
-                match s {
-                    Ok(v) => interleaved.push(v as f32 * scale),
-                    Err(_) => return Err(truncated(interleaved.len())),
-                }
-            }
-        }
-    }
-    if interleaved.len() < announced {
-        return Err(truncated(interleaved.len()));
-    }
+/// Builds an [`Audio`] from interleaved samples in `format` (the source of any WAV reader).
+pub fn audio_from_interleaved(interleaved: Vec<f32>, format: WavFormat) -> Result<Audio> {
+    let channels = format.channels as usize;
     let frames = interleaved.len() / channels;
     if frames == 0 {
-        return Err(MediaError::EmptyAudio { path: path_str(path) });
+        return Err(MediaError::EmptyAudio { path: String::new() });
     }
-
+    let spec = format;
     let mono: Vec<f32> = if channels == 1 {
         interleaved.clone()
     } else {
@@ -209,7 +154,7 @@ pub fn load_wav(path: impl AsRef<Path>) -> Result<Audio> {
     Ok(Audio {
         samples_16k,
         source_rate: spec.sample_rate,
-        source_channels: spec.channels,
+        source_channels: format.channels,
         duration_s: frames as f64 / spec.sample_rate as f64,
         track,
     })

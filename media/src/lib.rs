@@ -39,9 +39,16 @@
 //! ## Probe ([`probe()`])
 //! - [`probe()`]`(path) -> Result<Mp4Info>`: codec, size, fps, frame count, audio presence and
 //!   codec, read from the MP4 boxes in Rust.
+//!
+//! ## Reading MP4 back ([`demux`])
+//! - [`Mp4Reader::open`]`(path)`, [`Mp4Reader::decode_video`]`() -> Result<DecodedVideo>` (every
+//!   H.264 frame as NV12, decoded by OpenH264), [`Mp4Reader::for_each_video_frame`] (one frame in
+//!   memory at a time), [`Mp4Reader::decode_audio`]`() -> Result<Option<DecodedAudio>>` (AAC by
+//!   FDK AAC, edit list applied). The sample tables are checked against the file before use.
 
 pub mod aac;
 pub mod audio;
+pub mod demux;
 pub mod error;
 #[cfg(feature = "ffmpeg")]
 mod ffmpeg_enc;
@@ -50,8 +57,10 @@ mod mux;
 pub mod probe;
 pub mod vad;
 pub mod video;
+pub mod wav;
 
 pub use audio::{load_wav, wav_duration, Audio, AudioTrack, TARGET_RATE};
+pub use demux::{DecodedAudio, DecodedVideo, Mp4Reader};
 pub use error::{MediaError, Result};
 pub use image::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage, CROP_SIDE};
 pub use probe::{probe, Mp4Info};

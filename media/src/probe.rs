@@ -70,9 +70,9 @@ fn sample_count(t: &Trak) -> u64 {
     }
 }
 
-/// Reads `path`'s `moov` box and summarises its first video track and first audio track.
-pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
-    let path = path.as_ref();
+/// Reads `path`'s `moov` box (skipping other top-level boxes by seeking); also returns the open
+/// file and its length for readers of the samples.
+pub(crate) fn read_moov(path: &Path) -> Result<(Moov, File, u64)> {
     let err = |detail: String| MediaError::Mp4 { path: path.display().to_string(), detail };
     let file = File::open(path).map_err(|e| io_err(path, e))?;
     let len = file.metadata().map_err(|e| io_err(path, e))?.len();
@@ -105,6 +105,14 @@ pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
         }
     }
     let moov = moov.ok_or_else(|| err("no moov box (not an MP4, or unfinished)".into()))?;
+    Ok((moov, r.into_inner(), len))
+}
+
+/// Reads `path`'s `moov` box and summarises its first video track and first audio track.
+pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
+    let path = path.as_ref();
+    let err = |detail: String| MediaError::Mp4 { path: path.display().to_string(), detail };
+    let (moov, _, _) = read_moov(path)?;
 
     let video =
         moov.trak.iter().find(|t| t.mdia.hdlr.handler == b"vide".into()).ok_or_else(|| err("no video track".into()))?;

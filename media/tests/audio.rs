@@ -151,3 +151,38 @@ fn missing_file_is_an_io_error() {
     let e = load_wav(p).unwrap_err();
     assert!(matches!(e, MediaError::Io { .. }), "{e:?}");
 }
+
+/// WAVs written to a pipe carry a placeholder data size (espeak-ng --stdout: 0x7FFFF000, ffmpeg:
+/// 0xFFFFFFFF): the samples run to the end of the file, and the duration is what is there.
+#[test]
+fn pipe_written_wavs_with_placeholder_sizes() {
+    let dir = tmp_dir("pipe");
+    let good = dir.join("good.wav");
+    write_wav(&good, 22_050, 1, 16, false, 22_050, sine(300.0, 22_050, 0.3));
+    let reference = load_wav(&good).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let data = bytes.windows(4).position(|w| w == b"data").unwrap();
+    for placeholder in [0x7FFF_F000u32, 0xFFFF_FFFF] {
+        let mut b = bytes.clone();
+        b[4..8].copy_from_slice(&placeholder.to_le_bytes());
+        b[data + 4..data + 8].copy_from_slice(&placeholder.to_le_bytes());
+        let p = dir.join(format!("pipe-{placeholder:x}.wav"));
+        std::fs::write(&p, &b).unwrap();
+        assert!((wav_duration(&p).unwrap() - 1.0).abs() < 1e-9, "{placeholder:x}");
+        assert_eq!(load_wav(&p).unwrap(), reference);
+    }
+}
+
+/// A float WAV holding NaN or infinity is refused with the time of the first bad sample
+/// (rendering it would silently turn into silence).
+#[test]
+fn non_finite_float_samples_are_refused() {
+    let dir = tmp_dir("nan");
+    for (name, bad) in [("nan", f32::NAN), ("inf", f32::NEG_INFINITY)] {
+        let p = dir.join(format!("{name}.wav"));
+        write_wav(&p, 16_000, 2, 32, true, 32_000, |i, c| if i == 24_000 && c == 1 { bad } else { 0.1 });
+        let e = load_wav(&p).unwrap_err();
+        let m = assert_one_line(&e, &p);
+        assert!(m.contains("sample frame 24000 (1.500 s) is not a finite number"), "{m}");
+    }
+}

@@ -62,7 +62,7 @@ fn relative_threshold_quiet_recording() {
     assert_eq!(voice_activity(&s, FPS, 50), voice_activity(&quiet, FPS, 50));
 }
 
-/// First and last sample above 1% of full scale: where espeak-ng's speech starts and ends.
+/// First and last sample above 1% of full scale: where the fixture's speech starts and ends.
 fn speech_span(s: &[i16]) -> (usize, usize) {
     let first = s.iter().position(|v| v.unsigned_abs() > 327).unwrap();
     let last = s.len() - 1 - s.iter().rev().position(|v| v.unsigned_abs() > 327).unwrap();
@@ -72,8 +72,8 @@ fn speech_span(s: &[i16]) -> (usize, usize) {
 #[test]
 fn espeak_sentence_pause_sentence() {
     let dir = tmp_dir("vad-espeak");
-    let (rate, a) = espeak("The quick brown fox jumps over the lazy dog", &dir, "a");
-    let (rate_b, b) = espeak("Then everybody went home to sleep", &dir, "b");
+    let (rate, a) = speech_fixture("fox"); // "The quick brown fox jumps over the lazy dog"
+    let (rate_b, b) = speech_fixture("sleep"); // "Then everybody went home to sleep"
     assert_eq!(rate, rate_b);
     let (a0, a1) = speech_span(&a);
     let (b0, b1) = speech_span(&b);

@@ -1,0 +1,43 @@
+//! `cadence bench`: the one-launch expansion against the copy bandwidth of the same run.
+
+use anyhow::Result;
+use cadence::{Backend, Method};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 640)]
+    pub frames: usize,
+    /// Comma-separated strides.
+    #[arg(long, default_value = "2,3", value_delimiter = ',')]
+    pub strides: Vec<usize>,
+    /// Elements per frame (4x32x32 latent = 4096).
+    #[arg(long, default_value_t = 4096)]
+    pub dim: usize,
+    #[arg(long, default_value_t = 21)]
+    pub reps: usize,
+    #[arg(long, value_enum, default_value = "slerp")]
+    pub method: Method,
+    /// Also write the rows as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    let BenchArgs { frames, strides, dim, reps, method, json } = a;
+    anyhow::ensure!(reps > 0 && dim > 0 && frames > 0, "frames, dim and reps must be positive");
+    let mut rows = Vec::new();
+    for b in Backend::all_available() {
+        for dtype in [cadence::elem::Dtype::F32, cadence::elem::Dtype::F16] {
+            for &k in &strides {
+                rows.push(cadence::bench::bench_expand_dtype(&b, dtype, frames, k, dim, method, reps)?);
+            }
+        }
+    }
+    cadence::bench::print_expand_table(&rows);
+    if !Backend::all_available().iter().any(|b| b.is_cuda()) {
+        println!("(no CUDA device here: CPU rows only)");
+    }
+    crate::write_json(json, &rows)
+}

@@ -1,0 +1,72 @@
+//! `cadence`: the command-line front end of the cadence host library, one module per subcommand.
+
+mod bench;
+mod engine;
+mod expand;
+mod gpu_check;
+mod info;
+mod render;
+
+use anyhow::Result;
+use cadence::npy;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "cadence", version, about = "Temporal cadence strides for neural talking heads: kernels, backends and tools", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print an embedded PTX module (compiled from gpu/src by rustc's NVPTX backend).
+    Ptx(info::PtxArgs),
+    /// Expand keyframe latents to every frame by geodesic SLERP (or LERP) in one launch.
+    Expand(expand::ExpandArgs),
+    /// Toolchain, embedded PTX targets, and the backend and device this machine would use.
+    Info,
+    /// Run one neural engine on a .npy input and write its output tensor exactly as computed.
+    EngineRun(engine::EngineRunArgs),
+    /// Frames per second (median of runs) and GFLOP/s of an engine, against the matmul rate of
+    /// the same device measured in the same run.
+    EngineBench(engine::EngineBenchArgs),
+    /// Speech audio and an avatar image to an MP4 with cadence strides, silence easing,
+    /// compositing, NV12 and H.264.
+    Render(Box<render::RenderArgs>),
+    /// Microbenchmark of the one-launch stride expansion against the copy bandwidth measured
+    /// in the same run (median of runs; CPU always, CUDA when present).
+    Bench(bench::BenchArgs),
+    /// On a CUDA machine: every kernel's GPU output against the CPU path on random data, a short
+    /// render with the kernels on the GPU against the same render on the CPU, then a timing
+    /// table. Exits non-zero on any mismatch.
+    GpuCheck(gpu_check::GpuCheckArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Ptx(a) => info::ptx(a),
+        Command::Expand(a) => expand::run(a),
+        Command::Info => info::info(),
+        Command::Render(a) => render::run(*a),
+        Command::EngineRun(a) => engine::run(a),
+        Command::EngineBench(a) => engine::bench(a),
+        Command::Bench(a) => bench::run(a),
+        Command::GpuCheck(a) => gpu_check::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("cadence: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Writes `value` as pretty JSON to `path`, when one is given.
+pub(crate) fn write_json<T: serde::Serialize>(path: Option<PathBuf>, value: &T) -> Result<()> {
+    if let Some(p) = path {
+        npy::write_atomically(&p, |w| Ok(serde_json::to_writer_pretty(w, value)?))?;
+        eprintln!("cadence: wrote {}", p.display());
+    }
+    Ok(())
+}
