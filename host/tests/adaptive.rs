@@ -650,3 +650,35 @@ fn espeak_events_become_intervals() {
         .to_string()
         .contains("past the end"));
 }
+
+/// Every symbol of the class table in docs/adaptive_keyframes.md, and every default stride there,
+/// against the code: the documentation is the table, the code must agree with it.
+#[test]
+fn the_documented_class_table_is_the_code() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/adaptive_keyframes.md")).unwrap();
+    let section = &doc[doc.find("## Phoneme classes").unwrap()..];
+    let rows: Vec<&str> =
+        section.lines().skip_while(|l| !l.starts_with("|---")).skip(1).take_while(|l| l.starts_with('|')).collect();
+    assert_eq!(rows.len(), 6, "six classes in the table");
+    let defaults = schedules::ClassStrides::default();
+    let mut checked = 0;
+    for row in rows {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let class = PhonemeClass::ALL
+            .into_iter()
+            .find(|c| cells[0].starts_with(&c.name().replace('-', " ")))
+            .unwrap_or_else(|| panic!("unknown class row {}", cells[0]));
+        assert_eq!(cells[1].parse::<f64>().unwrap(), defaults.get(class), "{class} stride");
+        for cell in &cells[2..4] {
+            for sym in cell.split([' ', ',']).filter(|w| !w.is_empty()) {
+                if ["syllabic", "and", "r-coloured"].contains(&sym) {
+                    continue;
+                }
+                let sym = if sym == "\"\"" { "" } else { sym };
+                assert_eq!(classify(sym), Some(class), "'{sym}' is listed under {class}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 150, "only {checked} symbols checked");
+}

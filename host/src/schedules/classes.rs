@@ -195,7 +195,7 @@ fn ipa_class(s: &str) -> Option<PhonemeClass> {
         // Syllabic consonants as espeak-ng writes them (ARPAbet EM, EN, EL).
         "əm" => Some(Closure),
         "ən" | "əl" => Some(OtherConsonant),
-        "aɪ" | "aʊ" | "ɔɪ" | "ɑɪ" | "ɒɪ" | "ɑʊ" | "ɐɪ" | "ɐʊ" | "æɪ" | "æʊ" | "ʌɪ" => {
+        "aɪ" | "aʊ" | "ɔɪ" | "ɑɪ" | "ɒɪ" | "ɑʊ" | "ɐɪ" | "ɐʊ" | "æɪ" | "æʊ" | "ʌɪ" | "aɪə" | "aʊə" | "aɪɚ" | "aʊɚ" => {
             Some(OpenVowel)
         }
         "eɪ" | "oʊ" | "əʊ" | "ɪə" | "eə" | "ʊə" | "ɛə" | "ɜʊ" | "ɪɹ" | "ɛɹ" | "ʊɹ" | "oɹ" | "ɔɹ" | "ɑɹ" | "ɜɹ"

@@ -274,15 +274,15 @@ pub fn phoneme_intervals(events: &[(i64, String)], duration_s: f64) -> Result<Al
         }
         starts.push((t, name.clone()));
     }
+    // espeak-ng rounds event times down to the millisecond: an event at the very end of the
+    // audio (a final pause) starts nothing; one later than that is an error.
+    if let Some(&(t, _)) = starts.iter().find(|(t, _)| *t > duration_s + 1e-3) {
+        bail!("espeak-ng reported a phoneme at {t} s, past the end of its audio ({duration_s} s)");
+    }
+    starts.retain(|(t, _)| *t < duration_s);
     let mut phones = Vec::with_capacity(starts.len());
     for (i, (t, name)) in starts.iter().enumerate() {
         let end = starts.get(i + 1).map_or(duration_s, |n| n.0);
-        if end <= *t {
-            if i + 1 == starts.len() {
-                break; // an event at the very end of the audio
-            }
-            bail!("espeak-ng reported a phoneme at {t} s, past the end of its audio ({duration_s} s)");
-        }
         phones.push(Phone { start: *t, end, phoneme: name.clone() });
     }
     Alignment::new(phones)

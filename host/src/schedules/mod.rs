@@ -33,6 +33,7 @@
 
 pub mod alignment;
 pub mod classes;
+pub mod cli;
 pub mod espeak;
 pub mod signals;
 

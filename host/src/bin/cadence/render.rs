@@ -11,18 +11,18 @@ use std::time::Instant;
 
 #[derive(Args)]
 pub struct RenderArgs {
-    /// Speech as WAV (any sample rate and channel count).
-    #[arg(long)]
-    pub audio: PathBuf,
+    /// Speech as WAV (any sample rate and channel count); or --text.
+    #[arg(long, required_unless_present_any = ["text", "text_file"])]
+    pub audio: Option<PathBuf>,
     /// Portrait as PNG or JPEG (64 to 4096 pixels a side; even width and height).
     #[arg(long)]
     pub avatar: PathBuf,
     /// Output MP4. Not overwritten without --force; nothing is left there if the render fails.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Run the UNet every K frames (1 = dense).
-    #[arg(long, default_value_t = 3, conflicts_with = "keyframes")]
-    pub stride: usize,
+    /// Run the UNet every K frames (1 = dense) [default: 3].
+    #[arg(long, conflicts_with = "keyframes")]
+    pub stride: Option<usize>,
     /// Explicit keyframe list instead of a stride, e.g. 0,2,5,9.
     #[arg(long)]
     pub keyframes: Option<String>,
@@ -68,6 +68,8 @@ pub struct RenderArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub schedule: cadence::schedules::cli::ScheduleArgs,
 }
 
 fn parse_face_box(s: &str) -> std::result::Result<cadence::composite::FaceBox, String> {
@@ -97,11 +99,12 @@ pub fn run(a: RenderArgs) -> Result<()> {
     npy::check_output(&a.output, a.force)?;
     let encoder = encoder_kind(&a.encoder)?;
     anyhow::ensure!(a.fps > 0.0 && a.fps <= 120.0, "--fps must be in (0, 120]");
-    anyhow::ensure!(a.stride > 0, "--stride must be at least 1 (got 0)");
+    a.schedule.validate(a.stride, a.keyframes.is_some())?;
     anyhow::ensure!(a.batch > 0, "--batch must be at least 1 (got 0)");
     let engine_device = cadence_engines::select_device(a.device)?;
     let device = engine_device.device.clone();
-    let audio = render::load_audio(&a.audio, a.max_seconds)?;
+    let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
+    let calibration = a.schedule.calibration()?;
     let img = render::load_avatar(&a.avatar)?;
     let face = render::face_box(&img, a.face_box)?;
     let backend = Backend::for_engines(a.backend, &device)?;
@@ -113,11 +116,26 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let t0 = Instant::now();
     let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let prepared = render::prepare(&engines, &backend, audio, &img, face, &opts)?;
-    let schedule = match &a.keyframes {
-        Some(list) => KeyframeSchedule::parse_list(prepared.frames, list)?,
-        None => KeyframeSchedule::fixed_stride(prepared.frames, a.stride)?,
+    let prepared = render::prepare(&engines, &backend, input.audio, &img, face, &opts)?;
+    let planned = a.schedule.plan(
+        a.stride,
+        &prepared,
+        input.alignment.as_ref(),
+        calibration.as_ref(),
+        &engines,
+        a.fps as f64,
+        a.ramp,
+    )?;
+    for w in planned.iter().flat_map(|p| &p.warnings) {
+        eprintln!("cadence: warning: {w}");
+    }
+    let stride = a.stride.unwrap_or(cadence::schedules::cli::DEFAULT_STRIDE);
+    let (schedule, legacy) = match (&planned, &a.keyframes) {
+        (Some(p), _) => (p.schedule.clone(), String::new()),
+        (None, Some(list)) => (KeyframeSchedule::parse_list(prepared.frames, list)?, "keyframes".to_string()),
+        (None, None) => (KeyframeSchedule::fixed_stride(prepared.frames, stride)?, format!("stride {stride}")),
     };
+    let schedule_summary = cadence::schedules::cli::summary(planned.as_ref(), &schedule, &legacy);
     let bar = indicatif::ProgressBar::new(prepared.frames as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} render [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}")
@@ -142,6 +160,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let total_ms = t.total_ms + prepared.audio_encoder_ms + prepared.avatar_ms;
     let summary = serde_json::json!({
         "output": a.output,
+        "audio": input.source,
         "frames": s.frames,
         "fps_video": a.fps,
         "keyframes_scheduled": s.keyframes_scheduled,
@@ -164,6 +183,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
         "engines": engines.describe(),
         "profile": engines.profile.to_string(),
         "weights": engines.weights_summary(),
+        "schedule": schedule_summary,
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
@@ -191,6 +211,17 @@ pub fn run(a: RenderArgs) -> Result<()> {
             s.residency,
             engines.profile,
             engines.weights_summary()
+        );
+        let keys: Vec<String> = schedule.keyframes().iter().map(|k| k.to_string()).collect();
+        eprintln!(
+            "  schedule {}: {} keyframes{}: {}",
+            schedule_summary["source"].as_str().unwrap_or(""),
+            schedule.count(),
+            planned
+                .as_ref()
+                .map(|p| format!(" ({} UNet evaluations, made in {:.1} ms)", p.evaluations, p.scheduling_ms))
+                .unwrap_or_default(),
+            keys.join(",")
         );
     }
     Ok(())
