@@ -18,6 +18,7 @@
 //!   scale, as VBench's temporal flickering score), against the dense render's own;
 //! - time: making the schedule, against a lower bound of the render's time (audio encoder + UNet
 //!   x evaluations + decoder x decoded frames, measured here; compositing and encoding left out).
+//!
 //! The error-bounded predictor is calibrated on the first clip (0.9 quantile of measured over
 //! predicted error), written to `adaptive_calibration.json`, and on the other clips a
 //! `--max-error` schedule is run with the first clip's mean stride-3 error as the bound.
@@ -110,6 +111,9 @@ struct Row {
     keyframes: usize,
     frames: usize,
     active_frames: usize,
+    /// Runs of frames that are not bypassed; the adaptive schedules spend an evaluation on each
+    /// end of each (fixed stride k anchors them on bypassed keyframes, which cost nothing).
+    speech_runs: usize,
     /// unet_evaluations / active_frames.
     evaluated_fraction: f64,
     latent_err_mean: f64,
@@ -280,11 +284,11 @@ fn run(args: Args) -> Result<()> {
             }
         }
         // The error predictor against the measured error, for the fixed schedules.
-        let q = schedules::with_floor(&schedules::signals::feature_steps(&dense.features, dense.window)?);
+        let predictor = schedules::FeaturePredictor::new(&dense.features, dense.window)?;
         let mut ratios = Vec::new();
         let mut corr = Vec::new();
         for o in outcomes.iter().filter(|o| o.row.schedule == "fixed") {
-            let pred = schedules::predicted_errors(&q, &o.keys, &dense.bypassed);
+            let pred = predictor.errors(&o.keys, &dense.bypassed);
             let (mut p, mut m) = (Vec::new(), Vec::new());
             for &f in &dense.active {
                 if pred[f] > 0.0 && !o.keys.contains(&f) {
@@ -450,8 +454,8 @@ fn dense_render(
     let rest = prepared.avatar.rest.clone();
     let mut raw = Vec::with_capacity(n * LATENT_DIM);
     let mut j = 0;
-    for f in 0..n {
-        if bypassed[f] {
+    for &b in &bypassed {
+        if b {
             raw.extend_from_slice(&rest);
         } else {
             raw.extend_from_slice(frame_of(&lat, j));
@@ -477,8 +481,8 @@ fn dense_render(
     let rest_mouth = metrics::crop(&rest_rgb, shape, MOUTH)?;
     let mut mouth = Vec::with_capacity(n * rest_mouth.len());
     let mut j = 0;
-    for f in 0..n {
-        if bypassed[f] {
+    for &b in &bypassed {
+        if b {
             mouth.extend_from_slice(&rest_mouth);
         } else {
             mouth.extend(metrics::crop(&rgb[j * CROP..(j + 1) * CROP], shape, MOUTH)?);
@@ -605,6 +609,7 @@ fn evaluate(
         keyframes: keys.len(),
         frames: d.n,
         active_frames: d.active.len(),
+        speech_runs: schedules::active_runs(&d.bypassed).len(),
         evaluated_fraction: evaluations as f64 / d.active.len() as f64,
         latent_err_mean: mean(&act_err),
         latent_err_p90: quantile(&act_err, 0.9),

@@ -239,7 +239,7 @@ fn frames_overlapping(start: f64, end: f64, fps: f64, n_frames: usize) -> std::o
 fn decode_text(bytes: &[u8]) -> Result<String> {
     let utf16 = |be: bool| -> Result<String> {
         let body = &bytes[2..];
-        ensure!(body.len() % 2 == 0, "UTF-16 text with an odd number of bytes");
+        ensure!(body.len().is_multiple_of(2), "UTF-16 text with an odd number of bytes");
         let units: Vec<u16> = body
             .chunks_exact(2)
             .map(|c| if be { u16::from_be_bytes([c[0], c[1]]) } else { u16::from_le_bytes([c[0], c[1]]) })

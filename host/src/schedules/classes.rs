@@ -157,7 +157,7 @@ pub fn classify(label: &str) -> Option<PhonemeClass> {
         return Some(DEFAULT_CLASS);
     }
     // ARPAbet: upper-case letters and an optional stress digit.
-    if raw.len() >= 1 && raw.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()) {
+    if !raw.is_empty() && raw.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()) {
         let base = raw.trim_end_matches(|c: char| c.is_ascii_digit());
         let stress = &raw[base.len()..];
         if let Some(c) = arpabet(base, stress) {

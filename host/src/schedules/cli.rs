@@ -4,7 +4,7 @@
 //! options has one place and a test.
 
 use super::{espeak, Alignment, Calibration, ClassStrides, Inputs, Planned, ScheduleKind, Target};
-use crate::pipeline::Engines;
+use crate::pipeline::{Engines, RenderOptions};
 use crate::render::Prepared;
 use anyhow::{bail, ensure, Context, Result};
 use cadence_media::Audio;
@@ -158,8 +158,7 @@ impl ScheduleArgs {
         alignment: Option<&Alignment>,
         calibration: Option<&Calibration>,
         engines: &Engines,
-        fps: f64,
-        ramp: u32,
+        opts: &RenderOptions,
     ) -> Result<Option<Planned>> {
         let Some(kind) = self.schedule else { return Ok(None) };
         let target = match (self.budget, self.max_error, stride) {
@@ -174,8 +173,8 @@ impl ScheduleArgs {
         }
         let t = std::time::Instant::now();
         let distance = crate::schedule::speech_distance(&prepared.speech);
-        let bypassed = crate::schedule::bypassed_frames(&distance, ramp);
-        let mut inputs = Inputs::new(fps, &bypassed);
+        let bypassed = crate::schedule::bypassed_frames(&distance, opts.ramp);
+        let mut inputs = Inputs::new(opts.fps as f64, &bypassed);
         inputs.alignment = alignment;
         if let Some(s) = &self.class_strides {
             inputs.class_strides = ClassStrides::parse(s)?;

@@ -21,7 +21,7 @@
 //! - `audio`: keyframe density from the audio's onset strength ([`signals::onset_strength`]).
 //! - `error-bounded`: keyframes inserted one at a time where the predicted infill error is
 //!   largest, until the budget is spent or the prediction is under `--max-error`
-//!   ([`predicted_errors`]).
+//!   ([`FeaturePredictor`]).
 //!
 //! The density-driven sources (fixed, phonemes, audio) share one allocator. A density `r(f)`
 //! (keyframes per frame) defines a clock `T`; between two fixed keyframes the allocator puts
@@ -289,7 +289,7 @@ pub fn plan(kind: ScheduleKind, target: Target, inputs: &Inputs) -> Result<Plann
                 "the audio features hold {} windows for {n} frames",
                 features.len() / window.max(1)
             );
-            let q = with_floor(&signals::feature_steps(features, window)?);
+            let predictor = FeaturePredictor::new(features, window)?;
             let stop = match target {
                 Target::MaxError(bound) => {
                     ensure!(bound.is_finite() && bound > 0.0, "--max-error must be positive (got {bound})");
@@ -303,7 +303,7 @@ pub fn plan(kind: ScheduleKind, target: Target, inputs: &Inputs) -> Result<Plann
                 }
                 Target::ClassStrides => bail!("the error-bounded schedule takes --budget, --stride or --max-error"),
             };
-            insert_worst(inputs.bypassed, &q, stop)?
+            insert_worst(inputs.bypassed, &predictor, stop)?
         }
     };
     let schedule = KeyframeSchedule::explicit(n, &keys)?;
@@ -508,57 +508,70 @@ enum Stop {
     Bound(f64),
 }
 
-/// The error-bounded schedule's predictor. The latent is modelled as a random walk whose step
-/// variance at frame f is the relative audio-feature step `q[f]` ([`signals::feature_steps`]):
-/// the UNet's latent moves as its conditioning moves. Between keyframes a < f < b the pipeline
-/// interpolates at alpha = (f - a) / (b - a), so the infill error is
-/// (1 - alpha) (X_f - X_a) - alpha (X_b - X_f), whose standard deviation is
-/// `sqrt((1 - alpha)^2 s1 + alpha^2 s2)` with s1 = q[a+1] + ... + q[f] and s2 = q[f+1] + ... + q[b].
-/// Keyframes and bypassed frames predict 0. Returns one value per frame (in predictor units; a
-/// [`Calibration`] scales them to relative latent error).
-pub fn predicted_errors(q: &[f64], keys: &[usize], bypassed: &[bool]) -> Vec<f64> {
-    let tau = running_sum(q);
-    let mut out = vec![0.0; q.len()];
-    for w in keys.windows(2) {
-        for f in w[0] + 1..w[1] {
-            if !bypassed[f] {
-                out[f] = infill_sd(&tau, w[0], f, w[1]);
+/// The error-bounded schedule's predictor: the infill error of a frame is predicted from the
+/// audio features the UNet is conditioned on. Between keyframes a < f < b the pipeline
+/// interpolates the latents at alpha = (f - a) / (b - a); were the UNet linear in its
+/// conditioning, the latent infill error would be the UNet applied to the conditioning's own
+/// infill residual `F[f] - ((1 - alpha) F[a] + alpha F[b])`. The predictor is that residual's
+/// norm relative to the root-mean-square norm of the feature windows; a [`Calibration`] says how
+/// much relative latent error one unit of it is on a given network.
+pub struct FeaturePredictor<'a> {
+    features: &'a [f32],
+    window: usize,
+    inv_rms: f64,
+}
+
+impl<'a> FeaturePredictor<'a> {
+    /// `features`: one window of `window` values per frame.
+    pub fn new(features: &'a [f32], window: usize) -> Result<Self> {
+        ensure!(window > 0 && features.len().is_multiple_of(window), "features are not whole windows of {window}");
+        let n = features.len() / window;
+        ensure!(n > 0, "no feature windows");
+        ensure!(features.iter().all(|v| v.is_finite()), "the audio features contain NaN or infinity");
+        let mean_sq = features.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / n as f64;
+        Ok(FeaturePredictor { features, window, inv_rms: if mean_sq > 0.0 { 1.0 / mean_sq.sqrt() } else { 0.0 } })
+    }
+
+    pub fn frames(&self) -> usize {
+        self.features.len() / self.window
+    }
+
+    fn frame(&self, f: usize) -> &[f32] {
+        &self.features[f * self.window..(f + 1) * self.window]
+    }
+
+    /// The predicted error of frame f between keyframes a < f < b.
+    pub fn error(&self, a: usize, f: usize, b: usize) -> f64 {
+        let alpha = (f - a) as f64 / (b - a) as f64;
+        let (fa, fb, ff) = (self.frame(a), self.frame(b), self.frame(f));
+        let sq: f64 = ff
+            .iter()
+            .zip(fa.iter().zip(fb))
+            .map(|(&x, (&y, &z))| (x as f64 - ((1.0 - alpha) * y as f64 + alpha * z as f64)).powi(2))
+            .sum();
+        sq.sqrt() * self.inv_rms
+    }
+
+    /// The prediction for every frame under keyframes `keys` (0 on keyframes and bypassed frames).
+    pub fn errors(&self, keys: &[usize], bypassed: &[bool]) -> Vec<f64> {
+        let mut out = vec![0.0; self.frames()];
+        for w in keys.windows(2) {
+            for f in w[0] + 1..w[1] {
+                if !bypassed[f] {
+                    out[f] = self.error(w[0], f, w[1]);
+                }
             }
         }
+        out
     }
-    out
-}
-
-/// Share of the mean feature step every frame is given in the error predictor: where the
-/// features do not move at all, the predictor would give 0 everywhere and the worst-first
-/// insertion would pile keyframes at the start of the stretch; a small floor makes it bisect
-/// such stretches evenly instead, without changing the order elsewhere.
-pub const PREDICTOR_FLOOR: f64 = 1e-3;
-
-/// `q` plus [`PREDICTOR_FLOOR`] times its mean (what the error-bounded schedule predicts from).
-pub fn with_floor(q: &[f64]) -> Vec<f64> {
-    let mean = q.iter().sum::<f64>() / q.len().max(1) as f64;
-    let floor = if mean > 0.0 { PREDICTOR_FLOOR * mean } else { 1.0 };
-    q.iter().map(|&v| v + floor).collect()
-}
-
-fn running_sum(q: &[f64]) -> Vec<f64> {
-    let mut tau = vec![0.0f64; q.len()];
-    for f in 1..q.len() {
-        tau[f] = tau[f - 1] + q[f];
-    }
-    tau
-}
-
-fn infill_sd(tau: &[f64], a: usize, f: usize, b: usize) -> f64 {
-    let alpha = (f - a) as f64 / (b - a) as f64;
-    let (s1, s2) = (tau[f] - tau[a], tau[b] - tau[f]);
-    ((1.0 - alpha).powi(2) * s1 + alpha * alpha * s2).max(0.0).sqrt()
 }
 
 #[derive(PartialEq)]
 struct Worst {
     err: f64,
+    /// Distance from the interval's centre, negated: among equal predictions (features that do
+    /// not move) the most central frame wins, so such stretches are bisected evenly.
+    centrality: i64,
     frame: usize,
     a: usize,
     b: usize,
@@ -566,7 +579,7 @@ struct Worst {
 impl Eq for Worst {}
 impl Ord for Worst {
     fn cmp(&self, o: &Self) -> Ordering {
-        self.err.total_cmp(&o.err).then(o.frame.cmp(&self.frame))
+        self.err.total_cmp(&o.err).then(self.centrality.cmp(&o.centrality)).then(o.frame.cmp(&self.frame))
     }
 }
 impl PartialOrd for Worst {
@@ -576,23 +589,24 @@ impl PartialOrd for Worst {
 }
 
 /// The worst predicted frame strictly inside (a, b), if any.
-fn worst_in(tau: &[f64], a: usize, b: usize) -> Option<Worst> {
-    (a + 1..b).map(|f| Worst { err: infill_sd(tau, a, f, b), frame: f, a, b }).max()
+fn worst_in(p: &FeaturePredictor, a: usize, b: usize) -> Option<Worst> {
+    (a + 1..b)
+        .map(|f| Worst { err: p.error(a, f, b), centrality: -((2 * f) as i64 - (a + b) as i64).abs(), frame: f, a, b })
+        .max()
 }
 
 /// Error-bounded insertion: from the base keyframes, repeatedly make the frame with the largest
 /// predicted error a keyframe, until the count is reached or no prediction exceeds the bound.
-fn insert_worst(bypassed: &[bool], q: &[f64], stop: Stop) -> Result<Vec<usize>> {
-    ensure!(q.len() == bypassed.len(), "the predictor has {} values for {} frames", q.len(), bypassed.len());
+fn insert_worst(bypassed: &[bool], p: &FeaturePredictor, stop: Stop) -> Result<Vec<usize>> {
+    ensure!(p.frames() == bypassed.len(), "the predictor has {} frames, the clip {}", p.frames(), bypassed.len());
     let mut keys = base_keys(bypassed);
     let runs = active_runs(bypassed);
-    let tau = running_sum(q);
     let mut heap: BinaryHeap<Worst> = BinaryHeap::new();
     for &(a, b) in &runs {
         let lo = keys.partition_point(|&k| k < a);
         let hi = keys.partition_point(|&k| k <= b);
         for w in keys[lo..hi].windows(2) {
-            heap.extend(worst_in(&tau, w[0], w[1]));
+            heap.extend(worst_in(p, w[0], w[1]));
         }
     }
     let mut have = evaluated(&keys, bypassed);
@@ -619,8 +633,8 @@ fn insert_worst(bypassed: &[bool], q: &[f64], stop: Stop) -> Result<Vec<usize>> 
         }
         keys.push(w.frame);
         have += 1;
-        heap.extend(worst_in(&tau, w.a, w.frame));
-        heap.extend(worst_in(&tau, w.frame, w.b));
+        heap.extend(worst_in(p, w.a, w.frame));
+        heap.extend(worst_in(p, w.frame, w.b));
     }
     keys.sort_unstable();
     Ok(keys)

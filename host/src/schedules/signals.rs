@@ -1,6 +1,5 @@
-//! Per-frame signals the audio-driven schedules read: the onset strength of the audio itself
-//! (spectral flux of the log-mel spectrogram) and the step between consecutive audio-feature
-//! windows (what the UNet is conditioned on).
+//! The audio schedule's signal: the onset strength of the audio itself (spectral flux of the
+//! log-mel spectrogram).
 
 use anyhow::{ensure, Result};
 
@@ -96,24 +95,6 @@ pub fn onset_strength(samples_16k: &[f32], fps: f64, n_frames: usize) -> Result<
         }
     }
     Ok(out)
-}
-
-/// Squared step between consecutive audio-feature windows, relative to their mean squared norm:
-/// `q[f] = |F[f] - F[f-1]|^2 / mean_g |F[g]|^2` (q[0] = 0). `features` holds `n` windows of
-/// `window` values each.
-pub fn feature_steps(features: &[f32], window: usize) -> Result<Vec<f64>> {
-    ensure!(window > 0 && features.len().is_multiple_of(window), "features are not whole windows of {window}");
-    let n = features.len() / window;
-    ensure!(n > 0, "no feature windows");
-    ensure!(features.iter().all(|v| v.is_finite()), "the audio features contain NaN or infinity");
-    let frame = |f: usize| &features[f * window..(f + 1) * window];
-    let mean_sq = (0..n).map(|f| frame(f).iter().map(|&x| (x as f64).powi(2)).sum::<f64>()).sum::<f64>() / n as f64;
-    let scale = if mean_sq > 0.0 { 1.0 / mean_sq } else { 0.0 };
-    let mut q = vec![0.0f64; n];
-    for f in 1..n {
-        q[f] = frame(f).iter().zip(frame(f - 1)).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum::<f64>() * scale;
-    }
-    Ok(q)
 }
 
 #[cfg(test)]

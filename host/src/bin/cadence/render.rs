@@ -117,15 +117,8 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let prepared = render::prepare(&engines, &backend, input.audio, &img, face, &opts)?;
-    let planned = a.schedule.plan(
-        a.stride,
-        &prepared,
-        input.alignment.as_ref(),
-        calibration.as_ref(),
-        &engines,
-        a.fps as f64,
-        a.ramp,
-    )?;
+    let planned =
+        a.schedule.plan(a.stride, &prepared, input.alignment.as_ref(), calibration.as_ref(), &engines, &opts)?;
     for w in planned.iter().flat_map(|p| &p.warnings) {
         eprintln!("cadence: warning: {w}");
     }
