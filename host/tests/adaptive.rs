@@ -692,3 +692,29 @@ fn the_documented_class_table_is_the_code() {
     }
     assert!(checked > 150, "only {checked} symbols checked");
 }
+
+#[test]
+fn closure_keyframes_that_do_not_fit_the_budget_are_thinned_with_a_warning() {
+    // Alternating 0.04 s /p/ and /a/: a closure onset or release in almost every frame.
+    let a = Alignment::from_json(
+        &serde_json::to_string(
+            &(0..100)
+                .map(|i| serde_json::json!({"start": i as f64 * 0.04, "end": (i + 1) as f64 * 0.04, "phoneme": ["p", "a"][i % 2]}))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let bypassed = vec![false; 100];
+    let mut inputs = Inputs::new(25.0, &bypassed);
+    inputs.alignment = Some(&a);
+    let p = schedules::plan(ScheduleKind::Phonemes, Target::Budget(0.2), &inputs).unwrap();
+    assert_eq!(p.evaluations, 20);
+    check_rules(&p, &bypassed);
+    assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+    assert!(p.warnings[0].contains("did not fit the budget"), "{}", p.warnings[0]);
+    // Thinned evenly: no gap between keyframes is more than twice the mean gap.
+    let keys = p.schedule.keyframes();
+    let max_gap = keys.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(max_gap <= 2 * 99 / 19 + 1, "{keys:?}");
+}
