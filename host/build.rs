@@ -27,19 +27,30 @@ fn main() {
         let out = out_dir.join(format!("cadence_kernels_{name}.ptx"));
         compile(&rustc, &lib_rs, cpu, &out);
         let ptx = std::fs::read_to_string(&out).expect("read PTX");
-        for kernel in include_str!("../gpu/src/lib.rs")
-            .split("KERNEL_NAMES: &str = \"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .expect("KERNEL_NAMES in gpu/src/lib.rs")
-            .split_whitespace()
-        {
-            assert!(ptx.contains(&format!(".entry {kernel}(")), "PTX for {name} lacks kernel {kernel}");
-        }
+        check_entries(&ptx, name);
     }
     let version =
         Command::new(&rustc).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     println!("cargo:rustc-env=CADENCE_PTX_RUSTC={}", version.unwrap_or_else(|_| "unknown".into()));
+}
+
+/// The PTX exports exactly the entry points of the kernel table (`cadence_kernels::KERNELS`,
+/// the one list the CUDA backend and the emulator use too).
+fn check_entries(ptx: &str, target: &str) {
+    let exported: Vec<&str> = ptx
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
+        .map(|l| l.split('(').next().unwrap_or(l).trim())
+        .collect();
+    for k in &cadence_kernels::KERNELS {
+        assert!(exported.contains(&k.name), "PTX for {target} lacks kernel {}", k.name);
+    }
+    for e in &exported {
+        assert!(
+            cadence_kernels::KERNELS.iter().any(|k| k.name == *e),
+            "PTX for {target} exports {e}, which the table in gpu/src/lib.rs (KERNELS) does not list"
+        );
+    }
 }
 
 fn compile(rustc: &str, lib_rs: &Path, cpu: &str, out: &Path) {

@@ -17,8 +17,9 @@ pub enum EngineError {
     BadInput(String),
     #[error("not available: {0}")]
     Unavailable(String),
-    #[error("io error on {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    // The OS error is part of the message, not an error `source` (which would print it twice).
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
 }

@@ -61,7 +61,7 @@ unsafe impl Sync for Session {}
 
 impl Session {
     fn open(path: &Path) -> Result<Session> {
-        let bytes = std::fs::read(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|error| EngineError::Io { path: path.to_path_buf(), error })?;
         // SAFETY: only probes whether libcuda can be dlopen'ed. With the `cuda` feature candle
         // makes cudarc link libcuda (`dynamic-linking`): then it is present whenever the program
         // runs, and cudarc has no loader to probe.

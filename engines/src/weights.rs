@@ -190,7 +190,7 @@ pub(crate) fn load_checked(
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     let file = path.to_path_buf();
-    let bytes = std::fs::read(path).map_err(|source| EngineError::Io { path: file.clone(), source })?;
+    let bytes = std::fs::read(path).map_err(|error| EngineError::Io { path: file.clone(), error })?;
     let st = safetensors::SafeTensors::deserialize(&bytes)
         .map_err(|e| EngineError::BadFile { file: file.clone(), msg: format!("not a valid safetensors file: {e}") })?;
     let mut by_canonical: HashMap<String, String> = HashMap::new();

@@ -35,7 +35,7 @@ fn taesd_encoder_full_parameter_count_and_keys() {
 #[test]
 fn taesd_decoder_flops_match_design_figure() {
     let d = Taesd::decoder(Profile::Full, &WeightsSource::Synthetic { seed: 1 }, &Device::Cpu).unwrap();
-    // DESIGN.md: about 17.7 GMAC per 4x32x32 -> 3x256x256 frame.
+    // docs/design.md: about 17.7 GMAC per 4x32x32 -> 3x256x256 frame.
     let gmac = d.flops_per_frame() / 2e9;
     assert!((gmac - 17.68).abs() < 0.05, "{gmac} GMAC");
     assert_eq!(d.num_params(), 1_222_531);

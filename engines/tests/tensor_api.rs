@@ -1,6 +1,12 @@
-//! The tensor entry points (`predict_tensor`, `decode_tensor`) a device-resident render uses:
-//! the same values as the host-buffer entry points, tensors on the caller's device, and clear
-//! errors for tensors the engine cannot run.
+//! The tensor entry points (`predict_tensor`, `decode_tensor`) a device-resident render uses.
+//!
+//! What this guards, plainly: on the CPU the tensor entry points *are* the buffer entry points
+//! behind one host round trip, so the equality tests below check that plumbing (layouts,
+//! shapes, batch order, the output tensor's device), not the networks. The networks themselves
+//! are checked against candle's forward and independent references (`arch.rs`, `layers.rs`,
+//! `weights_io.rs`). In a build with the `cuda` feature the same entry points run candle's CUDA
+//! forward, which these tests do not reach on a machine without a GPU. The last test checks the
+//! clear errors for tensors an engine cannot run.
 
 use cadence_engines::*;
 

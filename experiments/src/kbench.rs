@@ -122,6 +122,7 @@ pub fn nv12_bytes(layout: RgbLayout, elem_size: usize) -> u64 {
 pub fn copy_times(backend: &Backend, bytes: u64, r: Reps) -> Result<Vec<f64>> {
     let n = (bytes / 2).max(1) as usize;
     match backend {
+        Backend::Emulated => Err(emulated_not_timed()),
         Backend::Cpu => {
             let mut buf = vec![1u8; 2 * n + 4 * PAGE];
             let (src, dst) = copy_buffers(&mut buf, n);
@@ -199,6 +200,7 @@ pub fn time_expand<T: Elem>(
     let keys: Vec<T> = data(s.count() * dim, 11);
     let compulsory_bytes = expand_bytes(s.count(), frames, dim, std::mem::size_of::<T>());
     let times_ms = match backend {
+        Backend::Emulated => return Err(emulated_not_timed()),
         Backend::Cpu => {
             let mut out = vec![T::default(); frames * dim];
             host_times(r, || cpu::expand(&keys, &s, dim, method, &mut out))
@@ -227,6 +229,7 @@ pub fn time_slerp_pairs<T: Elem>(
     let alphas: Vec<f32> = (0..rows).map(|i| (i as f32 + 0.5) / rows as f32).collect();
     let compulsory_bytes = slerp_pairs_bytes(rows, dim, std::mem::size_of::<T>());
     let times_ms = match backend {
+        Backend::Emulated => return Err(emulated_not_timed()),
         Backend::Cpu => {
             let mut out = vec![T::default(); rows * dim];
             host_times(r, || cpu::slerp_pairs(&v0, &v1, &alphas, dim, method, &mut out))
@@ -255,6 +258,7 @@ pub fn time_ease<T: Elem>(backend: &Backend, frames: usize, dim: usize, ramp: u3
     let distance = transition_distances(frames, ramp);
     let compulsory_bytes = ease_bytes(frames, dim, std::mem::size_of::<T>());
     let times_ms = match backend {
+        Backend::Emulated => return Err(emulated_not_timed()),
         Backend::Cpu => host_times(r, || cpu::ease(&mut fr, &rest, &distance, ramp)),
         Backend::Cuda(c) => {
             let mut df = c.upload(&fr)?;
@@ -274,6 +278,7 @@ pub fn time_nv12<T: Elem>(backend: &Backend, layout: RgbLayout, r: Reps) -> Resu
     let compulsory_bytes = nv12_bytes(layout, std::mem::size_of::<T>());
     let (m, rg) = (ColorMatrix::Bt709, RgbRange::Unit);
     let times_ms = match backend {
+        Backend::Emulated => return Err(emulated_not_timed()),
         Backend::Cpu => {
             let mut out = vec![0u8; layout.frames * layout.nv12_frame_bytes()];
             host_times(r, || cpu::rgb_to_nv12(&rgb, layout, m, rg, &mut out))
@@ -311,13 +316,14 @@ pub fn time_composite(
     );
     let bg: Vec<u8> =
         data::<f32>(width * height * 3, 43).into_iter().map(|x| (x * 37.0 + 128.0).clamp(0.0, 255.0) as u8).collect();
-    let face =
-        FaceBox { x: ((width - box_side) / 2) & !1, y: ((height - box_side) / 2) & !1, w: box_side, h: box_side };
+    let (x, y) = (((width - box_side) / 2) & !1, ((height - box_side) / 2) & !1);
+    let face = FaceBox { x: x as u32, y: y as u32, w: box_side as u32, h: box_side as u32 };
     let comp = Compositor::new(backend, &bg, width, height, face, (box_side / 8) as f32, ColorMatrix::Bt709)?;
     let rgb: Vec<f32> = data::<f32>(3 * crop * crop, 44).into_iter().map(|x| x * 0.15 + 0.5).collect();
     let mut frame = comp.background_nv12().to_vec();
     let compulsory_bytes = composite_bytes(crop, box_side, box_side);
     let times_ms = match backend {
+        Backend::Emulated => return Err(emulated_not_timed()),
         Backend::Cpu => {
             let mut err = None;
             let t = host_times(r, || {
@@ -340,4 +346,9 @@ pub fn time_composite(
         }
     };
     Ok(Timing { times_ms, compulsory_bytes })
+}
+
+/// The emulated backend runs the kernels to check them; its times say nothing about them.
+fn emulated_not_timed() -> anyhow::Error {
+    anyhow::anyhow!("the emulated backend is for checking the kernels, not timing them: use cpu or cuda")
 }

@@ -1,4 +1,4 @@
-//! Frame and clip quality metrics for the stride experiments (DESIGN.md section 7): PSNR,
+//! Frame and clip quality metrics for the stride experiments (docs/design.md, metrics): PSNR,
 //! SSIM, max abs error, temporal flicker and sharpness.
 //!
 //! Images are f32 samples in planar layout (all of channel 0, then channel 1, ...), row-major,
@@ -311,7 +311,7 @@ pub fn angle_between(a: &[f32], b: &[f32]) -> Result<f64> {
 }
 
 /// Norm deficit of an interpolated vector `v` between keyframes `v0` and `v1` at `alpha`:
-/// |v| / ((1 - alpha)|v0| + alpha|v1|) - 1 (DESIGN.md section 7's norm ratio minus one).
+/// |v| / ((1 - alpha)|v0| + alpha|v1|) - 1 (docs/design.md's norm ratio minus one).
 /// 0 for SLERP by construction; cos(theta/2) - 1 for the LERP midpoint of equal-norm vectors.
 /// Negative means the interpolated vector is shorter than the keyframes' norms suggest.
 pub fn norm_deficit(v: &[f32], v0: &[f32], v1: &[f32], alpha: f64) -> Result<f64> {

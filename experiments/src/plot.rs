@@ -4,6 +4,7 @@
 
 use crate::provenance::Provenance;
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use cadence::output::{OutputPath, Overwrite};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -363,25 +364,20 @@ fn render<F: Figure>(base: &Path, size: (u32, u32), prov: &Provenance, fig: &F) 
     ensure_font()?;
     let png = with_ext(base, "png");
     let svg = with_ext(base, "svg");
-    let tmp_png = with_ext(base, &format!("partial-{}.png", std::process::id()));
     // The SVG is drawn into memory first, so a drawing error leaves no file at all.
     let mut text = String::new();
     draw_page(SVGBackend::with_string(&mut text, size).into_drawing_area(), prov, fig)
         .with_context(|| format!("drawing {}", svg.display()))?;
-    let result = (|| {
-        draw_page(BitMapBackend::new(&tmp_png, size).into_drawing_area(), prov, fig)
-            .with_context(|| format!("drawing {}", png.display()))?;
-        std::fs::rename(&tmp_png, &png).with_context(|| format!("cannot move the plot into {}", png.display()))?;
-        cadence::npy::write_atomically(&svg, |w| {
-            use std::io::Write;
-            w.write_all(text.as_bytes())?;
-            Ok(())
-        })
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp_png);
-    }
-    result?;
+    let png_out = OutputPath::check(&png, Overwrite::Replace, &[])?;
+    let partial = png_out.begin()?;
+    draw_page(BitMapBackend::new(partial.path(), size).into_drawing_area(), prov, fig)
+        .with_context(|| format!("drawing {}", png.display()))?;
+    partial.commit()?;
+    cadence::output::write_atomically(&svg, |w| {
+        use std::io::Write;
+        w.write_all(text.as_bytes())?;
+        Ok(())
+    })?;
     Ok(PlotFiles { png, svg })
 }
 

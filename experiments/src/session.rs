@@ -1,11 +1,12 @@
 //! What the pipeline experiments (stride_table, calibrate) share: the bundled default inputs,
 //! and loading engines and inputs once.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Result};
+use cadence::args::{parse_face_box, EncoderArg, EngineArgs};
 use cadence::composite::FaceBox;
-use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
+use cadence::pipeline::{Engines, RenderOptions};
 use cadence::{render, Backend, BackendChoice};
-use cadence_engines::{DeviceRequest, EngineDevice, Profile};
+use cadence_engines::EngineDevice;
 use std::path::PathBuf;
 
 /// The bundled clip: espeak-ng speech with pauses, 25.6 s (640 frames at 25 fps).
@@ -14,7 +15,8 @@ pub const DEFAULT_AUDIO: &str = "experiments/assets/newscast_25s6.wav";
 pub const DEFAULT_AVATAR: &str = "experiments/assets/anchor_1080x1920.png";
 pub const DEFAULT_FACE: FaceBox = FaceBox { x: 284, y: 544, w: 512, h: 512 };
 
-/// Command-line options common to the pipeline experiments.
+/// Command-line options common to the pipeline experiments (the engine, encoder and face-box
+/// options are `cadence render`'s own, from [`cadence::args`]).
 #[derive(clap::Args, Clone, Debug)]
 pub struct SessionArgs {
     /// Frames to render at 25 fps (default: the whole clip; the bundled one is 640 frames).
@@ -27,26 +29,18 @@ pub struct SessionArgs {
     #[arg(long)]
     pub avatar: Option<PathBuf>,
     /// Face box x,y,w,h (default: 284,544,512,512 for the bundled anchor, else centred).
-    #[arg(long)]
-    pub face_box: Option<String>,
-    /// Engine size: cpu-reduced (default on CPU) or full (default on CUDA).
-    #[arg(long)]
-    pub profile: Option<String>,
-    #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = cadence_engines::device::DEVICE_HELP)]
-    pub device: DeviceRequest,
-    #[arg(long, value_enum, default_value = "taesd")]
-    pub decoder: DecoderKind,
-    /// Directory of real weights (else $CADENCE_MODELS, else seeded synthetic weights).
-    #[arg(long)]
-    pub models: Option<PathBuf>,
+    #[arg(long, value_parser = parse_face_box)]
+    pub face_box: Option<FaceBox>,
+    #[command(flatten)]
+    pub engines: EngineArgs,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
-    /// H.264 encoder: openh264, x264, nvenc, or none.
-    #[arg(long, default_value = "openh264")]
-    pub encoder: String,
-    /// Engine batch size.
-    #[arg(long, default_value_t = 8)]
-    pub batch: usize,
+    /// H.264 encoder.
+    #[arg(long, value_enum, default_value = "openh264")]
+    pub encoder: EncoderArg,
+    /// Time everything but the video encoder, and write no video.
+    #[arg(long)]
+    pub no_encoder: bool,
 }
 
 pub struct Session {
@@ -63,50 +57,24 @@ pub struct Session {
     pub encoder: Option<cadence_media::EncoderKind>,
 }
 
-pub fn parse_box(s: &str) -> Result<FaceBox> {
-    let v: Vec<usize> = s
-        .split(',')
-        .map(|p| p.trim().parse())
-        .collect::<std::result::Result<_, _>>()
-        .context("--face-box: expected x,y,w,h")?;
-    ensure!(v.len() == 4, "--face-box: expected x,y,w,h");
-    Ok(FaceBox { x: v[0], y: v[1], w: v[2], h: v[3] })
-}
-
-pub fn parse_encoder(s: &str) -> Result<Option<cadence_media::EncoderKind>> {
-    Ok(match s {
-        "none" => None,
-        "openh264" => Some(cadence_media::EncoderKind::OpenH264),
-        "x264" => Some(cadence_media::EncoderKind::X264),
-        "nvenc" => Some(cadence_media::EncoderKind::Nvenc),
-        e => bail!("unknown encoder '{e}' (openh264, x264, nvenc or none)"),
-    })
-}
-
 impl Session {
     pub fn open(a: &SessionArgs) -> Result<Session> {
         let root = crate::paths::workspace_root();
         let audio_path = a.audio.clone().unwrap_or_else(|| root.join(DEFAULT_AUDIO));
         let avatar_path = a.avatar.clone().unwrap_or_else(|| root.join(DEFAULT_AVATAR));
-        let face = match (&a.face_box, &a.avatar) {
-            (Some(s), _) => Some(parse_box(s)?),
+        let face = match (a.face_box, &a.avatar) {
+            (Some(b), _) => Some(b),
             (None, None) => Some(DEFAULT_FACE),
             (None, Some(_)) => None,
         };
-        ensure!(a.batch > 0, "--batch must be at least 1 (got 0)");
-        let encoder = parse_encoder(&a.encoder)?;
-        let engine_device = cadence_engines::select_device(a.device)?;
-        let device = engine_device.device.clone();
-        let backend = Backend::for_engines(a.backend, &device)?;
-        let profile = match &a.profile {
-            Some(p) => Profile::parse(p)?,
-            None => Profile::default_for(&device),
-        };
-        let opts = RenderOptions { fps: 25.0, ramp: 4, batch: a.batch, method: cadence::Method::Slerp };
-        let engines = Engines::load(profile, a.decoder, &device, a.models.as_deref())?;
+        let encoder = if a.no_encoder { None } else { Some(a.encoder.available()?) };
+        let (engine_device, profile) = a.engines.device()?;
+        let backend = Backend::for_engines(a.backend, &engine_device.device)?;
+        let opts = RenderOptions { batch: a.engines.batch as usize, ..RenderOptions::default() };
+        let engines = a.engines.load(&engine_device, profile)?;
         let mut audio = render::load_audio(&audio_path, 3600.0)?;
         if let Some(n) = a.frames {
-            let keep = (n as f64 / opts.fps as f64 * cadence_media::TARGET_RATE as f64).round() as usize;
+            let keep = (n as f64 / opts.fps.hz() * cadence_media::TARGET_RATE as f64).round() as usize;
             ensure!(
                 n > 0 && keep <= audio.samples_16k.len(),
                 "--frames {n} is longer than the audio ({:.1} s)",

@@ -38,6 +38,8 @@ struct TrajectoryRow {
     norm_vs_dense_mean: f64,
     norm_vs_dense_worst: f64,
     latent_rel_error_mean: f64,
+    hold_latent_rel_error_mean: f64,
+    hold_psnr_db_mean: f64,
     psnr_db_mean: f64,
     psnr_db_min: f64,
     ssim_mean: f64,
@@ -88,8 +90,14 @@ fn ablation_trajectory_part_end_to_end() {
             assert!(r.keyframe_angle_mean_rad > 0.0 && r.keyframe_angle_max_rad >= r.keyframe_angle_mean_rad);
             assert!(r.norm_deficit_worst.abs() >= r.norm_deficit_mean.abs());
             assert!(r.norm_vs_dense_worst.abs() >= r.norm_vs_dense_mean.abs());
-            assert!(r.latent_rel_error_mean > 0.0 && r.latent_rel_error_mean < 1.0);
-            assert!(r.psnr_db_mean.is_finite() && r.psnr_db_mean > 20.0 && r.psnr_db_min <= r.psnr_db_mean);
+            // What any infill must achieve, whatever the weights: each in-between frame closer to
+            // the dense frame than its nearest keyframe is, in latent space and after decoding
+            // (frames written to the wrong positions, or decoded out of order, fail this).
+            assert!(
+                r.latent_rel_error_mean > 0.0 && r.latent_rel_error_mean < 0.8 * r.hold_latent_rel_error_mean,
+                "{r:?}"
+            );
+            assert!(r.psnr_db_mean > r.hold_psnr_db_mean + 1.0 && r.psnr_db_min <= r.psnr_db_mean, "{r:?}");
             assert!(r.ssim_mean > 0.0 && r.ssim_mean <= 1.0 && r.ssim_min <= r.ssim_mean);
             assert!(r.sharpness_mean > 0.0 && r.dense_sharpness_mean > 0.0);
             assert!((r.sharpness_ratio - r.sharpness_mean / r.dense_sharpness_mean).abs() < 1e-9);
@@ -166,8 +174,7 @@ fn calibrate_end_to_end_has_the_source_json_shape() {
             "1",
             "--batch",
             "2",
-            "--encoder",
-            "none",
+            "--no-encoder",
             "--backend",
             "cpu",
             "--device",

@@ -4,7 +4,7 @@
 //! - Input: planar float RGB, either in [0, 1] (TAESD) or [-1, 1] (SD VAE); values outside are
 //!   clamped; 8-bit scale is v * 255 with no intermediate quantization.
 //! - Matrices: BT.709 (default) or BT.601, limited ("video") range: Y in [16, 235], U, V in [16, 240]
-//!   (coefficients in DESIGN.md section 4).
+//!   (coefficients in docs/design.md, the kernels' mathematics).
 //! - Chroma siting: one U,V pair per 2x2 block from the average of its four RGB pixels, i.e.
 //!   centred between the four luma samples (JPEG/MPEG-1 siting). Encoders that assume left
 //!   siting (H.264's default chroma_loc 0) see a quarter-pixel horizontal shift, invisible

@@ -5,37 +5,48 @@
 //! size that is a multiple of 32 and enough blocks to cover every warp.
 //!
 //! In-place is allowed where noted: each lane writes only elements it has already read.
+//!
+//! Safety (every entry point): the pointers must point to buffers of at least the sizes the
+//! arguments imply, as the host's launchers check (host/src/launch.rs); on the host they are
+//! the emulator's checked pointers, where a violation is a fault instead of undefined behaviour.
+#![allow(clippy::missing_safety_doc)]
 
 use crate::composite::{blend_bilinear, tap};
 use crate::math::{easing_weight, hermite};
+use crate::slerp::{interval_alpha, interval_frames, PairGeometry, PairSums, METHOD_LERP};
+// The device intrinsics: LLVM's NVPTX intrinsics on the device, the emulated grid on the host.
+// Memory goes through `Ptr`/`PtrMut` and `load`/`store`/`offset` only: raw pointers on the
+// device (the PTX is the same as with `*p`), bounds-checked handles in the emulator.
+#[cfg(not(target_arch = "nvptx64"))]
+use crate::emu::device::*;
+#[cfg(target_arch = "nvptx64")]
 use crate::shim::*;
-use crate::slerp::{interval_alpha, PairGeometry, PairSums, METHOD_LERP};
 
 const FULL_MASK: u32 = 0xffff_ffff;
 
 /// Storage types: f32 arithmetic, f32 or f16 in memory.
 pub trait Elem: Copy {
-    unsafe fn ld(p: *const Self, i: usize) -> f32;
-    unsafe fn st(p: *mut Self, i: usize, v: f32);
+    unsafe fn ld(p: Ptr<Self>, i: usize) -> f32;
+    unsafe fn st(p: PtrMut<Self>, i: usize, v: f32);
 }
 impl Elem for f32 {
     #[inline(always)]
-    unsafe fn ld(p: *const f32, i: usize) -> f32 {
-        *offset(p, i)
+    unsafe fn ld(p: Ptr<f32>, i: usize) -> f32 {
+        load(p, i)
     }
     #[inline(always)]
-    unsafe fn st(p: *mut f32, i: usize, v: f32) {
-        *offset(p, i) = v
+    unsafe fn st(p: PtrMut<f32>, i: usize, v: f32) {
+        store(p, i, v)
     }
 }
 impl Elem for f16 {
     #[inline(always)]
-    unsafe fn ld(p: *const f16, i: usize) -> f32 {
-        *offset(p, i) as f32
+    unsafe fn ld(p: Ptr<f16>, i: usize) -> f32 {
+        f16_to_f32(load(p, i))
     }
     #[inline(always)]
-    unsafe fn st(p: *mut f16, i: usize, v: f32) {
-        *offset(p, i) = v as f16
+    unsafe fn st(p: PtrMut<f16>, i: usize, v: f32) {
+        store(p, i, f32_to_f16(v))
     }
 }
 
@@ -62,7 +73,7 @@ unsafe fn warp_sum(x: f32) -> f32 {
 
 /// The pair's geometry, identical in every lane of the warp.
 #[inline(always)]
-unsafe fn warp_geometry<T: Elem>(v0: *const T, v1: *const T, dim: usize) -> PairGeometry {
+unsafe fn warp_geometry<T: Elem>(v0: Ptr<T>, v1: Ptr<T>, dim: usize) -> PairGeometry {
     let mut s = PairSums::ZERO;
     let mut i = lane() as usize;
     while i < dim {
@@ -80,7 +91,7 @@ unsafe fn warp_geometry<T: Elem>(v0: *const T, v1: *const T, dim: usize) -> Pair
 /// Writes c0 v0 + c1 v1, copying exactly at the endpoints (so an infinite or NaN element of
 /// the other frame cannot leak into a keyframe copy).
 #[inline(always)]
-unsafe fn warp_combine<T: Elem>(v0: *const T, v1: *const T, out: *mut T, dim: usize, c0: f32, c1: f32) {
+unsafe fn warp_combine<T: Elem>(v0: Ptr<T>, v1: Ptr<T>, out: PtrMut<T>, dim: usize, c0: f32, c1: f32) {
     let mut i = lane() as usize;
     if c1 == 0.0 && c0 == 1.0 {
         while i < dim {
@@ -101,7 +112,7 @@ unsafe fn warp_combine<T: Elem>(v0: *const T, v1: *const T, out: *mut T, dim: us
 }
 
 #[inline(always)]
-unsafe fn pair_geometry_for<T: Elem>(method: u32, v0: *const T, v1: *const T, dim: usize) -> PairGeometry {
+unsafe fn pair_geometry_for<T: Elem>(method: u32, v0: Ptr<T>, v1: Ptr<T>, dim: usize) -> PairGeometry {
     if method == METHOD_LERP {
         // LERP needs no statistics; skip the read pass.
         PairGeometry { n0: 1.0, n1: 1.0, theta: 0.0, sin_theta: 0.0, cos_theta: 1.0, kind: 0 }
@@ -113,10 +124,10 @@ unsafe fn pair_geometry_for<T: Elem>(method: u32, v0: *const T, v1: *const T, di
 /// out[r] = interp(v0[r], v1[r], alphas[r]) for `rows` frame pairs of `dim` elements.
 #[inline(always)]
 unsafe fn slerp_pairs<T: Elem>(
-    v0: *const T,
-    v1: *const T,
-    alphas: *const f32,
-    out: *mut T,
+    v0: Ptr<T>,
+    v1: Ptr<T>,
+    alphas: Ptr<f32>,
+    out: PtrMut<T>,
     rows: u32,
     dim: u32,
     method: u32,
@@ -129,7 +140,7 @@ unsafe fn slerp_pairs<T: Elem>(
     let base = row as usize * d;
     let (a, b, o) = (offset(v0, base), offset(v1, base), offset(out, base));
     let g = pair_geometry_for(method, a, b, d);
-    let (c0, c1) = g.coeffs(method, *offset(alphas, row as usize));
+    let (c0, c1) = g.coeffs(method, load(alphas, row as usize));
     warp_combine(a, b, o, d, c0, c1);
 }
 
@@ -139,10 +150,10 @@ unsafe fn slerp_pairs<T: Elem>(
 /// after the last copy the last. Launch max(n_keys - 1, 1) warps.
 #[inline(always)]
 unsafe fn expand<T: Elem>(
-    keys: *const T,
-    key_idx: *const u32,
+    keys: Ptr<T>,
+    key_idx: Ptr<u32>,
     n_keys: u32,
-    out: *mut T,
+    out: PtrMut<T>,
     n_frames: u32,
     dim: u32,
     method: u32,
@@ -162,10 +173,9 @@ unsafe fn expand<T: Elem>(
     if j + 1 >= n_keys {
         return;
     }
-    let k0 = *offset(key_idx, j as usize);
-    let k1 = *offset(key_idx, j as usize + 1);
-    let first = if j == 0 { 0 } else { k0 };
-    let end = if j + 2 == n_keys { n_frames } else { k1 };
+    let k0 = load(key_idx, j as usize);
+    let k1 = load(key_idx, j as usize + 1);
+    let (first, end) = interval_frames(j, n_keys, k0, k1, n_frames);
     let v0 = offset(keys, j as usize * d);
     let v1 = offset(keys, (j as usize + 1) * d);
     let g = pair_geometry_for(method, v0, v1, d);
@@ -182,11 +192,11 @@ unsafe fn expand<T: Elem>(
 /// exactly. In-place (out == frames) is allowed.
 #[inline(always)]
 unsafe fn ease<T: Elem>(
-    frames: *const T,
-    rest: *const T,
-    distance: *const u32,
+    frames: Ptr<T>,
+    rest: Ptr<T>,
+    distance: Ptr<u32>,
     ramp: u32,
-    out: *mut T,
+    out: PtrMut<T>,
     n_frames: u32,
     dim: u32,
 ) {
@@ -197,7 +207,7 @@ unsafe fn ease<T: Elem>(
     let d = dim as usize;
     let src = offset(frames, f as usize * d);
     let dst = offset(out, f as usize * d);
-    let w = easing_weight(*offset(distance, f as usize), ramp);
+    let w = easing_weight(load(distance, f as usize), ramp);
     if w == 1.0 {
         warp_combine(src, src, dst, d, 1.0, 0.0);
     } else if w == 0.0 {
@@ -215,14 +225,14 @@ unsafe fn ease<T: Elem>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn rgb_to_nv12<T: Elem>(
-    rgb: *const T,
+    rgb: Ptr<T>,
     rgb_frame_stride: u32,
     plane_stride: u32,
     rgb_pitch: u32,
-    y_out: *mut u8,
+    y_out: PtrMut<u8>,
     y_frame_stride: u32,
     y_pitch: u32,
-    uv_out: *mut u8,
+    uv_out: PtrMut<u8>,
     uv_frame_stride: u32,
     uv_pitch: u32,
     width: u32,
@@ -248,17 +258,12 @@ unsafe fn rgb_to_nv12<T: Elem>(
     let c = crate::color::coeffs(matrix);
     let blk = crate::color::convert_block(
         &c,
+        (pixel(src, p0, range), pixel(src, p0 + 1, range), pixel(src, p1, range), pixel(src, p1 + 1, range)),
         (
-            pixel(src, 0 * ps + p0, range),
-            pixel(src, 0 * ps + p0 + 1, range),
-            pixel(src, 0 * ps + p1, range),
-            pixel(src, 0 * ps + p1 + 1, range),
-        ),
-        (
-            pixel(src, 1 * ps + p0, range),
-            pixel(src, 1 * ps + p0 + 1, range),
-            pixel(src, 1 * ps + p1, range),
-            pixel(src, 1 * ps + p1 + 1, range),
+            pixel(src, ps + p0, range),
+            pixel(src, ps + p0 + 1, range),
+            pixel(src, ps + p1, range),
+            pixel(src, ps + p1 + 1, range),
         ),
         (
             pixel(src, 2 * ps + p0, range),
@@ -270,17 +275,17 @@ unsafe fn rgb_to_nv12<T: Elem>(
     let y = offset(y_out, frame * y_frame_stride as usize);
     let y0 = 2 * by * y_pitch as usize + 2 * bx;
     let y1 = y0 + y_pitch as usize;
-    *offset(y, y0) = blk.y.0;
-    *offset(y, y0 + 1) = blk.y.1;
-    *offset(y, y1) = blk.y.2;
-    *offset(y, y1 + 1) = blk.y.3;
+    store(y, y0, blk.y.0);
+    store(y, y0 + 1, blk.y.1);
+    store(y, y1, blk.y.2);
+    store(y, y1 + 1, blk.y.3);
     let uv = offset(uv_out, frame * uv_frame_stride as usize + by * uv_pitch as usize + 2 * bx);
-    *uv = blk.u;
-    *offset(uv, 1usize) = blk.v;
+    store(uv, 0, blk.u);
+    store(uv, 1, blk.v);
 }
 
 #[inline(always)]
-unsafe fn pixel<T: Elem>(src: *const T, i: usize, range: u32) -> f32 {
+unsafe fn pixel<T: Elem>(src: Ptr<T>, i: usize, range: u32) -> f32 {
     crate::color::to_8bit(T::ld(src, i), range)
 }
 
@@ -288,12 +293,12 @@ unsafe fn pixel<T: Elem>(src: *const T, i: usize, range: u32) -> f32 {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn composite_pixel<T: Elem>(
-    crop: *const T,
+    crop: Ptr<T>,
     cw: u32,
     ch: u32,
     range: u32,
-    alpha: *const f32,
-    background_term: *const f32,
+    alpha: Ptr<f32>,
+    background_term: Ptr<f32>,
     box_w: u32,
     box_h: u32,
     px: u32,
@@ -302,7 +307,7 @@ unsafe fn composite_pixel<T: Elem>(
     let tx = tap(px, box_w, cw);
     let ty = tap(py, box_h, ch);
     let i = (py * box_w + px) as usize;
-    let a = *offset(alpha, i);
+    let a = load(alpha, i);
     let bplane = (box_w * box_h) as usize;
     let cplane = (cw * ch) as usize;
     let (r0, r1) = ((ty.i0 * cw) as usize, (ty.i1 * cw) as usize);
@@ -320,7 +325,7 @@ unsafe fn composite_pixel<T: Elem>(
             &tx,
             &ty,
             a,
-            *offset(background_term, c * bplane + i),
+            load(background_term, c * bplane + i),
         );
         if c == 0 {
             rgb.0 = v;
@@ -341,13 +346,13 @@ unsafe fn composite_pixel<T: Elem>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn composite_nv12<T: Elem>(
-    crop: *const T,
+    crop: Ptr<T>,
     cw: u32,
     ch: u32,
     range: u32,
-    alpha: *const f32,
-    background_term: *const f32,
-    frame: *mut u8,
+    alpha: Ptr<f32>,
+    background_term: Ptr<f32>,
+    frame: PtrMut<u8>,
     width: u32,
     height: u32,
     box_x: u32,
@@ -376,139 +381,186 @@ unsafe fn composite_nv12<T: Elem>(
     );
     let w = width as usize;
     let y0 = (box_y + py) as usize * w + (box_x + px) as usize;
-    *offset(frame, y0) = blk.y.0;
-    *offset(frame, y0 + 1) = blk.y.1;
-    *offset(frame, y0 + w) = blk.y.2;
-    *offset(frame, y0 + w + 1) = blk.y.3;
+    store(frame, y0, blk.y.0);
+    store(frame, y0 + 1, blk.y.1);
+    store(frame, y0 + w, blk.y.2);
+    store(frame, y0 + w + 1, blk.y.3);
     let uv = w * height as usize + ((box_y + py) / 2) as usize * w + (box_x + px) as usize;
-    *offset(frame, uv) = blk.u;
-    *offset(frame, uv + 1) = blk.v;
+    store(frame, uv, blk.u);
+    store(frame, uv + 1, blk.v);
 }
 
 /// Hermite weights alone (for inspection and tests of the device math).
 #[inline(always)]
-unsafe fn hermite_table(t: *const f32, out: *mut f32, n: u32) {
+unsafe fn hermite_table(t: Ptr<f32>, out: PtrMut<f32>, n: u32) {
     let i = block_idx_x() * block_dim_x() + thread_idx_x();
     if i < n {
-        *offset(out, i as usize) = hermite(*offset(t, i as usize));
+        store(out, i as usize, hermite(load(t, i as usize)));
     }
+}
+
+/// An entry point: `extern "ptx-kernel"` with its symbol on the device, a plain function the
+/// emulator calls on the host. The parameter list is written once, here.
+macro_rules! entry {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$m])*
+        #[cfg(target_arch = "nvptx64")]
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name($($arg: $ty),*) $body
+        $(#[$m])*
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub unsafe fn $name($($arg: $ty),*) $body
+    };
 }
 
 macro_rules! typed_kernels {
     ($t:ty, $slerp:ident, $expand:ident, $ease:ident, $nv12:ident, $composite:ident) => {
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $composite(
-            crop: *const $t,
-            cw: u32,
-            ch: u32,
-            range: u32,
-            alpha: *const f32,
-            background_term: *const f32,
-            frame: *mut u8,
-            width: u32,
-            height: u32,
-            box_x: u32,
-            box_y: u32,
-            box_w: u32,
-            box_h: u32,
-            matrix: u32,
-        ) {
-            composite_nv12::<$t>(
-                crop,
-                cw,
-                ch,
-                range,
-                alpha,
-                background_term,
-                frame,
-                width,
-                height,
-                box_x,
-                box_y,
-                box_w,
-                box_h,
-                matrix,
-            )
+        entry! {
+            #[allow(clippy::too_many_arguments)]
+            fn $composite(
+                crop: Ptr<$t>,
+                cw: u32,
+                ch: u32,
+                range: u32,
+                alpha: Ptr<f32>,
+                background_term: Ptr<f32>,
+                frame: PtrMut<u8>,
+                width: u32,
+                height: u32,
+                box_x: u32,
+                box_y: u32,
+                box_w: u32,
+                box_h: u32,
+                matrix: u32,
+            ) {
+                composite_nv12::<$t>(
+                    crop,
+                    cw,
+                    ch,
+                    range,
+                    alpha,
+                    background_term,
+                    frame,
+                    width,
+                    height,
+                    box_x,
+                    box_y,
+                    box_w,
+                    box_h,
+                    matrix,
+                )
+            }
         }
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $slerp(
-            v0: *const $t,
-            v1: *const $t,
-            alphas: *const f32,
-            out: *mut $t,
-            rows: u32,
-            dim: u32,
-            method: u32,
-        ) {
-            slerp_pairs::<$t>(v0, v1, alphas, out, rows, dim, method)
+        entry! {
+            fn $slerp(v0: Ptr<$t>, v1: Ptr<$t>, alphas: Ptr<f32>, out: PtrMut<$t>, rows: u32, dim: u32, method: u32) {
+                slerp_pairs::<$t>(v0, v1, alphas, out, rows, dim, method)
+            }
         }
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $expand(
-            keys: *const $t,
-            key_idx: *const u32,
-            n_keys: u32,
-            out: *mut $t,
-            n_frames: u32,
-            dim: u32,
-            method: u32,
-        ) {
-            expand::<$t>(keys, key_idx, n_keys, out, n_frames, dim, method)
+        entry! {
+            fn $expand(
+                keys: Ptr<$t>,
+                key_idx: Ptr<u32>,
+                n_keys: u32,
+                out: PtrMut<$t>,
+                n_frames: u32,
+                dim: u32,
+                method: u32,
+            ) {
+                expand::<$t>(keys, key_idx, n_keys, out, n_frames, dim, method)
+            }
         }
-        #[no_mangle]
-        pub unsafe extern "ptx-kernel" fn $ease(
-            frames: *const $t,
-            rest: *const $t,
-            distance: *const u32,
-            ramp: u32,
-            out: *mut $t,
-            n_frames: u32,
-            dim: u32,
-        ) {
-            ease::<$t>(frames, rest, distance, ramp, out, n_frames, dim)
+        entry! {
+            fn $ease(
+                frames: Ptr<$t>,
+                rest: Ptr<$t>,
+                distance: Ptr<u32>,
+                ramp: u32,
+                out: PtrMut<$t>,
+                n_frames: u32,
+                dim: u32,
+            ) {
+                ease::<$t>(frames, rest, distance, ramp, out, n_frames, dim)
+            }
         }
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "ptx-kernel" fn $nv12(
-            rgb: *const $t,
-            rgb_frame_stride: u32,
-            plane_stride: u32,
-            rgb_pitch: u32,
-            y_out: *mut u8,
-            y_frame_stride: u32,
-            y_pitch: u32,
-            uv_out: *mut u8,
-            uv_frame_stride: u32,
-            uv_pitch: u32,
-            width: u32,
-            height: u32,
-            frames: u32,
-            matrix: u32,
-            range: u32,
-        ) {
-            rgb_to_nv12::<$t>(
-                rgb,
-                rgb_frame_stride,
-                plane_stride,
-                rgb_pitch,
-                y_out,
-                y_frame_stride,
-                y_pitch,
-                uv_out,
-                uv_frame_stride,
-                uv_pitch,
-                width,
-                height,
-                frames,
-                matrix,
-                range,
-            )
+        entry! {
+            #[allow(clippy::too_many_arguments)]
+            fn $nv12(
+                rgb: Ptr<$t>,
+                rgb_frame_stride: u32,
+                plane_stride: u32,
+                rgb_pitch: u32,
+                y_out: PtrMut<u8>,
+                y_frame_stride: u32,
+                y_pitch: u32,
+                uv_out: PtrMut<u8>,
+                uv_frame_stride: u32,
+                uv_pitch: u32,
+                width: u32,
+                height: u32,
+                frames: u32,
+                matrix: u32,
+                range: u32,
+            ) {
+                rgb_to_nv12::<$t>(
+                    rgb,
+                    rgb_frame_stride,
+                    plane_stride,
+                    rgb_pitch,
+                    y_out,
+                    y_frame_stride,
+                    y_pitch,
+                    uv_out,
+                    uv_frame_stride,
+                    uv_pitch,
+                    width,
+                    height,
+                    frames,
+                    matrix,
+                    range,
+                )
+            }
+        }
+        /// The emulator's way to the entry points of this storage type.
+        #[cfg(not(target_arch = "nvptx64"))]
+        impl Entries for $t {
+            const SLERP_PAIRS: SlerpPairsFn<$t> = $slerp;
+            const EXPAND: ExpandFn<$t> = $expand;
+            const EASE: EaseFn<$t> = $ease;
+            const RGB_TO_NV12: RgbToNv12Fn<$t> = $nv12;
+            const COMPOSITE_NV12: CompositeNv12Fn<$t> = $composite;
         }
     };
 }
 typed_kernels!(f32, slerp_pairs_f32, expand_f32, ease_f32, rgb_to_nv12_f32, composite_nv12_f32);
 typed_kernels!(f16, slerp_pairs_f16, expand_f16, ease_f16, rgb_to_nv12_f16, composite_nv12_f16);
 
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn hermite_f32(t: *const f32, out: *mut f32, n: u32) {
-    hermite_table(t, out, n)
+entry! {
+    fn hermite_f32(t: Ptr<f32>, out: PtrMut<f32>, n: u32) {
+        hermite_table(t, out, n)
+    }
+}
+
+// The entry points' types, for the host (the compiler checks them against the functions above).
+#[cfg(not(target_arch = "nvptx64"))]
+pub type SlerpPairsFn<T> = unsafe fn(Ptr<T>, Ptr<T>, Ptr<f32>, PtrMut<T>, u32, u32, u32);
+#[cfg(not(target_arch = "nvptx64"))]
+pub type ExpandFn<T> = unsafe fn(Ptr<T>, Ptr<u32>, u32, PtrMut<T>, u32, u32, u32);
+#[cfg(not(target_arch = "nvptx64"))]
+pub type EaseFn<T> = unsafe fn(Ptr<T>, Ptr<T>, Ptr<u32>, u32, PtrMut<T>, u32, u32);
+#[cfg(not(target_arch = "nvptx64"))]
+pub type RgbToNv12Fn<T> =
+    unsafe fn(Ptr<T>, u32, u32, u32, PtrMut<u8>, u32, u32, PtrMut<u8>, u32, u32, u32, u32, u32, u32, u32);
+#[cfg(not(target_arch = "nvptx64"))]
+pub type CompositeNv12Fn<T> =
+    unsafe fn(Ptr<T>, u32, u32, u32, Ptr<f32>, Ptr<f32>, PtrMut<u8>, u32, u32, u32, u32, u32, u32, u32);
+
+/// The entry points of one storage type, so host code generic over it can launch them in the
+/// emulator (`Ptr`/`PtrMut` are the emulator's checked pointers there).
+#[cfg(not(target_arch = "nvptx64"))]
+pub trait Entries: Elem + Sized {
+    const SLERP_PAIRS: SlerpPairsFn<Self>;
+    const EXPAND: ExpandFn<Self>;
+    const EASE: EaseFn<Self>;
+    const RGB_TO_NV12: RgbToNv12Fn<Self>;
+    const COMPOSITE_NV12: CompositeNv12Fn<Self>;
 }

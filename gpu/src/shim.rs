@@ -1,5 +1,5 @@
 //! The few lang items and intrinsics the kernels need on `nvptx64-nvidia-cuda`, where there is
-//! no `core` (none ships for that target and none can be fetched: DESIGN.md section 2).
+//! no `core` (none ships for that target and none can be fetched, see gpu/README.md).
 //! Compiled only for the device; the host build uses the real `core`. These declarations are
 //! tied to the pinned rustc (rust-toolchain.toml); a compiler upgrade may need them touched.
 #![allow(clippy::all, dead_code)]
@@ -145,6 +145,44 @@ extern "C" {
     pub fn grid_dim_x() -> u32;
     #[link_name = "llvm.nvvm.shfl.sync.bfly.f32"]
     pub fn shfl_bfly_f32(mask: u32, value: f32, lane_mask: u32, clamp: u32) -> f32;
+    #[link_name = "llvm.nvvm.shfl.sync.up.f32"]
+    pub fn shfl_up_f32(mask: u32, value: f32, delta: u32, clamp: u32) -> f32;
+    #[link_name = "llvm.nvvm.shfl.sync.down.f32"]
+    pub fn shfl_down_f32(mask: u32, value: f32, delta: u32, clamp: u32) -> f32;
+    #[link_name = "llvm.nvvm.shfl.sync.idx.f32"]
+    pub fn shfl_idx_f32(mask: u32, value: f32, lane: u32, clamp: u32) -> f32;
+    /// `bar.sync 0` (`__syncthreads`).
+    #[link_name = "llvm.nvvm.barrier0"]
+    pub fn sync_threads();
+}
+
+// Device memory as the kernels see it. The emulator (`emu::device`) defines the same names as
+// bounds-checked handles, so `kernels.rs` is one source for both.
+pub type Ptr<T> = *const T;
+pub type PtrMut<T> = *mut T;
+
+/// `p[i]`.
+#[inline(always)]
+pub unsafe fn load<T: Copy>(p: *const T, i: usize) -> T {
+    *offset(p, i)
+}
+
+/// `p[i] = v`.
+#[inline(always)]
+pub unsafe fn store<T: Copy>(p: *mut T, i: usize, v: T) {
+    *offset(p, i) = v
+}
+
+/// f16 storage to f32 arithmetic (exact).
+#[inline(always)]
+pub fn f16_to_f32(x: f16) -> f32 {
+    x as f32
+}
+
+/// f32 to f16 storage, rounded to nearest even (`cvt.rn.f16.f32`).
+#[inline(always)]
+pub fn f32_to_f16(x: f32) -> f16 {
+    x as f16
 }
 
 /// Needed for constants of struct type (the colour matrices).

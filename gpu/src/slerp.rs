@@ -4,7 +4,7 @@
 //! then write any number of in-between frames with one multiply-add per element, so an
 //! interval of k frames costs one read of its two keyframes, not k.
 //!
-//! Behaviour where the formula breaks (DESIGN.md section 4):
+//! Behaviour where the formula breaks (docs/design.md, the kernels' mathematics):
 //! - a zero vector (either side): no direction, so plain LERP of the raw vectors; its norm is
 //!   still exactly the interpolated norm (1-a)|v0| + a|v1|.
 //! - identical directions (sin theta < [`SIN_EPS`], cos > 0): LERP weights on the unit vectors,
@@ -169,4 +169,18 @@ pub fn interval_alpha(frame: u32, k0: u32, k1: u32) -> f32 {
     } else {
         (frame - k0) as f32 / (k1 - k0) as f32
     }
+}
+
+/// The frames `[first, end)` that keyframe interval `j` writes (keyframes `j` and `j + 1` of
+/// `n_keys >= 2`, at frames `k0 < k1`, in a video of `n_frames`): from its first keyframe up to,
+/// not including, the next one. The first interval also writes the frames before keyframe 0 (they
+/// hold it: alpha 0), the last one the frames from its second keyframe to the end (they hold the
+/// last keyframe: alpha 1). So every frame has exactly one writer: the device kernel (one warp
+/// per interval), the CPU path (one task per interval) and the schedule's per-frame positions all
+/// split the video with this function.
+#[inline(always)]
+pub fn interval_frames(j: u32, n_keys: u32, k0: u32, k1: u32, n_frames: u32) -> (u32, u32) {
+    let first = if j == 0 { 0 } else { k0 };
+    let end = if j + 2 == n_keys { n_frames } else { k1 };
+    (first, end)
 }

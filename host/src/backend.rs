@@ -1,10 +1,11 @@
-//! One backend per run: CUDA when asked for or available, else the CPU. Every operation has
-//! both paths; callers do not care which runs.
+//! One backend per run: CUDA when asked for or available, else the CPU; or, to check the device
+//! code without a GPU, the emulator. Every operation has all paths; callers do not care which
+//! runs.
 
-use crate::cpu;
 use crate::cuda::{self, CudaBackend};
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
 use crate::schedule::KeyframeSchedule;
+use crate::{cpu, emulated};
 use anyhow::{Context, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Default)]
@@ -16,17 +17,23 @@ pub enum BackendChoice {
     Cpu,
     /// CUDA device 0; an error if no driver or GPU is usable.
     Cuda,
+    /// The CUDA kernels themselves, run on the CPU by cadence's SIMT emulator with every memory
+    /// access bounds-checked (slow: for checking, not rendering).
+    Emulated,
 }
 
 pub enum Backend {
     Cpu,
     Cuda(Box<CudaBackend>),
+    /// The kernels in the SIMT emulator, launched as on CUDA ([`crate::emulated`]).
+    Emulated,
 }
 
 impl Backend {
     pub fn select(choice: BackendChoice) -> Result<Backend> {
         match choice {
             BackendChoice::Cpu => Ok(Backend::Cpu),
+            BackendChoice::Emulated => Ok(Backend::Emulated),
             BackendChoice::Cuda => Ok(Backend::Cuda(Box::new(
                 CudaBackend::new(0).context("--backend cuda was requested but CUDA is not usable")?,
             ))),
@@ -54,16 +61,18 @@ impl Backend {
         Self::select(choice)
     }
 
-    /// Every backend usable here: the CPU always, CUDA when present (used by tests and benches
-    /// that run one body per device).
-    pub fn all_available() -> Vec<Backend> {
+    /// Every backend that runs the kernels at full speed here: the CPU always, CUDA when a driver
+    /// is present (used by benches and experiments that run one body per device). Where a driver
+    /// is present but the CUDA backend does not start, that is an error, not a quiet CPU-only
+    /// list. The emulated backend is not among them (it checks the kernels; its speed is not
+    /// theirs).
+    pub fn all_available() -> Result<Vec<Backend>> {
         let mut v = vec![Backend::Cpu];
         if cuda::driver_present() {
-            if let Ok(c) = CudaBackend::new(0) {
-                v.push(Backend::Cuda(Box::new(c)));
-            }
+            let c = CudaBackend::new(0).context("a CUDA driver is present but the CUDA backend does not start")?;
+            v.push(Backend::Cuda(Box::new(c)));
         }
-        v
+        Ok(v)
     }
 
     pub fn is_cuda(&self) -> bool {
@@ -74,6 +83,7 @@ impl Backend {
         match self {
             Backend::Cpu => "cpu",
             Backend::Cuda(_) => "cuda",
+            Backend::Emulated => "emulated",
         }
     }
 
@@ -82,6 +92,11 @@ impl Backend {
         match self {
             Backend::Cpu => format!("cpu ({}, {} threads)", crate::hardware::cpu_model(), rayon::current_num_threads()),
             Backend::Cuda(c) => c.describe(),
+            Backend::Emulated => format!(
+                "emulated (the CUDA kernels in cadence's SIMT emulator on {} threads of {})",
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+                crate::hardware::cpu_model()
+            ),
         }
     }
 
@@ -106,6 +121,7 @@ impl Backend {
                 Ok(out)
             }
             Backend::Cuda(c) => c.expand(keys, schedule, dim, method),
+            Backend::Emulated => emulated::expand(keys, schedule, dim, method),
         }
     }
 
@@ -125,6 +141,7 @@ impl Backend {
                 Ok(out)
             }
             Backend::Cuda(c) => c.slerp_pairs(v0, v1, alphas, dim, method),
+            Backend::Emulated => emulated::slerp_pairs(v0, v1, alphas, dim, method),
         }
     }
 
@@ -137,6 +154,7 @@ impl Backend {
                 Ok(())
             }
             Backend::Cuda(c) => c.ease(frames, rest, distance, ramp),
+            Backend::Emulated => emulated::ease(frames, rest, distance, ramp),
         }
     }
 
@@ -155,6 +173,17 @@ impl Backend {
                 Ok(out)
             }
             Backend::Cuda(c) => c.rgb_to_nv12(rgb, layout, matrix, range),
+            Backend::Emulated => emulated::rgb_to_nv12(rgb, layout, matrix, range),
+        }
+    }
+
+    /// Hermite smoothstep weights h(t) = 3t^2 - 2t^3 of `t` clamped to [0, 1] (the `hermite_f32`
+    /// kernel; the CPU evaluates the same shared function).
+    pub fn hermite(&self, t: &[f32]) -> Result<Vec<f32>> {
+        match self {
+            Backend::Cpu => Ok(t.iter().map(|&x| cadence_kernels::math::hermite(x)).collect()),
+            Backend::Cuda(c) => c.hermite(t),
+            Backend::Emulated => emulated::hermite(t),
         }
     }
 }

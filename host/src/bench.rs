@@ -204,6 +204,10 @@ pub fn bench_expand<T: Elem>(
     reps: usize,
 ) -> Result<ExpandBench> {
     anyhow::ensure!(reps > 0, "at least one timed run is needed");
+    anyhow::ensure!(
+        !matches!(backend, Backend::Emulated),
+        "the emulated backend checks the kernels; its speed is not the kernels' (time on cpu or cuda)"
+    );
     let schedule = KeyframeSchedule::fixed_stride(frames, stride)?;
     let mut placed_keys = Placed::<T>::new(schedule.count() * dim, 0);
     T::narrow(&test_data(schedule.count() * dim, 7), placed_keys.as_mut_slice());
@@ -237,6 +241,7 @@ pub fn bench_expand<T: Elem>(
             let r = vec![median(&ct) / median(&t)];
             (t, ct, r)
         }
+        Backend::Emulated => unreachable!("refused above"),
     };
     let med = median(&times);
     let copy_med = median(&copy_times);

@@ -3,22 +3,17 @@
 //! face box are recomputed (bilinear resize of the crop, feathered blend, BT.709/601).
 
 use crate::cpu::multiversion;
-use crate::elem::{ColorMatrix, RgbLayout, RgbRange};
+use crate::elem::{ColorMatrix, Elem, RgbLayout, RgbRange};
 use crate::Backend;
 use anyhow::{ensure, Result};
 use cadence_kernels::color;
 use cadence_kernels::composite::{blend_vertical, feather_alpha, lerp_tap, tap, Tap};
 use rayon::prelude::*;
 
-/// A face box in the full frame, in pixels. Kept on even coordinates and sizes so it covers
-/// whole NV12 chroma blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct FaceBox {
-    pub x: usize,
-    pub y: usize,
-    pub w: usize,
-    pub h: usize,
-}
+/// The face box in the full frame, in pixels (the media crate's type, the one face-box type of
+/// cadence). The compositor needs it on even coordinates and sizes, so that it covers whole NV12
+/// chroma blocks; [`crate::render::face_box`] makes it so.
+pub use cadence_media::FaceBox;
 
 fn taps(box_len: usize, crop_len: usize) -> Vec<Tap> {
     (0..box_len).map(|p| tap(p as u32, box_len as u32, crop_len as u32)).collect()
@@ -35,8 +30,14 @@ pub struct Compositor {
     pub face: FaceBox,
     pub feather: f32,
     pub matrix: ColorMatrix,
-    /// The same per-render data on the GPU when the backend is CUDA.
-    device: Option<crate::cuda::DeviceCompositor>,
+    /// The same per-render data where the backend's kernels run (CUDA or the emulator).
+    device: Option<DeviceSide>,
+}
+
+/// Where a compositor's kernel runs.
+enum DeviceSide {
+    Cuda(crate::cuda::DeviceCompositor),
+    Emulated(crate::emulated::EmulatedCompositor),
 }
 
 impl Compositor {
@@ -70,10 +71,8 @@ impl Compositor {
                 && face.h > 0,
             "face box {face:?} must have even position and size"
         );
-        ensure!(
-            face.x + face.w <= width && face.y + face.h <= height,
-            "face box {face:?} is outside the {width}x{height} frame"
-        );
+        let (fx, fy, fw, fh) = face.as_usize();
+        ensure!(fx + fw <= width && fy + fh <= height, "face box {face:?} is outside the {width}x{height} frame");
         let plane = width * height;
         let mut planar = vec![0.0f32; 3 * plane];
         for (i, px) in background.chunks_exact(3).enumerate() {
@@ -83,20 +82,25 @@ impl Compositor {
         }
         let background_nv12 =
             backend.rgb_to_nv12(&planar, RgbLayout::packed(width, height, 1), matrix, RgbRange::Unit)?;
-        let mut alpha = Vec::with_capacity(face.w * face.h);
+        let mut alpha = Vec::with_capacity(fw * fh);
         let mut background_term: [Vec<f32>; 3] = Default::default();
-        for py in 0..face.h {
-            for px in 0..face.w {
-                let a = feather_alpha(px as u32, py as u32, face.w as u32, face.h as u32, feather);
+        for py in 0..fh {
+            for px in 0..fw {
+                let a = feather_alpha(px as u32, py as u32, face.w, face.h, feather);
                 alpha.push(a);
-                let bg = (face.y + py) * width + face.x + px;
+                let bg = (fy + py) * width + fx + px;
                 for (c, term) in background_term.iter_mut().enumerate() {
                     term.push((1.0 - a) * 255.0 * planar[c * plane + bg]);
                 }
             }
         }
         let device = match backend {
-            Backend::Cuda(c) => Some(c.compositor(&alpha, &background_term, &background_nv12)?),
+            Backend::Cuda(c) => Some(DeviceSide::Cuda(c.compositor(&alpha, &background_term, &background_nv12)?)),
+            Backend::Emulated => Some(DeviceSide::Emulated(crate::emulated::EmulatedCompositor::new(
+                &alpha,
+                &background_term,
+                &background_nv12,
+            ))),
             Backend::Cpu => None,
         };
         Ok(Self { width, height, alpha, background_term, background_nv12, face, feather, matrix, device })
@@ -108,7 +112,21 @@ impl Compositor {
 
     /// The GPU copy of the per-render data (built on CUDA only).
     pub fn device(&self) -> Option<&crate::cuda::DeviceCompositor> {
-        self.device.as_ref()
+        match &self.device {
+            Some(DeviceSide::Cuda(d)) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The frame size, face box and matrix the kernel composites with.
+    pub fn target(&self) -> crate::launch::CompositeTarget {
+        crate::launch::CompositeTarget { width: self.width, height: self.height, face: self.face, matrix: self.matrix }
+    }
+
+    /// What the kernel gets per render: the box's blend weights and the (1 - alpha) x background
+    /// term (3 planes of the box, one after the other).
+    pub fn per_render_data(&self) -> (&[f32], Vec<f32>) {
+        (&self.alpha, self.background_term.iter().flatten().copied().collect())
     }
 
     pub fn background_nv12(&self) -> &[u8] {
@@ -116,9 +134,18 @@ impl Compositor {
     }
 
     /// Writes one NV12 frame on the backend this compositor was made for: the GPU when it was
-    /// built on CUDA (crop uploaded, frame downloaded), else the CPU ([`Self::compose`]).
-    pub fn compose_frame(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) -> Result<()> {
-        self.check(crop, cw, ch, out)?;
+    /// built on CUDA (crop uploaded, frame downloaded), the emulator when built on it, else the
+    /// CPU ([`Self::compose`]). The crop is f32 or f16 (the kernel's two storage types); the CPU
+    /// path computes in f32 either way.
+    pub fn compose_frame<T: Elem>(
+        &self,
+        crop: &[T],
+        cw: usize,
+        ch: usize,
+        range: RgbRange,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.check(crop.len(), cw, ch, out)?;
         if self.device.is_none() {
             out.copy_from_slice(&self.background_nv12);
         }
@@ -129,23 +156,34 @@ impl Compositor {
     /// must already hold the background (start the buffer from [`Self::background_nv12`] and
     /// reuse it). The render loop keeps one frame buffer this way and saves a full-frame copy
     /// (3 MB at 1080x1920) per frame.
-    pub fn compose_box(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) -> Result<()> {
-        self.check(crop, cw, ch, out)?;
+    pub fn compose_box<T: Elem>(
+        &self,
+        crop: &[T],
+        cw: usize,
+        ch: usize,
+        range: RgbRange,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.check(crop.len(), cw, ch, out)?;
         match &self.device {
-            Some(d) => d.compose(crop, cw, ch, range, self, out),
+            Some(DeviceSide::Cuda(d)) => d.compose(crop, cw, ch, range, self, out),
+            Some(DeviceSide::Emulated(e)) => e.compose(crop, cw, ch, range, self.target(), out),
             None => {
-                self.write_box(crop, cw, ch, range, out);
+                match T::as_f32(crop) {
+                    Some(c) => self.write_box(c, cw, ch, range, out),
+                    None => {
+                        let mut wide = vec![0f32; crop.len()];
+                        T::widen(crop, &mut wide);
+                        self.write_box(&wide, cw, ch, range, out)
+                    }
+                }
                 Ok(())
             }
         }
     }
 
-    fn check(&self, crop: &[f32], cw: usize, ch: usize, out: &[u8]) -> Result<()> {
-        ensure!(
-            crop.len() == 3 * cw * ch && cw > 0 && ch > 0,
-            "crop has {} values, 3 x {cw} x {ch} expected",
-            crop.len()
-        );
+    fn check(&self, crop_len: usize, cw: usize, ch: usize, out: &[u8]) -> Result<()> {
+        ensure!(crop_len == 3 * cw * ch && cw > 0 && ch > 0, "crop has {crop_len} values, 3 x {cw} x {ch} expected");
         ensure!(
             out.len() == self.frame_bytes(),
             "output frame has {} bytes, {} expected",
@@ -170,32 +208,33 @@ impl Compositor {
     /// GPU kernel evaluates per pixel, so the bytes are identical, at a fraction of the per-pixel
     /// gathers (measured 5.0 ms -> 1.x ms per 512x512 box on 2 cores).
     fn write_box(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) {
-        let (w, f) = (self.width, self.face);
+        let w = self.width;
+        let (fx, fy, fw, fh) = self.face.as_usize();
         let coeffs = color::coeffs(self.matrix.code());
         let rng = range.code();
-        let (tx, ty) = (taps(f.w, cw), taps(f.h, ch));
-        let mut hz = vec![0f32; 3 * ch * f.w];
-        hz.par_chunks_mut(f.w)
+        let (tx, ty) = (taps(fw, cw), taps(fh, ch));
+        let mut hz = vec![0f32; 3 * ch * fw];
+        hz.par_chunks_mut(fw)
             .zip(crop.par_chunks(cw))
             .for_each_init(Vec::new, |row8, (dst, src)| resample_row(src, &tx, rng, row8, dst));
         let plane = w * self.height;
         let (y_plane, uv_plane) = out.split_at_mut(plane);
-        let y_rows = &mut y_plane[f.y * w..(f.y + f.h) * w];
-        let uv_rows = &mut uv_plane[(f.y / 2) * w..((f.y + f.h) / 2) * w];
+        let y_rows = &mut y_plane[fy * w..(fy + fh) * w];
+        let uv_rows = &mut uv_plane[(fy / 2) * w..((fy + fh) / 2) * w];
         y_rows.par_chunks_mut(2 * w).zip(uv_rows.par_chunks_mut(w)).enumerate().for_each(|(by, (yrows, uvrow))| {
             let (y0, y1) = yrows.split_at_mut(w);
             let rows = [2 * by, 2 * by + 1].map(|py| {
                 let v = &ty[py];
-                let hz_row = |c: usize, row: u32| &hz[(c * ch + row as usize) * f.w..(c * ch + row as usize + 1) * f.w];
+                let hz_row = |c: usize, row: u32| &hz[(c * ch + row as usize) * fw..(c * ch + row as usize + 1) * fw];
                 BoxRow {
                     top: [0, 1, 2].map(|c| hz_row(c, v.i0)),
                     bot: [0, 1, 2].map(|c| hz_row(c, v.i1)),
                     fy: v.f,
-                    alpha: &self.alpha[py * f.w..(py + 1) * f.w],
-                    bg: [0, 1, 2].map(|c| &self.background_term[c][py * f.w..(py + 1) * f.w]),
+                    alpha: &self.alpha[py * fw..(py + 1) * fw],
+                    bg: [0, 1, 2].map(|c| &self.background_term[c][py * fw..(py + 1) * fw]),
                 }
             });
-            let x = f.x..f.x + f.w;
+            let x = fx..fx + fw;
             block_row(&rows, &coeffs, &mut y0[x.clone()], &mut y1[x.clone()], &mut uvrow[x]);
         });
     }

@@ -21,7 +21,7 @@ use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
 use crate::schedule::KeyframeSchedule;
 use cadence_kernels::color;
 use cadence_kernels::math::easing_weight;
-use cadence_kernels::slerp::{interval_alpha, PairGeometry, PairSums};
+use cadence_kernels::slerp::{interval_alpha, interval_frames, PairGeometry, PairSums};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -531,10 +531,9 @@ pub fn expand<T: Elem>(keys: &[T], schedule: &KeyframeSchedule, dim: usize, meth
     });
 }
 
-/// The output split into the frame ranges each keyframe interval owns (the device kernel's
-/// ownership): (interval j, its first frame, its frames). Interval j runs from keyframe j to
-/// keyframe j+1; the first also owns the frames before keyframe 0, the last those after the
-/// last keyframe and the last keyframe itself. Needs at least two keyframes.
+/// The output split into the frame ranges each keyframe interval owns
+/// ([`interval_frames`], the device kernel's rule): (interval j, its first frame, its frames).
+/// Needs at least two keyframes.
 pub fn interval_parts<'a, T>(
     schedule: &KeyframeSchedule,
     dim: usize,
@@ -547,8 +546,8 @@ pub fn interval_parts<'a, T>(
     let mut parts = Vec::with_capacity(m - 1);
     let mut rest = out;
     for j in 0..m - 1 {
-        let end = if j + 2 == m { n } else { kf[j + 1] as usize };
-        let first = if j == 0 { 0 } else { kf[j] as usize };
+        let (first, end) = interval_frames(j as u32, m as u32, kf[j], kf[j + 1], n as u32);
+        let (first, end) = (first as usize, end as usize);
         let (mine, tail) = rest.split_at_mut((end - first) * dim);
         parts.push((j, first, mine));
         rest = tail;

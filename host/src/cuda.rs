@@ -2,18 +2,49 @@
 //! running the PTX that build.rs compiled from `gpu/src`.
 
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::launch::{self, Cuda, CudaArgs, CudaPtr, Launch};
 use crate::ptx::{self, PtxTarget};
 use crate::schedule::KeyframeSchedule;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceRepr,
+    SyncOnDrop,
 };
 use cudarc::nvrtc::Ptx;
 use std::sync::Arc;
 
-/// Threads per block for the warp-per-pair kernels (4 warps).
-const BLOCK: u32 = 128;
-const WARPS_PER_BLOCK: u32 = BLOCK / 32;
+/// The device pointers of one launch's buffers. cudarc orders work on a buffer across streams
+/// with events recorded when the returned guards drop, so they are kept until the launch is queued.
+struct Pointers<'a> {
+    stream: &'a CudaStream,
+    guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl<'a> Pointers<'a> {
+    fn new(stream: &'a CudaStream) -> Self {
+        Self { stream, guards: Vec::new() }
+    }
+    fn read<T>(&mut self, buffer: &'a impl DevicePtr<T>) -> CudaPtr<T> {
+        let (p, guard) = buffer.device_ptr(self.stream);
+        self.guards.push(guard);
+        CudaPtr::new(p)
+    }
+    fn write<T>(&mut self, buffer: &'a mut impl DevicePtrMut<T>) -> CudaPtr<T> {
+        let (p, guard) = buffer.device_ptr_mut(self.stream);
+        self.guards.push(guard);
+        CudaPtr::new(p)
+    }
+}
+
+/// Queues `l` on `stream` (the shape and arguments are the emulator's too: launch.rs).
+fn run<A: CudaArgs>(stream: &Arc<CudaStream>, f: &CudaFunction, l: &Launch<A>) -> Result<()> {
+    let mut b = stream.launch_builder(f);
+    l.args.push(&mut b);
+    // SAFETY: the argument list is generated from the entry point's parameter list
+    // (launch.rs); the callers checked the buffers' sizes.
+    unsafe { b.launch(l.shape.into()) }.map_err(|e| anyhow!("{} launch failed: {e:?}", l.kernel))?;
+    Ok(())
+}
 
 pub struct CudaBackend {
     pub ctx: Arc<CudaContext>,
@@ -74,12 +105,9 @@ impl CudaBackend {
         self.module.load_function(name).map_err(|e| anyhow!("kernel {name} missing from the PTX: {e:?}"))
     }
 
-    fn warp_grid(warps: u32) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: (warps.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        }
+    /// Queues one launch on this backend's stream.
+    fn run<A: CudaArgs>(&self, l: &Launch<A>) -> Result<()> {
+        run(&self.stream, &self.function(l.kernel)?, l)
     }
 
     pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
@@ -108,15 +136,9 @@ impl CudaBackend {
         dim: usize,
         method: Method,
     ) -> Result<()> {
-        let f = self.function(&format!("expand_{}", T::DTYPE))?;
-        let (nk, nf, d, m) = (n_keys as u32, n_frames as u32, dim as u32, method.code());
-        let cfg = Self::warp_grid((n_keys.max(2) - 1) as u32);
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(keys).arg(key_idx).arg(&nk).arg(out).arg(&nf).arg(&d).arg(&m);
-        // SAFETY: argument list matches the kernel signature in gpu/src/kernels.rs; buffer sizes
-        // were checked by the caller.
-        unsafe { b.launch(cfg) }.map_err(|e| anyhow!("expand launch failed: {e:?}"))?;
-        Ok(())
+        let mut p = Pointers::new(&self.stream);
+        let l = launch::expand::<Cuda, T>(p.read(keys), p.read(key_idx), n_keys, p.write(out), n_frames, dim, method);
+        self.run(&l)
     }
 
     pub fn expand<T: Elem>(
@@ -144,13 +166,9 @@ impl CudaBackend {
         dim: usize,
         method: Method,
     ) -> Result<()> {
-        let f = self.function(&format!("slerp_pairs_{}", T::DTYPE))?;
-        let (r, d, m) = (rows as u32, dim as u32, method.code());
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(v0).arg(v1).arg(alphas).arg(out).arg(&r).arg(&d).arg(&m);
-        // SAFETY: matches the kernel signature; sizes checked by the caller.
-        unsafe { b.launch(Self::warp_grid(r)) }.map_err(|e| anyhow!("slerp launch failed: {e:?}"))?;
-        Ok(())
+        let mut p = Pointers::new(&self.stream);
+        let l = launch::slerp_pairs::<Cuda, T>(p.read(v0), p.read(v1), p.read(alphas), p.write(out), rows, dim, method);
+        self.run(&l)
     }
 
     pub fn slerp_pairs<T: Elem>(
@@ -177,20 +195,10 @@ impl CudaBackend {
         n_frames: usize,
         dim: usize,
     ) -> Result<()> {
-        let f = self.function(&format!("ease_{}", T::DTYPE))?;
-        let (n, d) = (n_frames as u32, dim as u32);
         // In place: the kernel reads each element before its lane overwrites it.
-        let out_ptr = {
-            use cudarc::driver::DevicePtrMut;
-            let (p, _sync) = frames.device_ptr_mut(&self.stream);
-            p
-        };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&out_ptr).arg(rest).arg(distance).arg(&ramp).arg(&out_ptr).arg(&n).arg(&d);
-        // SAFETY: matches the kernel signature; `frames` outlives the launch (we synchronize
-        // before returning buffers to the host).
-        unsafe { b.launch(Self::warp_grid(n)) }.map_err(|e| anyhow!("ease launch failed: {e:?}"))?;
-        Ok(())
+        let mut p = Pointers::new(&self.stream);
+        let l = launch::ease::<Cuda, T>(p.write(frames), p.read(rest), p.read(distance), ramp, n_frames, dim);
+        self.run(&l)
     }
 
     pub fn ease<T: Elem>(&self, frames: &mut [T], rest: &[T], distance: &[u32], ramp: u32) -> Result<()> {
@@ -209,26 +217,16 @@ impl CudaBackend {
         range: RgbRange,
         out: &mut CudaSlice<u8>,
     ) -> Result<()> {
-        let f = self.function(&format!("rgb_to_nv12_{}", T::DTYPE))?;
-        let (w, h) = (layout.width as u32, layout.height as u32);
-        let frame_bytes = layout.nv12_frame_bytes() as u32;
-        let (fs, ps, pitch) = (layout.frame_len() as u32, layout.plane_len() as u32, layout.pitch as u32);
-        let (frames, mat, rng) = (layout.frames as u32, matrix.code(), range.code());
-        let blocks = (w / 2) * (h / 2) * frames;
-        let uv_offset = (layout.width * layout.height) as u64;
-        let (y_ptr, uv_ptr) = {
-            use cudarc::driver::DevicePtrMut;
-            let (p, _sync) = out.device_ptr_mut(&self.stream);
-            (p, p + uv_offset)
-        };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(rgb).arg(&fs).arg(&ps).arg(&pitch);
-        b.arg(&y_ptr).arg(&frame_bytes).arg(&w);
-        b.arg(&uv_ptr).arg(&frame_bytes).arg(&w);
-        b.arg(&w).arg(&h).arg(&frames).arg(&mat).arg(&rng);
-        // SAFETY: matches the kernel signature; `out` holds frames * w * h * 3/2 bytes.
-        unsafe { b.launch(LaunchConfig::for_num_elems(blocks)) }.map_err(|e| anyhow!("NV12 launch failed: {e:?}"))?;
-        Ok(())
+        ensure!(
+            out.len() >= layout.frames * layout.nv12_frame_bytes(),
+            "NV12 buffer of {} bytes for {} frames of {}",
+            out.len(),
+            layout.frames,
+            layout.nv12_frame_bytes()
+        );
+        let mut p = Pointers::new(&self.stream);
+        let l = launch::rgb_to_nv12::<Cuda, T>(p.read(rgb), layout, matrix, range, p.write(out));
+        self.run(&l)
     }
 
     pub fn rgb_to_nv12<T: Elem>(
@@ -273,6 +271,18 @@ impl CudaBackend {
         self.stream.memcpy_dtod(src, dst).map_err(|e| anyhow!("{e:?}"))
     }
 
+    /// Hermite weights h(t) of `t` on the device (`hermite_f32`).
+    pub fn hermite(&self, t: &[f32]) -> Result<Vec<f32>> {
+        let dt = self.upload(t)?;
+        let mut out = self.alloc::<f32>(t.len())?;
+        {
+            let mut p = Pointers::new(&self.stream);
+            let l = launch::hermite::<Cuda>(p.read(&dt), p.write(&mut out), t.len());
+            self.run(&l)?;
+        }
+        self.download(&out)
+    }
+
     /// Uploads a compositor's per-render data (see [`crate::composite::Compositor`]).
     pub fn compositor(
         &self,
@@ -281,9 +291,11 @@ impl CudaBackend {
         background_nv12: &[u8],
     ) -> Result<DeviceCompositor> {
         let terms: Vec<f32> = background_term.iter().flatten().copied().collect();
+        let function =
+            |storage| self.function(cadence_kernels::kernel_name(cadence_kernels::Op::CompositeNv12, storage));
         Ok(DeviceCompositor {
             stream: self.stream.clone(),
-            function: self.function("composite_nv12_f32")?,
+            functions: [function(cadence_kernels::Storage::F32)?, function(cadence_kernels::Storage::F16)?],
             alpha: self.upload(alpha)?,
             background_term: self.upload(&terms)?,
             background_nv12: self.upload(background_nv12)?,
@@ -295,7 +307,8 @@ impl CudaBackend {
 /// (1 - alpha) x background term, and the background's NV12 that every frame starts from.
 pub struct DeviceCompositor {
     stream: Arc<CudaStream>,
-    function: CudaFunction,
+    /// `composite_nv12_f32`, `composite_nv12_f16`.
+    functions: [CudaFunction; 2],
     alpha: CudaSlice<f32>,
     background_term: CudaSlice<f32>,
     background_nv12: CudaSlice<u8>,
@@ -303,9 +316,9 @@ pub struct DeviceCompositor {
 
 impl DeviceCompositor {
     /// Composites a host crop on the device and writes the NV12 frame to `out`.
-    pub fn compose(
+    pub fn compose<T: Elem>(
         &self,
-        crop: &[f32],
+        crop: &[T],
         cw: usize,
         ch: usize,
         range: RgbRange,
@@ -321,9 +334,9 @@ impl DeviceCompositor {
     }
 
     /// One launch over the face box's 2x2 blocks; `frame` must already hold the background.
-    pub fn compose_on_device(
+    pub fn compose_on_device<T: Elem>(
         &self,
-        crop: &CudaView<'_, f32>,
+        crop: &CudaView<'_, T>,
         cw: usize,
         ch: usize,
         range: RgbRange,
@@ -332,17 +345,18 @@ impl DeviceCompositor {
     ) -> Result<()> {
         ensure!(crop.len() == 3 * cw * ch, "crop has {} values, 3 x {cw} x {ch} expected", crop.len());
         ensure!(frame.len() == c.frame_bytes(), "frame buffer has {} bytes, {} expected", frame.len(), c.frame_bytes());
-        let f = c.face;
-        let (cw, ch, rng) = (cw as u32, ch as u32, range.code());
-        let (w, h, mat) = (c.width as u32, c.height as u32, c.matrix.code());
-        let (bx, by, bw, bh) = (f.x as u32, f.y as u32, f.w as u32, f.h as u32);
-        let mut b = self.stream.launch_builder(&self.function);
-        b.arg(crop).arg(&cw).arg(&ch).arg(&rng).arg(&self.alpha).arg(&self.background_term);
-        b.arg(frame).arg(&w).arg(&h).arg(&bx).arg(&by).arg(&bw).arg(&bh).arg(&mat);
-        // SAFETY: matches composite_nv12_f32's signature; the compositor checked that the box lies
-        // inside the frame with even position and size, and the buffers have the sizes checked above.
-        unsafe { b.launch(LaunchConfig::for_num_elems((bw / 2) * (bh / 2))) }
-            .map_err(|e| anyhow!("composite launch failed: {e:?}"))?;
-        Ok(())
+        let f = &self.functions[if T::DTYPE == crate::Dtype::F32 { 0 } else { 1 }];
+        let mut p = Pointers::new(&self.stream);
+        let l = launch::composite_nv12::<Cuda, T>(
+            p.read(crop),
+            cw,
+            ch,
+            range,
+            p.read(&self.alpha),
+            p.read(&self.background_term),
+            p.write(frame),
+            c.target(),
+        );
+        run(&self.stream, f, &l)
     }
 }

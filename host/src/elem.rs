@@ -21,6 +21,13 @@ impl Dtype {
             Dtype::F16 => 2,
         }
     }
+    /// The kernel table's name for it (`cadence_kernels::KERNELS`).
+    pub fn storage(self) -> cadence_kernels::Storage {
+        match self {
+            Dtype::F32 => cadence_kernels::Storage::F32,
+            Dtype::F16 => cadence_kernels::Storage::F16,
+        }
+    }
 }
 
 impl std::fmt::Display for Dtype {
@@ -29,8 +36,19 @@ impl std::fmt::Display for Dtype {
     }
 }
 
+/// A storage type of the kernels: on the GPU (`DeviceRepr`) and in the emulator (`Scalar`, and
+/// `Entries`: its kernel entry points).
 pub trait Elem:
-    Copy + Send + Sync + Default + PartialEq + std::fmt::Debug + cudarc::driver::DeviceRepr + 'static
+    Copy
+    + Send
+    + Sync
+    + Default
+    + PartialEq
+    + std::fmt::Debug
+    + cudarc::driver::DeviceRepr
+    + cadence_kernels::emu::Scalar
+    + cadence_kernels::kernels::Entries
+    + 'static
 {
     const DTYPE: Dtype;
     fn to_f32(self) -> f32;

@@ -1,18 +1,24 @@
 //! cadence host library: backends (CUDA through cudarc, CPU through rayon), the kernels'
 //! launches and CPU paths, keyframe schedules, and array I/O. The `cadence` binary is its CLI.
 
+pub mod args;
 pub mod backend;
 pub mod bench;
 pub mod composite;
 pub mod cpu;
 pub mod cuda;
 pub mod elem;
+pub mod emulated;
 pub mod gpucheck;
 pub mod hardware;
+pub mod launch;
+pub mod memory;
 pub mod npy;
+pub mod output;
 pub mod pipeline;
 pub mod ptx;
 pub mod render;
+pub mod report;
 pub mod resident;
 pub mod schedule;
 pub mod schedules;

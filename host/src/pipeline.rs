@@ -167,7 +167,7 @@ fn unet_input(masked: &[f32], reference: &[f32], batch: usize) -> Batch {
 
 #[derive(Clone, Debug)]
 pub struct RenderOptions {
-    pub fps: f32,
+    pub fps: cadence_media::FrameRate,
     /// Frames of Hermite easing between speech and rest (4 gives 1, 0.84375, 0.5, 0.15625, 0).
     pub ramp: u32,
     /// Engine batch size.
@@ -177,14 +177,13 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { fps: 25.0, ramp: 4, batch: 8, method: Method::Slerp }
+        Self { fps: cadence_media::FrameRate::whole(25), ramp: 4, batch: 8, method: Method::Slerp }
     }
 }
 
 /// Milliseconds per stage.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StageTimes {
-    pub audio_encoder_ms: f64,
     pub unet_ms: f64,
     pub expand_ms: f64,
     pub ease_ms: f64,
@@ -193,16 +192,6 @@ pub struct StageTimes {
     pub encoder_ms: f64,
     pub other_ms: f64,
     pub total_ms: f64,
-}
-
-impl StageTimes {
-    pub fn neural_ms(&self) -> f64 {
-        self.audio_encoder_ms + self.unet_ms + self.decoder_ms
-    }
-    /// Everything that is neither a neural engine nor the encoder.
-    pub fn overhead_ms(&self) -> f64 {
-        self.expand_ms + self.ease_ms + self.composite_nv12_ms + self.other_ms
-    }
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

@@ -16,14 +16,23 @@ impl KeyframeSchedule {
     /// at N = 640 that is 640, 321, 214 keyframes for k = 1, 2, 3 (not 320 at k = 2 as the
     /// source's table prints).
     pub fn fixed_stride(n_frames: usize, stride: usize) -> Result<Self> {
-        ensure!(stride > 0, "stride must be at least 1 (got 0)");
-        ensure!(n_frames > 0, "the video has no frames");
-        ensure!(n_frames <= u32::MAX as usize, "too many frames ({n_frames})");
+        let count = Self::fixed_stride_count(n_frames, stride)?;
         let mut keys: Vec<u32> = (0..n_frames).step_by(stride).map(|f| f as u32).collect();
         if *keys.last().unwrap() as usize != n_frames - 1 {
             keys.push((n_frames - 1) as u32);
         }
+        debug_assert_eq!(keys.len(), count);
         Ok(Self { n_frames, keys })
+    }
+
+    /// The number of keyframes [`Self::fixed_stride`] makes, computed without making them (so a
+    /// caller can check an input against it before allocating anything).
+    pub fn fixed_stride_count(n_frames: usize, stride: usize) -> Result<usize> {
+        ensure!(stride > 0, "stride must be at least 1 (got 0)");
+        ensure!(n_frames > 0, "the video has no frames");
+        ensure!(n_frames <= u32::MAX as usize, "too many frames ({n_frames}; at most {})", u32::MAX);
+        let last = n_frames - 1;
+        Ok(last / stride + 1 + usize::from(!last.is_multiple_of(stride)))
     }
 
     /// Any strictly increasing list of frame indices below N. Frames before the first keyframe
@@ -70,21 +79,20 @@ impl KeyframeSchedule {
         self.keys.len() - 1
     }
 
-    /// For each frame, the interval that writes it and its alpha inside that interval, with the
-    /// same ownership as the device kernel (interval 0 also writes the frames before the first
-    /// keyframe, the last interval the frames after the last).
+    /// For each frame, the interval that writes it and its alpha inside that interval, by the
+    /// kernels' ownership rule ([`cadence_kernels::slerp::interval_frames`]).
     pub fn frame_positions(&self) -> Vec<(usize, f32)> {
+        use cadence_kernels::slerp::{interval_alpha, interval_frames};
         let mut out = Vec::with_capacity(self.n_frames);
-        if self.keys.len() == 1 {
+        let m = self.keys.len();
+        if m == 1 {
             out.resize(self.n_frames, (0, 0.0));
             return out;
         }
-        let mut j = 0;
-        for f in 0..self.n_frames as u32 {
-            while j + 2 < self.keys.len() && f >= self.keys[j + 1] {
-                j += 1;
-            }
-            out.push((j, cadence_kernels::slerp::interval_alpha(f, self.keys[j], self.keys[j + 1])));
+        for j in 0..m - 1 {
+            let (k0, k1) = (self.keys[j], self.keys[j + 1]);
+            let (first, end) = interval_frames(j as u32, m as u32, k0, k1, self.n_frames as u32);
+            out.extend((first..end).map(|f| (j, interval_alpha(f, k0, k1))));
         }
         out
     }

@@ -699,7 +699,7 @@ fn closure_keyframes_that_do_not_fit_the_budget_are_thinned_with_a_warning() {
     let a = Alignment::from_json(
         &serde_json::to_string(
             &(0..100)
-                .map(|i| serde_json::json!({"start": i as f64 * 0.04, "end": (i + 1) as f64 * 0.04, "phoneme": ["p", "a"][i % 2]}))
+                .map(|i| serde_json::json!({"start": i as f64 * 0.04, "end": (i + 1) as f64 * 0.04, "phoneme": (["p", "a"][i % 2])}))
                 .collect::<Vec<_>>(),
         )
         .unwrap(),

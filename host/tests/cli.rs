@@ -23,7 +23,7 @@ fn expand_f32_and_f16_roundtrip() {
     let out = dir.path().join("frames.npy");
     // 10 frames at stride 3: keyframes 0 3 6 9.
     let data: Vec<f32> = (0..4 * 2 * 3 * 5).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
-    cadence::npy::write(&keys, &[4, 2, 3, 5], &data).unwrap();
+    cadence::npy::save(&keys, &[4, 2, 3, 5], &data).unwrap();
     let o = cadence(&[
         "expand",
         "--input",
@@ -46,7 +46,7 @@ fn expand_f32_and_f16_roundtrip() {
     let data16: Vec<half::f16> = data.iter().map(|&x| half::f16::from_f32(x)).collect();
     let keys16 = dir.path().join("keys16.npy");
     let out16 = dir.path().join("frames16.npy");
-    cadence::npy::write(&keys16, &[4, 30], &data16).unwrap();
+    cadence::npy::save(&keys16, &[4, 30], &data16).unwrap();
     let o = cadence(&[
         "expand",
         "--input",
@@ -71,11 +71,11 @@ fn expand_bad_inputs_fail_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.npy");
     let out = dir.path().join("frames.npy");
-    cadence::npy::write(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
+    cadence::npy::save(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
     let mut nan = vec![0.5f32; 32];
     nan[17] = f32::NAN;
     let nan_keys = dir.path().join("nan.npy");
-    cadence::npy::write(&nan_keys, &[4, 8], &nan).unwrap();
+    cadence::npy::save(&nan_keys, &[4, 8], &nan).unwrap();
     let garbage = dir.path().join("garbage.npy");
     std::fs::write(&garbage, b"not an npy file at all").unwrap();
     let truncated = dir.path().join("truncated.npy");
@@ -87,8 +87,11 @@ fn expand_bad_inputs_fail_cleanly() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--input", s(&keys), "--frames", "10", "--stride", "2"], "schedule"), // 6 keyframes needed
         (vec!["--input", s(&keys), "--frames", "10", "--stride", "0"], "stride"),
-        (vec!["--input", s(&nan_keys), "--frames", "10", "--stride", "3"], "NaN at keyframe 2"),
-        (vec!["--input", s(&garbage), "--frames", "10", "--stride", "3"], "not a valid .npy"),
+        (
+            vec!["--input", s(&nan_keys), "--frames", "10", "--stride", "3"],
+            "keyframe 2, element 1 is not a finite number",
+        ),
+        (vec!["--input", s(&garbage), "--frames", "10", "--stride", "3"], "is not a usable .npy file"),
         (vec!["--input", s(&truncated), "--frames", "10", "--stride", "3"], "truncated"),
         (vec!["--input", s(&ints), "--frames", "10", "--stride", "3"], "dtype"),
         (vec!["--input", "/nonexistent/keys.npy", "--frames", "10", "--stride", "3"], "cannot read"),
@@ -116,7 +119,7 @@ fn existing_output_is_not_overwritten_without_force() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.npy");
     let out = dir.path().join("frames.npy");
-    cadence::npy::write(&keys, &[2, 4], &[1.0f32, 0., 0., 0., 0., 1., 0., 0.]).unwrap();
+    cadence::npy::save(&keys, &[2, 4], &[1.0f32, 0., 0., 0., 0., 1., 0., 0.]).unwrap();
     std::fs::write(&out, b"precious").unwrap();
     let args = ["expand", "--input", s(&keys), "--output", s(&out), "--frames", "5", "--stride", "4"];
     let o = cadence(&args);
@@ -156,7 +159,7 @@ fn engine_device_flag() {
     let dir = tempfile::tempdir().unwrap();
     let lat = dir.path().join("lat.npy");
     let out = dir.path().join("out.npy");
-    cadence::npy::write(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
+    cadence::npy::save(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
     // Bad strings: clap's usage error naming the accepted forms.
     for (dev, needle) in [("gpu", "unknown device"), ("cuda:x", "`x` is not a device ordinal")] {
         for sub in [
@@ -207,7 +210,7 @@ fn cuda_engine_device_without_the_feature_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     let lat = dir.path().join("lat.npy");
     let out = dir.path().join("out.npy");
-    cadence::npy::write(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
+    cadence::npy::save(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
     for dev in ["cuda", "cuda:1"] {
         for sub in [
             vec!["engine-bench", "--model", "taesd", "--runs", "1", "--batch", "1", "--device", dev],
@@ -223,4 +226,53 @@ fn cuda_engine_device_without_the_feature_is_a_one_line_error() {
             assert!(!out.exists());
         }
     }
+}
+
+/// `--backend emulated` runs the CUDA kernels in the SIMT emulator: same frames as the CPU path
+/// (to float rounding: the kernel sums in another order), and the backend is named.
+#[test]
+fn expand_on_the_emulated_backend_matches_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.npy");
+    let data: Vec<f32> = (0..5 * 64).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
+    cadence::npy::save(&keys, &[5, 64], &data).unwrap();
+    let mut frames = Vec::new();
+    for backend in ["cpu", "emulated"] {
+        let out = dir.path().join(format!("{backend}.npy"));
+        let args = ["expand", "--input", s(&keys), "--output", s(&out), "--frames", "13", "--stride", "3"];
+        let o = cadence(&[&args[..], &["--backend", backend]].concat());
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let cadence::npy::Array::F32 { data, .. } = cadence::npy::read(&out).unwrap() else { panic!("dtype changed") };
+        frames.push(data);
+    }
+    assert_eq!(frames[0].len(), 13 * 64);
+    let worst = frames[0].iter().zip(&frames[1]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst <= 1e-6, "emulated vs cpu: {worst}");
+}
+
+#[test]
+fn cadence_bench_writes_json_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let bin = env!("CARGO_BIN_EXE_cadence");
+    let args = ["bench", "--frames", "40", "--strides", "2,3", "--dim", "256", "--reps", "3", "--json"];
+    let o = Command::new(bin).args(args).arg(&json).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 4, "CPU: f32 and f16 at strides 2 and 3");
+    for r in rows {
+        let k = r["stride"].as_u64().unwrap() as usize;
+        assert_eq!(r["frames"], 40);
+        assert_eq!(
+            r["keyframes"].as_u64().unwrap() as usize,
+            cadence::KeyframeSchedule::fixed_stride_count(40, k).unwrap()
+        );
+        let (q1, med, q3) =
+            (r["q1_ms"].as_f64().unwrap(), r["median_ms"].as_f64().unwrap(), r["q3_ms"].as_f64().unwrap());
+        assert!(r["min_ms"].as_f64().unwrap() <= q1 && q1 <= med && med <= q3 && med > 0.0, "{r}");
+    }
+    // Not replaced without --force.
+    let o = Command::new(bin).args(args).arg(&json).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--force"));
 }

@@ -1,11 +1,13 @@
 //! Compositing fused with NV12: outside the face box the frame is the background's NV12
-//! exactly; deep inside it is the crop's colour; the feathered edge blends between them.
+//! exactly; deep inside it is the crop's colour; the feathered edge blends between them. The
+//! tests that take a backend run once per device (`test_device!`: the CPU path, the
+//! `composite_nv12` kernels in the SIMT emulator, CUDA).
 
+mod common;
 use cadence::composite::{Compositor, FaceBox};
 use cadence::{Backend, ColorMatrix, RgbLayout, RgbRange};
 
-#[test]
-fn compose_pastes_the_crop_into_the_box_only() {
+fn compose_pastes_the_crop_into_the_box_only(backend: &Backend) {
     let (w, h) = (96, 64);
     let mut bg = Vec::with_capacity(w * h * 3);
     for y in 0..h {
@@ -14,8 +16,9 @@ fn compose_pastes_the_crop_into_the_box_only() {
         }
     }
     let face = FaceBox { x: 20, y: 10, w: 40, h: 36 };
-    for backend in Backend::all_available() {
-        let c = Compositor::new(&backend, &bg, w, h, face, 6.0, ColorMatrix::Bt709).unwrap();
+    let (fx, fy, fw, fh) = face.as_usize();
+    {
+        let c = Compositor::new(backend, &bg, w, h, face, 6.0, ColorMatrix::Bt709).unwrap();
         // A constant orange crop, in [0, 1].
         let (cw, ch) = (16, 16);
         let crop: Vec<f32> = [1.0f32, 0.5, 0.0].iter().flat_map(|&v| std::iter::repeat_n(v, cw * ch)).collect();
@@ -27,8 +30,8 @@ fn compose_pastes_the_crop_into_the_box_only() {
         let (y_face, u_face, v_face) = (solid[0], solid[cw * ch], solid[cw * ch + 1]);
         for y in 0..h {
             for x in 0..w {
-                let inside = x >= face.x && x < face.x + face.w && y >= face.y && y < face.y + face.h;
-                let deep = x >= face.x + 8 && x < face.x + face.w - 8 && y >= face.y + 8 && y < face.y + face.h - 8;
+                let inside = x >= fx && x < fx + fw && y >= fy && y < fy + fh;
+                let deep = x >= fx + 8 && x < fx + fw - 8 && y >= fy + 8 && y < fy + fh - 8;
                 let got = out[y * w + x];
                 if !inside {
                     assert_eq!(got, bg_nv12[y * w + x], "outside ({x},{y})");
@@ -38,15 +41,16 @@ fn compose_pastes_the_crop_into_the_box_only() {
             }
         }
         let uv = w * h;
-        let (bx, by) = ((face.x + face.w / 2) / 2, (face.y + face.h / 2) / 2);
+        let (bx, by) = ((fx + fw / 2) / 2, (fy + fh / 2) / 2);
         assert!((out[uv + by * w + 2 * bx] as i32 - u_face as i32).abs() <= 1);
         assert!((out[uv + by * w + 2 * bx + 1] as i32 - v_face as i32).abs() <= 1);
         // The outermost ring of the box is almost all background (feather weight near 0).
-        let edge = out[(face.y + face.h / 2) * w + face.x] as i32;
-        let bgv = bg_nv12[(face.y + face.h / 2) * w + face.x] as i32;
+        let edge = out[(fy + fh / 2) * w + fx] as i32;
+        let bgv = bg_nv12[(fy + fh / 2) * w + fx] as i32;
         assert!((edge - bgv).abs() <= 3, "feathered edge {edge} vs background {bgv}");
     }
 }
+test_device!(compose_pastes_the_crop_into_the_box_only);
 
 #[test]
 fn bad_geometry_is_rejected() {
@@ -61,11 +65,18 @@ fn bad_geometry_is_rejected() {
 
 /// f64 reference of the whole compositor, written from the definitions (pixel-centre bilinear
 /// resize clamped at the crop border, Hermite feather toward every box edge, BT.709 limited
-/// range from Kr = 0.2126, Kb = 0.0722, chroma from the 2x2 average): within 1 LSB everywhere.
-#[test]
-fn compose_matches_an_f64_reference() {
+/// range from Kr = 0.2126, Kb = 0.0722, chroma from the 2x2 average): within 1 LSB everywhere,
+/// for a crop stored as f32 and as f16 (the reference reads the stored values).
+fn compose_matches_an_f64_reference(b: &Backend) {
+    compose_matches_an_f64_reference_in::<f32>(b);
+    compose_matches_an_f64_reference_in::<half::f16>(b);
+}
+test_device!(compose_matches_an_f64_reference);
+
+fn compose_matches_an_f64_reference_in<T: cadence::Elem>(b: &Backend) {
     let (w, h) = (70usize, 52usize);
     let face = FaceBox { x: 8, y: 6, w: 46, h: 40 };
+    let (fx, fy, fw, fh) = face.as_usize();
     let (cw, ch, feather) = (19usize, 23usize, 5.0f64);
     let mut state = 12345u64;
     let mut rnd = || {
@@ -73,7 +84,7 @@ fn compose_matches_an_f64_reference() {
         (state >> 40) as f64 / (1u64 << 24) as f64
     };
     let bg: Vec<u8> = (0..w * h * 3).map(|_| (rnd() * 255.0) as u8).collect();
-    let crop: Vec<f32> = (0..3 * cw * ch).map(|_| rnd() as f32).collect();
+    let crop: Vec<T> = (0..3 * cw * ch).map(|_| T::from_f32(rnd() as f32)).collect();
     let (kr, kb) = (0.2126f64, 0.0722f64);
     let kg = 1.0 - kr - kb;
     let hermite = |t: f64| {
@@ -82,25 +93,23 @@ fn compose_matches_an_f64_reference() {
     };
     let rgb_at = |x: usize, y: usize| -> [f64; 3] {
         let bgpx = |c: usize| bg[(y * w + x) * 3 + c] as f64;
-        if x < face.x || x >= face.x + face.w || y < face.y || y >= face.y + face.h {
+        if x < fx || x >= fx + fw || y < fy || y >= fy + fh {
             return [bgpx(0), bgpx(1), bgpx(2)];
         }
-        let (px, py) = (x - face.x, y - face.y);
+        let (px, py) = (x - fx, y - fy);
         let coord = |p: usize, bl: usize, cl: usize| {
             let c = ((p as f64 + 0.5) * cl as f64 / bl as f64 - 0.5).clamp(0.0, (cl - 1) as f64);
             let i0 = c.floor() as usize;
             (i0, (i0 + 1).min(cl - 1), c - i0 as f64)
         };
-        let (x0, x1, fx) = coord(px, face.w, cw);
-        let (y0, y1, fy) = coord(py, face.h, ch);
-        let d = (px as f64 + 0.5)
-            .min(face.w as f64 - px as f64 - 0.5)
-            .min(py as f64 + 0.5)
-            .min(face.h as f64 - py as f64 - 0.5);
+        let (x0, x1, fx) = coord(px, fw, cw);
+        let (y0, y1, fy) = coord(py, fh, ch);
+        let d =
+            (px as f64 + 0.5).min(fw as f64 - px as f64 - 0.5).min(py as f64 + 0.5).min(fh as f64 - py as f64 - 0.5);
         let a = hermite(d / feather);
         let mut out = [0.0; 3];
         for (c, o) in out.iter_mut().enumerate() {
-            let s = |xx: usize, yy: usize| crop[c * cw * ch + yy * cw + xx] as f64 * 255.0;
+            let s = |xx: usize, yy: usize| crop[c * cw * ch + yy * cw + xx].to_f32() as f64 * 255.0;
             let top = s(x0, y0) * (1.0 - fx) + s(x1, y0) * fx;
             let bot = s(x0, y1) * (1.0 - fx) + s(x1, y1) * fx;
             *o = a * (top * (1.0 - fy) + bot * fy) + (1.0 - a) * bgpx(c);
@@ -109,7 +118,7 @@ fn compose_matches_an_f64_reference() {
     };
     let q = |v: f64| (v + 0.5).floor().clamp(0.0, 255.0) as i32;
     let luma = |p: [f64; 3]| kr * p[0] + kg * p[1] + kb * p[2];
-    let c = Compositor::new(&Backend::Cpu, &bg, w, h, face, feather as f32, ColorMatrix::Bt709).unwrap();
+    let c = Compositor::new(b, &bg, w, h, face, feather as f32, ColorMatrix::Bt709).unwrap();
     let mut out = vec![0u8; c.frame_bytes()];
     c.compose_frame(&crop, cw, ch, RgbRange::Unit, &mut out).unwrap();
     let mut worst = 0;
@@ -129,7 +138,7 @@ fn compose_matches_an_f64_reference() {
             worst = worst.max((out[uv] as i32 - u_ref).abs()).max((out[uv + 1] as i32 - v_ref).abs());
         }
     }
-    assert!(worst <= 1, "compositor differs from the f64 reference by {worst} LSB");
+    assert!(worst <= 1, "compositor ({}) differs from the f64 reference by {worst} LSB", T::DTYPE);
 }
 
 #[test]
@@ -138,8 +147,8 @@ fn compose_frame_rejects_wrong_sizes() {
     let c = Compositor::new(&Backend::Cpu, &bg, 64, 64, FaceBox { x: 0, y: 0, w: 32, h: 32 }, 4.0, ColorMatrix::Bt709)
         .unwrap();
     let mut out = vec![0u8; c.frame_bytes()];
-    assert!(c.compose_frame(&[0.5; 10], 4, 4, RgbRange::Unit, &mut out).is_err());
-    assert!(c.compose_frame(&[0.5; 48], 4, 4, RgbRange::Unit, &mut out[..10]).is_err());
+    assert!(c.compose_frame(&[0.5f32; 10], 4, 4, RgbRange::Unit, &mut out).is_err());
+    assert!(c.compose_frame(&[0.5f32; 48], 4, 4, RgbRange::Unit, &mut out[..10]).is_err());
 }
 
 #[test]
@@ -147,6 +156,7 @@ fn compose_box_writes_the_face_box_only_and_equals_compose_frame_on_a_background
     let (w, h) = (64, 48);
     let bg: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
     let face = FaceBox { x: 10, y: 8, w: 30, h: 24 };
+    let (fx, fy, fw, fh) = face.as_usize();
     let c = Compositor::new(&Backend::Cpu, &bg, w, h, face, 5.0, ColorMatrix::Bt709).unwrap();
     let crop: Vec<f32> = (0..3 * 20 * 20).map(|i| (i % 97) as f32 / 96.0).collect();
     let mut full = vec![0u8; c.frame_bytes()];
@@ -160,7 +170,7 @@ fn compose_box_writes_the_face_box_only_and_equals_compose_frame_on_a_background
     c.compose_box(&crop, 20, 20, RgbRange::Unit, &mut marked).unwrap();
     for y in 0..h {
         for x in 0..w {
-            let inside = x >= face.x && x < face.x + face.w && y >= face.y && y < face.y + face.h;
+            let inside = x >= fx && x < fx + fw && y >= fy && y < fy + fh;
             if !inside {
                 assert_eq!(marked[y * w + x], 0xAA, "({x},{y}) outside the box was written");
             } else {
@@ -194,6 +204,7 @@ fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
         (200, 100, FaceBox { x: 10, y: 20, w: 30, h: 40 }, 256, 256, 5.0, ColorMatrix::Bt709, RgbRange::Unit),
     ];
     for (w, h, f, cw, ch, feather, m, rng) in cases {
+        let (fx, fy, fw, fh) = f.as_usize();
         let bg: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
         let c = Compositor::new(&Backend::Cpu, &bg, w, h, f, feather, m).unwrap();
         let crop: Vec<f32> = (0..3 * cw * ch).map(|i| ((i * 7919) % 1000) as f32 / 700.0 - 0.3).collect();
@@ -204,15 +215,15 @@ fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
         let coeffs = color::coeffs(m.code());
         let px8 =
             |ch_: usize, x: u32, y: u32| color::to_8bit(crop[ch_ * cw * ch + y as usize * cw + x as usize], rng.code());
-        for by in 0..f.h / 2 {
-            for bx in 0..f.w / 2 {
+        for by in 0..fh / 2 {
+            for bx in 0..fw / 2 {
                 let mut rgb = [[0f32; 4]; 3];
                 for (k, (dx, dy)) in [(0, 0), (1, 0), (0, 1), (1, 1)].into_iter().enumerate() {
                     let (x, y) = (2 * bx + dx, 2 * by + dy);
-                    let a = feather_alpha(x as u32, y as u32, f.w as u32, f.h as u32, feather);
-                    let (tx, ty) = (tap(x as u32, f.w as u32, cw as u32), tap(y as u32, f.h as u32, ch as u32));
+                    let a = feather_alpha(x as u32, y as u32, f.w, f.h, feather);
+                    let (tx, ty) = (tap(x as u32, f.w, cw as u32), tap(y as u32, f.h, ch as u32));
                     for (cc, v) in rgb.iter_mut().enumerate() {
-                        let bgv = bg[((f.y + y) * w + f.x + x) * 3 + cc] as f32 / 255.0;
+                        let bgv = bg[((fy + y) * w + fx + x) * 3 + cc] as f32 / 255.0;
                         let term = (1.0 - a) * 255.0 * bgv;
                         v[k] = blend_bilinear(
                             px8(cc, tx.i0, ty.i0),
@@ -228,7 +239,7 @@ fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
                 }
                 let t = |cc: usize| (rgb[cc][0], rgb[cc][1], rgb[cc][2], rgb[cc][3]);
                 let blk = color::convert_block(&coeffs, t(0), t(1), t(2));
-                let (x, y) = (f.x + 2 * bx, f.y + 2 * by);
+                let (x, y) = (fx + 2 * bx, fy + 2 * by);
                 want[y * w + x] = blk.y.0;
                 want[y * w + x + 1] = blk.y.1;
                 want[(y + 1) * w + x] = blk.y.2;

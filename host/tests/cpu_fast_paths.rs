@@ -59,7 +59,7 @@ fn avx_and_baseline_versions_agree_bit_for_bit() {
     let avx = cpu::set_isa(Some(Isa::Avx)).is_ok();
     cpu::set_isa(None).unwrap();
     if !avx {
-        eprintln!("no AVX+FMA+F16C on this CPU: only the baseline version exists here");
+        common::skipped("avx_and_baseline_versions_agree_bit_for_bit", "no AVX+FMA+F16C on this CPU");
         return;
     }
     for dim in [1usize, 15, 17, 1000, 1029, 4096, 4099] {

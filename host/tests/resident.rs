@@ -3,6 +3,13 @@
 //! run per device: on the CPU always; in a build with `engines-cuda` on a machine with a GPU,
 //! also with the engines on CUDA and the backend made on candle's stream, i.e. the
 //! device-resident path (`cargo test -p cadence --features engines-cuda --test resident`).
+//!
+//! What the CPU run guards, plainly: the reference uses the same networks and the same CPU
+//! kernels as the loop, one keyframe and one frame at a time, so it checks the loop's
+//! orchestration (batching, which UNet row belongs to which keyframe, the bypass in silence,
+//! reusing the composited rest frame, frame order), not the kernels' or networks' arithmetic,
+//! which `kernels.rs`, `composite.rs` and the engines' tests check against independent f64
+//! references.
 
 mod common;
 
@@ -23,7 +30,7 @@ fn devices() -> Vec<(Device, Backend, Residency)> {
             let b = Backend::for_engines(cadence::BackendChoice::Cuda, &d).expect("CUDA backend on candle's stream");
             v.push((d, b, Residency::Device));
         }
-        Err(e) => eprintln!("no CUDA device ({e}): the device-resident run is skipped"),
+        Err(e) => common::skipped("resident (device-resident run)", &format!("no CUDA device ({e})")),
     }
     v
 }

@@ -87,7 +87,7 @@ fn wav_err(path: &Path, e: WavError) -> MediaError {
     match e {
         WavError::NotWav(detail) => MediaError::NotWav { path: path_str(path), detail },
         WavError::Truncated(detail) => MediaError::TruncatedWav { path: path_str(path), detail },
-        WavError::Io(detail) => MediaError::Io { path: path_str(path), source: std::io::Error::other(detail) },
+        WavError::Io(detail) => MediaError::Io { path: path_str(path), error: std::io::Error::other(detail) },
     }
 }
 

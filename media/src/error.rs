@@ -6,13 +6,10 @@ use std::path::Path;
 /// Errors of the media crate. `Display` is one line, meant for the end user.
 #[derive(Debug, thiserror::Error)]
 pub enum MediaError {
-    /// The file could not be opened, read or written.
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file could not be opened, read or written. (The OS error is part of the message and
+    /// deliberately not an error `source`, which would print it twice in a chain.)
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     /// The file is not a WAV file (or not PCM/float audio that WAV can carry).
     #[error("{path}: not a WAV audio file ({detail})")]
     NotWav { path: String, detail: String },
@@ -48,6 +45,6 @@ pub enum MediaError {
 /// `Result` with [`MediaError`].
 pub type Result<T> = std::result::Result<T, MediaError>;
 
-pub(crate) fn io_err(path: &Path, source: std::io::Error) -> MediaError {
-    MediaError::Io { path: path.display().to_string(), source }
+pub(crate) fn io_err(path: &Path, error: std::io::Error) -> MediaError {
+    MediaError::Io { path: path.display().to_string(), error }
 }

@@ -22,7 +22,7 @@ fn err(name: &str, detail: impl std::fmt::Display) -> MediaError {
 }
 
 impl FfmpegEnc {
-    pub fn new(kind: EncoderKind, width: u32, height: u32, fps: u32, bitrate: u32) -> Result<Self> {
+    pub fn new(kind: EncoderKind, width: u32, height: u32, fps: crate::video::FrameRate, bitrate: u32) -> Result<Self> {
         let name = match kind {
             EncoderKind::X264 => "libx264",
             EncoderKind::Nvenc => "h264_nvenc",
@@ -41,9 +41,9 @@ impl FfmpegEnc {
         video.set_width(width);
         video.set_height(height);
         video.set_format(ff::format::Pixel::NV12);
-        video.set_time_base((1, fps as i32));
-        video.set_frame_rate(Some((fps as i32, 1)));
-        video.set_gop(2 * fps);
+        video.set_time_base((fps.den as i32, fps.num as i32));
+        video.set_frame_rate(Some((fps.num as i32, fps.den as i32)));
+        video.set_gop((2.0 * fps.hz()).round().max(1.0) as u32);
         // No B-frames: decode order = presentation order, so the muxer needs no ctts.
         video.set_max_b_frames(0);
         video.set_bit_rate(bitrate as usize);

@@ -10,43 +10,52 @@ use crate::error::{io_err, MediaError, Result};
 
 /// Smallest accepted image side in pixels.
 pub const MIN_SIDE: u32 = 64;
-/// Largest accepted image side in pixels.
-pub const MAX_SIDE: u32 = 4096;
+/// Largest accepted image side in pixels: the avatar is the output frame, so this is the
+/// encoder's limit ([`crate::video::MAX_FRAME_SIDE`]), and an image the encoder would refuse is
+/// refused when it is read.
+pub const MAX_SIDE: u32 = crate::video::MAX_FRAME_SIDE;
 /// Side of the face crop the image encoder takes.
 pub const CROP_SIDE: u32 = 256;
 
+/// Largest avatar file accepted: a 3840x3840 RGB PNG with no compression at all is 44 MB.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
 /// Loads a PNG or JPEG as 8-bit RGB (alpha dropped, 16-bit scaled down).
 ///
-/// Both sides must lie in `MIN_SIDE..=MAX_SIDE` (64..=4096); the size is checked from the
+/// Both sides must lie in `MIN_SIDE..=MAX_SIDE` (64..=3840); the size is checked from the
 /// header before the pixels are decoded.
 pub fn load_image(path: impl AsRef<Path>) -> Result<RgbImage> {
     let path = path.as_ref();
     let err = |detail: String| MediaError::Image { path: path.display().to_string(), detail };
+    let len = std::fs::metadata(path).map_err(|e| io_err(path, e))?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(err(format!("{len} bytes is larger than any avatar image cadence reads ({MAX_FILE_BYTES})")));
+    }
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
+    decode_image(&bytes).map_err(err)
+}
+
+/// Decodes a PNG or JPEG held in memory (see [`load_image`]); the error is the detail only.
+pub fn decode_image(bytes: &[u8]) -> std::result::Result<RgbImage, String> {
     // The format is judged from the content only (not the file name's extension).
-    let format = {
-        use std::io::Read;
-        let mut head = [0u8; 16];
-        let mut f = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
-        let n = f.read(&mut head).map_err(|e| io_err(path, e))?;
-        match image::guess_format(&head[..n]) {
-            Ok(fmt @ (image::ImageFormat::Png | image::ImageFormat::Jpeg)) => fmt,
-            Ok(other) => return Err(err(format!("{other:?} images are not supported (PNG or JPEG)"))),
-            Err(_) => return Err(err("not a PNG or JPEG image".into())),
-        }
+    let format = match image::guess_format(bytes) {
+        Ok(fmt @ (image::ImageFormat::Png | image::ImageFormat::Jpeg)) => fmt,
+        Ok(other) => return Err(format!("{other:?} images are not supported (PNG or JPEG)")),
+        Err(_) => return Err("not a PNG or JPEG image".into()),
     };
-    let open = || -> Result<_> {
-        let mut r = image::ImageReader::open(path).map_err(|e| io_err(path, e))?;
+    let open = || {
+        let mut r = image::ImageReader::new(std::io::Cursor::new(bytes));
         r.set_format(format);
-        Ok(r)
+        r
     };
-    let (w, h) = open()?.into_dimensions().map_err(|e| err(format!("unreadable image ({e})")))?;
-    check_size(w, h).map_err(err)?;
-    let mut reader = open()?;
+    let (w, h) = open().into_dimensions().map_err(|e| format!("unreadable image ({e})"))?;
+    check_size(w, h)?;
+    let mut reader = open();
     let mut limits = image::Limits::default();
     limits.max_image_width = Some(MAX_SIDE);
     limits.max_image_height = Some(MAX_SIDE);
     reader.limits(limits);
-    let img = reader.decode().map_err(|e| err(format!("unreadable image ({e})")))?;
+    let img = reader.decode().map_err(|e| format!("unreadable image ({e})"))?;
     Ok(img.into_rgb8())
 }
 
@@ -70,6 +79,11 @@ pub struct FaceBox {
 }
 
 impl FaceBox {
+    /// (x, y, w, h) as `usize`, for indexing.
+    pub fn as_usize(&self) -> (usize, usize, usize, usize) {
+        (self.x as usize, self.y as usize, self.w as usize, self.h as usize)
+    }
+
     /// The default box: a square of half the image's shorter side, centred.
     pub fn centered(width: u32, height: u32) -> FaceBox {
         let side = (width.min(height) / 2).max(1);

@@ -23,7 +23,7 @@
 //! - [`frame_count`]`(duration_s, fps) = ceil(duration_s * fps)`.
 //!
 //! ## Avatar image ([`image`])
-//! - [`load_image`]`(path) -> Result<RgbImage>`: PNG/JPEG, each side 64..=4096.
+//! - [`load_image`]`(path) -> Result<RgbImage>`: PNG/JPEG, each side 64..=3840 (the encoder's limit).
 //! - [`FaceBox`] `{x, y, w, h}`: [`FaceBox::centered`], [`FaceBox::validate`].
 //! - [`crop_to_planar`]`(img, face, 256) -> Result<Vec<f32>>`: CHW f32 in [0, 1] for the
 //!   image encoder; [`paste_region`]`(decoded, 256, face, frame_w, frame_h) ->
@@ -65,4 +65,4 @@ pub use error::{MediaError, Result};
 pub use image::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage, CROP_SIDE};
 pub use probe::{probe, Mp4Info};
 pub use vad::{frame_count, voice_activity, voice_activity_with, VadConfig};
-pub use video::{EncoderKind, VideoStats, VideoWriter};
+pub use video::{EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};

@@ -79,7 +79,7 @@ pub(crate) struct Mp4Muxer {
     mdat_start: u64,
     width: u32,
     height: u32,
-    fps: u32,
+    fps: crate::video::FrameRate,
     compressor: String,
     sps: Option<Vec<u8>>,
     pps: Option<Vec<u8>>,
@@ -92,7 +92,7 @@ impl Mp4Muxer {
         path: &Path,
         width: u32,
         height: u32,
-        fps: u32,
+        fps: crate::video::FrameRate,
         compressor: &str,
         audio: Option<EncodedAac>,
     ) -> Result<Self> {
@@ -204,9 +204,14 @@ impl Mp4Muxer {
         };
         let mdat_size = self.pos - self.mdat_start;
         let n = self.video.sizes.len() as u64;
-        let video_ts = self.fps * 1000;
-        let video_media_dur = n * 1000;
-        let video_movie_dur = n * MOVIE_TIMESCALE as u64 / self.fps as u64;
+        // Whole rates keep a 1000x timescale (25 fps: 25000, 1000 per frame); fractional ones use
+        // the fraction itself (29.97: 30000, 1001 per frame), so every frame lasts exactly 1/fps.
+        let (video_ts, sample_delta) = match self.fps.den {
+            1 => (self.fps.num * 1000, 1000),
+            d => (self.fps.num, d),
+        };
+        let video_media_dur = n * sample_delta as u64;
+        let video_movie_dur = video_media_dur * MOVIE_TIMESCALE as u64 / video_ts as u64;
 
         let avcc = Avcc::new(&sps, &pps).map_err(|e| self.err(format!("avcC: {e}")))?;
         let avc1 = Avc1 {
@@ -251,7 +256,7 @@ impl Mp4Muxer {
                     dinf: dinf(),
                     stbl: self.video.stbl(
                         Stsd { codecs: vec![avc1.into()] },
-                        Stts { entries: vec![SttsEntry { sample_count: n as u32, sample_delta: 1000 }] },
+                        Stts { entries: vec![SttsEntry { sample_count: n as u32, sample_delta }] },
                         true,
                     ),
                     ..Default::default()

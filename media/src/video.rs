@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::time::Instant;
 
 use openh264::encoder::{
-    BitRate, Encoder, EncoderConfig, FrameRate, FrameType, IntraFramePeriod, RateControlMode, UsageType, VuiConfig,
+    BitRate, Encoder, EncoderConfig, FrameType, IntraFramePeriod, RateControlMode, UsageType, VuiConfig,
 };
 use openh264::formats::YUVSlices;
 use openh264::OpenH264API;
@@ -20,6 +20,82 @@ use crate::mux::Mp4Muxer;
 
 /// Largest accepted frame side (portrait 1080x1920 fits; OpenH264 stops at 3840x2160).
 pub const MAX_FRAME_SIDE: u32 = 3840;
+
+/// A video frame rate as a fraction, so that broadcast rates are exact: 25 is 25/1, NTSC's
+/// "29.97" is 30000/1001 (as are 59.94 and 23.976 with 60000 and 24000).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameRate {
+    pub num: u32,
+    pub den: u32,
+}
+
+impl FrameRate {
+    /// Frames per second as a number.
+    pub fn hz(&self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+
+    /// An integer rate.
+    pub const fn whole(fps: u32) -> Self {
+        FrameRate { num: fps, den: 1 }
+    }
+
+    /// Parses `25`, `30000/1001`, or a decimal: `29.97`, `59.94` and `23.976` (or `23.98`) are
+    /// the NTSC rates N x 1000/1001; other decimals must be exact (`12.5` is 25/2). Rates must
+    /// lie in (0, 240].
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim();
+        let bad = || format!("'{s}' is not a frame rate (e.g. 25, 29.97, 30000/1001)");
+        let r = if let Some((n, d)) = s.split_once('/') {
+            let (num, den) = (n.trim().parse::<u32>().map_err(|_| bad())?, d.trim().parse::<u32>().map_err(|_| bad())?);
+            if den == 0 {
+                return Err(bad());
+            }
+            FrameRate { num, den }
+        } else {
+            match s {
+                "29.97" => FrameRate { num: 30_000, den: 1001 },
+                "59.94" => FrameRate { num: 60_000, den: 1001 },
+                "23.976" | "23.98" => FrameRate { num: 24_000, den: 1001 },
+                _ => {
+                    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+                    if int.is_empty()
+                        || frac.len() > 3
+                        || !(int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()))
+                    {
+                        return Err(bad());
+                    }
+                    let den = 10u32.pow(frac.len() as u32);
+                    let num = format!("{int}{frac}").parse::<u32>().map_err(|_| bad())?;
+                    FrameRate { num, den }
+                }
+            }
+        };
+        let g = gcd(r.num, r.den);
+        let r = FrameRate { num: r.num / g.max(1), den: r.den / g.max(1) };
+        if r.num == 0 || r.hz() > 240.0 {
+            return Err(format!("frame rate {s}: must be above 0 and at most 240"));
+        }
+        Ok(r)
+    }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl std::fmt::Display for FrameRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.den {
+            1 => write!(f, "{}", self.num),
+            d => write!(f, "{}/{d}", self.num),
+        }
+    }
+}
 
 /// Which H.264 encoder to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,14 +169,14 @@ pub struct VideoStats {
     pub audio_encode_s: f64,
     pub width: u32,
     pub height: u32,
-    pub fps: u32,
+    pub fps: FrameRate,
     pub has_audio: bool,
 }
 
 /// Target bit rate: 0.1 bit per pixel per frame, at least 500 kb/s.
-fn target_bitrate(width: u32, height: u32, fps: u32) -> u32 {
-    let bps = width as u64 * height as u64 * fps as u64 / 10;
-    bps.clamp(500_000, 20_000_000) as u32
+fn target_bitrate(width: u32, height: u32, fps: FrameRate) -> u32 {
+    let bps = width as f64 * height as f64 * fps.hz() / 10.0;
+    bps.clamp(500_000.0, 20_000_000.0) as u32
 }
 
 struct OpenH264Enc {
@@ -112,10 +188,10 @@ struct OpenH264Enc {
 }
 
 impl OpenH264Enc {
-    fn new(width: u32, height: u32, fps: u32) -> Result<Self> {
+    fn new(width: u32, height: u32, fps: FrameRate) -> Result<Self> {
         let config = EncoderConfig::new()
             .bitrate(BitRate::from_bps(target_bitrate(width, height, fps)))
-            .max_frame_rate(FrameRate::from_hz(fps as f32))
+            .max_frame_rate(openh264::encoder::FrameRate::from_hz(fps.hz() as f32))
             // OpenH264's rate control only works with frame skipping, which would break the
             // frame count; without rate control it encodes at its base QP (26).
             .rate_control_mode(RateControlMode::Off)
@@ -123,8 +199,8 @@ impl OpenH264Enc {
             // Every input frame must come out: the frame count is part of the contract.
             .skip_frames(false)
             // An IDR every 2 s keeps the file seekable.
-            .intra_frame_period(IntraFramePeriod::from_num_frames(2 * fps))
-            // NV12 of this project is BT.709 limited range (DESIGN.md section 4).
+            .intra_frame_period(IntraFramePeriod::from_num_frames((2.0 * fps.hz()).round().max(1.0) as u32))
+            // NV12 of this project is BT.709 limited range (docs/design.md, the kernels' mathematics).
             .vui(VuiConfig::bt709());
         let enc = Encoder::with_api_config(OpenH264API::from_source(), config)
             .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: e.to_string() })?;
@@ -213,7 +289,7 @@ pub struct VideoWriter {
     mux: Mp4Muxer,
     width: u32,
     height: u32,
-    fps: u32,
+    fps: FrameRate,
     encoder: EncoderKind,
     encode_s: f64,
     audio_encode_s: f64,
@@ -222,12 +298,12 @@ pub struct VideoWriter {
 
 impl VideoWriter {
     /// Creates `path` and the encoder. `width` and `height` must be even, 16..=3840;
-    /// `fps` 1..=240. The audio (if any) is AAC-encoded here and written first.
+    /// `fps` in (0, 240]. The audio (if any) is AAC-encoded here and written first.
     pub fn create(
         path: impl AsRef<Path>,
         width: u32,
         height: u32,
-        fps: u32,
+        fps: FrameRate,
         encoder: EncoderKind,
         audio: Option<&Audio>,
     ) -> Result<Self> {
@@ -242,8 +318,8 @@ impl VideoWriter {
                 "frame size {width}x{height}: each side must be 16..={MAX_FRAME_SIDE}"
             )));
         }
-        if !(1..=240).contains(&fps) {
-            return Err(MediaError::InvalidInput(format!("frame rate {fps}: must be 1..=240")));
+        if fps.num == 0 || fps.den == 0 || fps.hz() > 240.0 {
+            return Err(MediaError::InvalidInput(format!("frame rate {fps}: must be above 0 and at most 240")));
         }
         if !encoder.compiled_in() {
             return Err(MediaError::EncoderUnavailable(format!(

@@ -2,7 +2,7 @@ mod common;
 
 use std::time::Instant;
 
-use cadence_media::{probe, EncoderKind, MediaError, Mp4Reader, VideoWriter};
+use cadence_media::{probe, EncoderKind, FrameRate, MediaError, Mp4Reader, VideoWriter};
 use common::*;
 
 #[test]
@@ -54,17 +54,19 @@ fn bad_sizes_and_buffers_rejected() {
     let dir = tmp_dir("mp4-bad");
     let p = dir.join("x.mp4");
     for (w, h) in [(255, 256), (256, 255), (0, 256), (8, 8), (4000, 256)] {
-        let e = VideoWriter::create(&p, w, h, 25, EncoderKind::OpenH264, None).err().unwrap();
+        let e = VideoWriter::create(&p, w, h, FrameRate::whole(25), EncoderKind::OpenH264, None).err().unwrap();
         assert!(matches!(e, MediaError::InvalidInput(_)), "{w}x{h}: {e:?}");
     }
-    let e = VideoWriter::create(&p, 256, 256, 0, EncoderKind::OpenH264, None).err().unwrap();
+    let e = VideoWriter::create(&p, 256, 256, FrameRate::whole(0), EncoderKind::OpenH264, None).err().unwrap();
     assert!(matches!(e, MediaError::InvalidInput(_)));
-    let mut vw = VideoWriter::create(&p, 256, 256, 25, EncoderKind::OpenH264, None).unwrap();
+    let mut vw = VideoWriter::create(&p, 256, 256, FrameRate::whole(25), EncoderKind::OpenH264, None).unwrap();
     let e = vw.push_nv12(&[0u8; 100]).unwrap_err();
     assert!(e.to_string().contains("expected 98304"), "{e}");
     // Finishing with no frames is an error, not a broken file passed as good.
     assert!(vw.finish().is_err());
-    let e = VideoWriter::create(dir.join("nodir/x.mp4"), 256, 256, 25, EncoderKind::OpenH264, None).err().unwrap();
+    let e = VideoWriter::create(dir.join("nodir/x.mp4"), 256, 256, FrameRate::whole(25), EncoderKind::OpenH264, None)
+        .err()
+        .unwrap();
     assert!(matches!(e, MediaError::Io { .. }));
 }
 
@@ -73,7 +75,7 @@ fn bad_sizes_and_buffers_rejected() {
 fn ffmpeg_encoders_need_the_feature() {
     let dir = tmp_dir("mp4-nofeature");
     for k in [EncoderKind::X264, EncoderKind::Nvenc] {
-        let e = VideoWriter::create(dir.join("x.mp4"), 256, 256, 25, k, None).err().unwrap();
+        let e = VideoWriter::create(dir.join("x.mp4"), 256, 256, FrameRate::whole(25), k, None).err().unwrap();
         assert!(matches!(e, MediaError::EncoderUnavailable(_)));
         assert!(e.to_string().contains("--features ffmpeg"), "{e}");
     }
@@ -140,7 +142,7 @@ fn encode_speed() {
             let frames: Vec<Vec<u8>> = (0..n).map(|t| nv12_frame(w as usize, h as usize, t)).collect();
             let path = dir.join(format!("{kind}-{w}x{h}.mp4"));
             let t = Instant::now();
-            let mut vw = match VideoWriter::create(&path, w, h, 25, kind, None) {
+            let mut vw = match VideoWriter::create(&path, w, h, FrameRate::whole(25), kind, None) {
                 Ok(vw) => vw,
                 Err(e) => {
                     println!("{kind}: skipped: {e}");
@@ -167,7 +169,7 @@ fn x264_through_ffmpeg() {
     let dir = tmp_dir("mp4-x264");
     let path = dir.join("out.mp4");
     let audio = tone_audio(64.0 / 25.0);
-    let mut vw = VideoWriter::create(&path, 256, 256, 25, EncoderKind::X264, Some(&audio)).unwrap();
+    let mut vw = VideoWriter::create(&path, 256, 256, FrameRate::whole(25), EncoderKind::X264, Some(&audio)).unwrap();
     for t in 0..64 {
         vw.push_nv12(&nv12_frame(256, 256, t)).unwrap();
     }
@@ -186,7 +188,7 @@ fn x264_through_ffmpeg() {
 fn nvenc_works_or_says_why_not() {
     let dir = tmp_dir("mp4-nvenc");
     let path = dir.join("out.mp4");
-    match VideoWriter::create(&path, 256, 256, 25, EncoderKind::Nvenc, None) {
+    match VideoWriter::create(&path, 256, 256, FrameRate::whole(25), EncoderKind::Nvenc, None) {
         Ok(mut vw) => {
             for t in 0..30 {
                 vw.push_nv12(&nv12_frame(256, 256, t)).unwrap();
@@ -235,5 +237,37 @@ fn corrupt_sample_tables_are_refused() {
             let e = r.decode_video().unwrap_err().to_string();
             assert!(e.contains("samples") || e.contains("outside"), "{e}");
         }
+    }
+}
+
+/// NTSC's 29.97 is 30000/1001 exactly: every frame lasts 1001/30000 s in the file.
+#[test]
+fn ntsc_frame_rate_is_exact() {
+    let rate = FrameRate::parse("29.97").unwrap();
+    assert_eq!(rate, FrameRate { num: 30_000, den: 1001 });
+    let dir = tmp_dir("mp4-ntsc");
+    let path = dir.join("out.mp4");
+    let mut vw = VideoWriter::create(&path, 64, 64, rate, EncoderKind::OpenH264, None).unwrap();
+    for t in 0..30 {
+        vw.push_nv12(&nv12_frame(64, 64, t)).unwrap();
+    }
+    vw.finish().unwrap();
+    let info = probe(&path).unwrap();
+    assert!((info.fps - 30_000.0 / 1001.0).abs() < 1e-9, "fps {}", info.fps);
+    assert!((info.duration_s - 30.0 * 1001.0 / 30_000.0).abs() < 1e-9, "duration {}", info.duration_s);
+    assert_eq!(Mp4Reader::open(&path).unwrap().decode_video().unwrap().frames.len(), 30);
+}
+
+#[test]
+fn frame_rates_parse_exactly_or_not_at_all() {
+    let p = |s: &str| FrameRate::parse(s).map(|r| (r.num, r.den));
+    assert_eq!(p("25"), Ok((25, 1)));
+    assert_eq!(p("12.5"), Ok((25, 2)));
+    assert_eq!(p("59.94"), Ok((60_000, 1001)));
+    assert_eq!(p("23.976"), Ok((24_000, 1001)));
+    assert_eq!(p("24000/1001"), Ok((24_000, 1001)));
+    assert_eq!(p("50/2"), Ok((25, 1)));
+    for bad in ["0", "-5", "NaN", "inf", "25fps", "1/0", "241", "29.9701", "", "4294967296", ".5"] {
+        assert!(FrameRate::parse(bad).is_err(), "{bad} accepted");
     }
 }

@@ -367,7 +367,7 @@ fn run(args: Args) -> Result<()> {
     // Calibration file.
     if let Some((c, _)) = &calibration {
         let path = out_dir.join("adaptive_calibration.json");
-        cadence::npy::write_atomically(&path, |w| Ok(serde_json::to_writer_pretty(&mut *w, c)?))?;
+        cadence::output::write_atomically(&path, |w| Ok(serde_json::to_writer_pretty(&mut *w, c)?))?;
         println!("wrote {}", path.display());
     }
 
@@ -443,7 +443,7 @@ fn dense_render(
     alignment: Option<Alignment>,
 ) -> Result<Dense> {
     let Session { backend, engines, opts, img, face, .. } = session;
-    ensure!(opts.fps == 25.0, "the experiment runs at 25 fps");
+    ensure!(opts.fps == cadence_media::FrameRate::whole(25), "the experiment runs at 25 fps");
     let samples = audio.samples_16k.clone();
     let prepared = render::prepare(engines, backend, audio, img, *face, opts)?;
     let n = prepared.frames;

@@ -21,6 +21,7 @@
 //! `calibrate.csv` (one row per stride, with provenance lines).
 
 use anyhow::{ensure, Context, Result};
+use cadence::output::{OutputPath, Overwrite};
 use cadence::render::{self, Output};
 use cadence::schedule::speech_distance;
 use cadence::{KeyframeSchedule, RgbRange};
@@ -189,16 +190,16 @@ fn run(mut a: Args) -> Result<()> {
         let prep = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
         let measured_prepare_ms = t.elapsed().as_secs_f64() * 1e3;
         bar.set_message(format!("stride {k}: {} keyframes", schedule.count()));
-        let path = scratch.join(format!("stride_{k}.mp4"));
+        let out = OutputPath::check(&scratch.join(format!("stride_{k}.mp4")), Overwrite::Replace, &[])?;
         let output = match encoder {
-            Some(e) => Output::Mp4 { path: &path, encoder: *e },
+            Some(e) => Output::Mp4 { out: &out, encoder: *e },
             None => Output::Discard,
         };
         let r = render::run(engines, backend, opts, &prep, &schedule, output, |d| bar.inc(d as u64))
             .with_context(|| format!("render at stride {k}"))?;
         let measured_e2e_ms = t.elapsed().as_secs_f64() * 1e3;
         let measured_ms = measured_e2e_ms - measured_prepare_ms; // frame loop, encoder finish included
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(out.path());
         let s = &r.stats;
         if s.keyframes_evaluated != counts.unet_evaluations || s.decoded_frames != counts.decoded_frames {
             count_mismatch.push(format!(
@@ -297,7 +298,7 @@ fn run(mut a: Args) -> Result<()> {
             engines.decoder.model(),
             dec.frames_per_s,
             opts.batch,
-            a.session.encoder,
+            encoder.map(|e| e.to_string()).unwrap_or_else(|| "none".into()),
             a.encoder_frames,
             expand_ms
         ),
@@ -340,11 +341,12 @@ fn run(mut a: Args) -> Result<()> {
         serde_json::json!({
             "expansion_ms_per_render": a.strides.iter().zip(&expand_ms).map(|(k, m)| (format!("stride_{k}"), serde_json::json!(m))).collect::<serde_json::Map<_, _>>(),
             "composite_nv12_ms_per_frame": comp_ms,
-            "encoder": a.session.encoder,
+            "encoder": encoder.map(|e| e.to_string()).unwrap_or_else(|| "none".into()),
             "encoder_ms_per_frame": enc_ms,
             "prepare_ms_per_render": prepare_ms,
             "audio_encoder_ms_per_render": prepared.audio_encoder_ms,
-            "avatar_ms_per_render": prepared.avatar_ms,
+            "avatar_encoder_ms_per_render": prepared.avatar_encoder_ms,
+            "compositor_setup_ms_per_render": prepared.compositor_setup_ms,
         }),
     );
     musetalk.insert("stride_projections".into(), serde_json::Value::Object(projections));
@@ -353,7 +355,7 @@ fn run(mut a: Args) -> Result<()> {
         "provenance": prov.pairs().into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect::<serde_json::Map<_, _>>(),
     });
     let json_path = out_dir.join("calibrate.json");
-    cadence::npy::write_atomically(&json_path, |w| {
+    cadence::output::write_atomically(&json_path, |w| {
         use std::io::Write;
         serde_json::to_writer_pretty(&mut *w, &json)?;
         w.write_all(b"\n")?;
@@ -415,7 +417,8 @@ fn bench_encoder(kind: cadence_media::EncoderKind, width: u32, height: u32, base
     let band = 4096.min(len / 2);
     let t = Instant::now();
     let result = (|| {
-        let mut w = cadence_media::VideoWriter::create(&tmp, width, height, 25, kind, None)?;
+        let mut w =
+            cadence_media::VideoWriter::create(&tmp, width, height, cadence_media::FrameRate::whole(25), kind, None)?;
         for i in 0..frames {
             let start = (i * 4099) % (len / 2 - band + 1);
             for b in frame[start..start + band].iter_mut() {

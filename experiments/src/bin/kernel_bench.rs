@@ -268,7 +268,7 @@ fn run(a: Args) -> Result<()> {
     ensure!(a.stride >= 1, "--stride must be at least 1");
     let cases = cases(&a)?;
     let out_dir = a.out.dir()?;
-    let all = Backend::all_available();
+    let all = Backend::all_available()?;
     let backends: Vec<Backend> = match a.backends {
         BackendSet::All => all,
         BackendSet::Cpu => all.into_iter().filter(|b| !b.is_cuda()).collect(),

@@ -104,7 +104,7 @@ fn main() {
 }
 
 fn backends(set: BackendSet) -> Result<Vec<Backend>> {
-    let all = Backend::all_available();
+    let all = Backend::all_available()?;
     let chosen: Vec<Backend> = match set {
         BackendSet::All => all,
         BackendSet::Cpu => all.into_iter().filter(|b| !b.is_cuda()).collect(),
@@ -383,6 +383,10 @@ struct TrajectoryRow {
     norm_vs_dense_worst: f64,
     /// |v - v_dense| / |v_dense|, mean over the in-between frames.
     latent_rel_error_mean: f64,
+    /// The baseline every infill must beat: the same error when each in-between frame just holds
+    /// its nearest keyframe (latent error, and PSNR of the held keyframe's dense decode).
+    hold_latent_rel_error_mean: f64,
+    hold_psnr_db_mean: f64,
     /// Decoded in-between frame against the decoded dense frame (RGB samples clamped to the
     /// decoder's nominal range, peak = that range): mean and minimum over the in-between frames.
     psnr_db_mean: f64,
@@ -552,6 +556,7 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
                 keyframe_check = keyframe_check.max(metrics::max_abs_error(frame_of(&exp, f), frame_of(&dense, f))?);
             }
             let (mut deficit, mut vs_dense, mut rel_err) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut hold_err, mut hold_psnr) = (Vec::new(), Vec::new());
             for &f in &inbetween {
                 let (j, a) = pos[f];
                 let (v0, v1) = (frame_of(&dense, keys[j] as usize), frame_of(&dense, keys[j + 1] as usize));
@@ -561,6 +566,11 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
                 let nd = metrics::l2_norm(d);
                 vs_dense.push(metrics::l2_norm(v) / nd - 1.0);
                 rel_err.push(metrics::mse(v, d)?.sqrt() * (LATENT_DIM as f64).sqrt() / nd);
+                let nearest = if a < 0.5 { keys[j] } else { keys[j + 1] } as usize;
+                hold_err.push(metrics::mse(frame_of(&dense, nearest), d)?.sqrt() * (LATENT_DIM as f64).sqrt() / nd);
+                let (held, reference) =
+                    (&dense_rgb[nearest * crop..(nearest + 1) * crop], &dense_rgb[f * crop..(f + 1) * crop]);
+                hold_psnr.push(metrics::psnr(held, reference, peak)?);
             }
             let lat: Vec<f32> = inbetween.iter().flat_map(|&f| frame_of(&exp, f).iter().copied()).collect();
             let (mut psnr, mut ssim, mut sharp, mut dsharp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -594,6 +604,8 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
                 norm_vs_dense_mean: vd.mean,
                 norm_vs_dense_worst: vd.worst,
                 latent_rel_error_mean: mean(&rel_err),
+                hold_latent_rel_error_mean: mean(&hold_err),
+                hold_psnr_db_mean: mean(&hold_psnr),
                 psnr_db_mean: mean(&psnr),
                 psnr_db_min: min(&psnr),
                 ssim_mean: mean(&ssim),

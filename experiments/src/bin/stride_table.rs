@@ -4,7 +4,9 @@
 //! Writes results/stride_table.csv (with provenance) and a frames/s plot.
 
 use anyhow::{ensure, Context, Result};
+use cadence::output::{OutputPath, Overwrite};
 use cadence::render::{self, Output};
+use cadence::report::{RenderReport, RenderSetup};
 use cadence::KeyframeSchedule;
 use cadence_engines::Engine;
 use clap::Parser;
@@ -12,7 +14,6 @@ use experiments::plot::{bar_plot, BarChart};
 use experiments::provenance::Provenance;
 use experiments::session::{Session, SessionArgs};
 use std::path::PathBuf;
-use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -43,9 +44,10 @@ struct Row {
     slerp_infill_ms: f64,
     easing_ms: f64,
     audio_encoder_ms: f64,
+    avatar_encoder_ms: f64,
     unet_ms: f64,
     decoder_ms: f64,
-    avatar_prep_ms: f64,
+    compositor_setup_ms: f64,
     pure_neural_ms: f64,
     neural_fps: f64,
     neural_rtf: f64,
@@ -77,55 +79,50 @@ fn main() -> Result<()> {
     let bar = experiments::progress::progress_bar(0, "stride_table");
     for &k in &a.strides {
         bar.set_message(format!("stride {k}: audio encoder + avatar"));
-        let t = Instant::now();
         let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
-        let prep_ms = t.elapsed().as_secs_f64() * 1e3;
         let n = prepared.frames;
         total_bar_len += n as u64;
         bar.set_length(total_bar_len);
         let schedule = KeyframeSchedule::fixed_stride(n, k)?;
         bar.set_message(format!("stride {k}: {} keyframes", schedule.count()));
-        let path = scratch.join(format!("stride_{k}.mp4"));
-        let _ = std::fs::remove_file(&path);
+        let out = OutputPath::check(&scratch.join(format!("stride_{k}.mp4")), Overwrite::Replace, &[])?;
         let output = match encoder {
-            Some(e) => Output::Mp4 { path: &path, encoder: *e },
+            Some(e) => Output::Mp4 { out: &out, encoder: *e },
             None => Output::Discard,
         };
         let r = render::run(engines, backend, opts, &prepared, &schedule, output, |d| bar.inc(d as u64))
             .with_context(|| format!("render at stride {k}"))?;
-        let s = &r.stats;
-        let t = &s.times;
-        let neural = t.neural_ms() + prepared.audio_encoder_ms + prepared.avatar_ms;
-        let e2e = t.total_ms + prep_ms;
-        let outside = t.overhead_ms() + (prep_ms - prepared.audio_encoder_ms - prepared.avatar_ms);
-        let fps = |ms: f64| n as f64 / (ms * 1e-3);
+        let setup = RenderSetup::new(backend, &session.engine_device, engines);
+        let rep = RenderReport::new(setup, &prepared, &r.stats, r.video.as_ref(), opts.fps, 0.0);
+        let st = &rep.stages_ms;
         rows.push(Row {
             stride: k,
             frames: n,
-            keyframes: s.keyframes_scheduled,
-            unet_evaluations: s.keyframes_evaluated,
-            bypassed_frames: s.bypassed_frames,
-            unet_duty_cycle_pct: 100.0 * s.keyframes_scheduled as f64 / n as f64,
+            keyframes: rep.keyframes_scheduled,
+            unet_evaluations: rep.unet_evaluations,
+            bypassed_frames: rep.bypassed_frames,
+            unet_duty_cycle_pct: 100.0 * rep.keyframes_scheduled as f64 / n as f64,
             unet_engine: engines.unet.describe(),
             decoder_engine: engines.decoder.describe(),
             precision: "f32".into(),
-            slerp_infill_ms: t.expand_ms,
-            easing_ms: t.ease_ms,
-            audio_encoder_ms: prepared.audio_encoder_ms,
-            unet_ms: t.unet_ms,
-            decoder_ms: t.decoder_ms,
-            avatar_prep_ms: prepared.avatar_ms,
-            pure_neural_ms: neural,
-            neural_fps: fps(neural),
-            neural_rtf: fps(neural) / opts.fps as f64,
-            composite_nv12_ms: t.composite_nv12_ms,
-            other_ms: t.other_ms,
-            outside_neural_pct: 100.0 * outside / (e2e - t.encoder_ms),
-            encoder: r.video.as_ref().map(|v| v.encoder.clone()).unwrap_or_else(|| "none".into()),
-            encoder_ms: t.encoder_ms,
-            end_to_end_ms: e2e,
-            end_to_end_fps: fps(e2e),
-            end_to_end_rtf: fps(e2e) / opts.fps as f64,
+            slerp_infill_ms: st.expand,
+            easing_ms: st.ease,
+            audio_encoder_ms: st.audio_encoder,
+            avatar_encoder_ms: st.avatar_encoder,
+            unet_ms: st.unet,
+            decoder_ms: st.decoder,
+            compositor_setup_ms: st.compositor_setup,
+            pure_neural_ms: rep.neural_ms,
+            neural_fps: rep.neural_fps,
+            neural_rtf: rep.neural_fps / opts.fps.hz(),
+            composite_nv12_ms: st.composite_nv12,
+            other_ms: st.other,
+            outside_neural_pct: rep.outside_neural_pct,
+            encoder: rep.encoder.clone().unwrap_or_else(|| "none".into()),
+            encoder_ms: st.encoder,
+            end_to_end_ms: rep.end_to_end_ms,
+            end_to_end_fps: rep.render_fps,
+            end_to_end_rtf: rep.realtime_factor,
         });
     }
     bar.finish_and_clear();

@@ -174,7 +174,7 @@ impl ScheduleArgs {
         let t = std::time::Instant::now();
         let distance = crate::schedule::speech_distance(&prepared.speech);
         let bypassed = crate::schedule::bypassed_frames(&distance, opts.ramp);
-        let mut inputs = Inputs::new(opts.fps as f64, &bypassed);
+        let mut inputs = Inputs::new(opts.fps.hz(), &bypassed);
         inputs.alignment = alignment;
         if let Some(s) = &self.class_strides {
             inputs.class_strides = ClassStrides::parse(s)?;
@@ -207,4 +207,18 @@ pub fn summary(planned: Option<&Planned>, schedule: &crate::KeyframeSchedule, le
         }),
         None => serde_json::json!({ "source": legacy, "keyframes": keys, "count": keys.len() }),
     }
+}
+
+/// The schedule line of the text summary: source, count, evaluations and the keyframe list.
+pub fn summary_line(planned: Option<&Planned>, schedule: &crate::KeyframeSchedule, legacy: &str) -> String {
+    let keys: Vec<String> = schedule.keyframes().iter().map(|k| k.to_string()).collect();
+    format!(
+        "  schedule {}: {} keyframes{}: {}",
+        planned.map_or(legacy, |p| p.kind.name()),
+        schedule.count(),
+        planned
+            .map(|p| format!(" ({} UNet evaluations, made in {:.1} ms)", p.evaluations, p.scheduling_ms))
+            .unwrap_or_default(),
+        keys.join(",")
+    )
 }

@@ -33,7 +33,7 @@ pub fn angle(a: &[f64], b: &[f64]) -> f64 {
     2.0 * d.atan2(s)
 }
 
-/// Geodesic SLERP with norm re-projection to (1-a)|v0| + a|v1|, in f64 (DESIGN.md section 4).
+/// Geodesic SLERP with norm re-projection to (1-a)|v0| + a|v1|, in f64 (docs/design.md, the kernels' mathematics).
 pub fn slerp_ref(v0: &[f64], v1: &[f64], alpha: f64) -> Vec<f64> {
     let (n0, n1) = (norm(v0), norm(v1));
     let theta = angle(v0, v1);
@@ -78,7 +78,7 @@ pub fn f32s(v: &[f64]) -> Vec<f32> {
     v.iter().map(|&x| x as f32).collect()
 }
 
-/// NV12 of planar 8-bit-scale RGB in f64: the formula of DESIGN.md section 4, 2x2 averaged chroma.
+/// NV12 of planar 8-bit-scale RGB in f64: the formula of docs/design.md, the kernels' mathematics, 2x2 averaged chroma.
 pub fn nv12_ref(rgb: &[f32], w: usize, h: usize, pitch: usize, signed: bool, bt601: bool) -> Vec<u8> {
     let (ky, ku, kv): ([f64; 3], [f64; 3], [f64; 3]) = if bt601 {
         ([0.256788, 0.504129, 0.097906], [-0.148223, -0.290993, 0.439216], [0.439216, -0.367788, -0.071427])
@@ -113,4 +113,52 @@ pub fn nv12_ref(rgb: &[f32], w: usize, h: usize, pitch: usize, signed: bool, bt6
         }
     }
     out
+}
+
+/// Records that a test could check nothing on this machine: a `SKIPPED` line on stderr, and a line
+/// in `target/tmp/skipped-tests.txt`, which `scripts/test.sh` (the test command) counts and lists
+/// after the run, so a skip never passes unseen.
+pub fn skipped(test: &str, reason: &str) {
+    use std::io::Write;
+    let line = format!("{test}: {reason}");
+    eprintln!("SKIPPED: {line}");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// The CUDA backend for a per-device test: `None` (recorded as skipped) on a machine without a
+/// CUDA driver; on a machine with one, a backend that fails to start fails the test.
+pub fn cuda_backend(test: &str) -> Option<cadence::Backend> {
+    if !cadence::cuda::driver_present() {
+        skipped(test, "no CUDA driver on this machine");
+        return None;
+    }
+    let c = cadence::cuda::CudaBackend::new(0).expect("a CUDA driver is present, so the CUDA backend must start");
+    Some(cadence::Backend::Cuda(Box::new(c)))
+}
+
+/// One named test per device for a test body `fn name(b: &Backend)` (candle's `test_device!`):
+/// `name::cpu`, `name::emulated` (the CUDA kernels in the SIMT emulator) and `name::cuda`.
+#[macro_export]
+macro_rules! test_device {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn cpu() {
+                super::$name(&cadence::Backend::Cpu)
+            }
+            #[test]
+            fn emulated() {
+                super::$name(&cadence::Backend::Emulated)
+            }
+            #[test]
+            fn cuda() {
+                if let Some(b) = $crate::common::cuda_backend(concat!(stringify!($name), "::cuda")) {
+                    super::$name(&b)
+                }
+            }
+        }
+    };
 }

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use cadence_media::{Audio, EncoderKind, VideoWriter};
+use cadence_media::{Audio, EncoderKind, FrameRate, VideoWriter};
 use std::path::PathBuf;
 
 /// A fresh, empty directory under the system temp dir, unique per test.
@@ -96,7 +96,7 @@ pub fn tone_audio(secs: f64) -> Audio {
 }
 
 pub fn write_clip(path: &std::path::Path, w: u32, h: u32, frames: usize, audio: Option<&Audio>) -> Vec<Vec<u8>> {
-    let mut vw = VideoWriter::create(path, w, h, 25, EncoderKind::OpenH264, audio).unwrap();
+    let mut vw = VideoWriter::create(path, w, h, FrameRate::whole(25), EncoderKind::OpenH264, audio).unwrap();
     let mut input = Vec::new();
     for t in 0..frames {
         let f = nv12_frame(w as usize, h as usize, t);

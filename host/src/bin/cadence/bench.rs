@@ -1,6 +1,7 @@
 //! `cadence bench`: the one-launch expansion against the copy bandwidth of the same run.
 
 use anyhow::Result;
+use cadence::output::{OutputPath, Overwrite};
 use cadence::{Backend, Method};
 use clap::Args;
 use std::path::PathBuf;
@@ -22,22 +23,29 @@ pub struct BenchArgs {
     /// Also write the rows as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Replace an existing JSON file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
-    let BenchArgs { frames, strides, dim, reps, method, json } = a;
+    let BenchArgs { frames, strides, dim, reps, method, json, force } = a;
+    if let Some(p) = &json {
+        OutputPath::check(p, Overwrite::from_force(force), &[])?;
+    }
     anyhow::ensure!(reps > 0 && dim > 0 && frames > 0, "frames, dim and reps must be positive");
     let mut rows = Vec::new();
-    for b in Backend::all_available() {
+    let backends = Backend::all_available()?;
+    for b in &backends {
         for dtype in [cadence::elem::Dtype::F32, cadence::elem::Dtype::F16] {
             for &k in &strides {
-                rows.push(cadence::bench::bench_expand_dtype(&b, dtype, frames, k, dim, method, reps)?);
+                rows.push(cadence::bench::bench_expand_dtype(b, dtype, frames, k, dim, method, reps)?);
             }
         }
     }
     cadence::bench::print_expand_table(&rows);
-    if !Backend::all_available().iter().any(|b| b.is_cuda()) {
+    if !backends.iter().any(|b| b.is_cuda()) {
         println!("(no CUDA device here: CPU rows only)");
     }
-    crate::write_json(json, &rows)
+    crate::write_json(json.as_deref(), force, &rows)
 }

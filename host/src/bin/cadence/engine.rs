@@ -1,7 +1,9 @@
 //! `cadence engine-run` and `cadence engine-bench`: one neural engine on its own.
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
+use cadence::memory;
 use cadence::npy::{self, Array};
+use cadence::output::{OutputPath, Overwrite};
 use cadence_engines::device::DEVICE_HELP;
 use cadence_engines::DeviceRequest;
 use clap::Args;
@@ -74,15 +76,57 @@ fn read_f32(path: &std::path::Path, what: &str) -> Result<cadence_engines::Batch
     Ok(cadence_engines::Batch::new(shape, data)?)
 }
 
+/// Checks the inputs' shapes (and what they would make the engine allocate) before any engine
+/// loads: a wrong shape is a one-line error, not a failure after seconds of loading.
+fn check_inputs(
+    model: EngineModel,
+    input: &cadence_engines::Batch,
+    audio: Option<&cadence_engines::Batch>,
+) -> Result<()> {
+    let s = &input.shape;
+    match model {
+        EngineModel::Taesd | EngineModel::SdVae => {
+            ensure!(s.len() == 4 && s[1] == 4 && s[0] > 0, "{model:?} decodes latents of shape (B,4,h,w), got {s:?}");
+            // Bound on the decoders' peak memory: at most 128 channels at the output resolution
+            // (64 output pixels per latent pixel), three live f32 buffers.
+            let latent_px = memory::product(&[s[0], s[2], s[3]]);
+            let peak = latent_px.and_then(|p| p.checked_mul(3 * 64 * 128 * 4));
+            memory::ensure_allocatable(peak, &format!("decoding latents of shape {s:?}"))?;
+        }
+        EngineModel::MusetalkUnet => {
+            ensure!(
+                s.len() == 4 && s[0] > 0 && s[1..] == [8, 32, 32],
+                "musetalk-unet takes (B,8,32,32) = [masked, reference] latents, got {s:?}"
+            );
+            let a = audio.context("--audio (B,50,384) is required for musetalk-unet")?;
+            ensure!(
+                a.shape.len() == 3 && a.shape[0] == s[0] && a.shape[1..] == [50, 384],
+                "--audio must be (B,50,384) with B = {} (the input's batch), got {:?}",
+                s[0],
+                a.shape
+            );
+        }
+        EngineModel::WhisperTiny => {
+            ensure!(s.len() == 1 && s[0] > 0, "whisper-tiny takes 16 kHz mono samples of shape (n,), got {s:?}");
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: EngineRunArgs) -> Result<()> {
     use cadence_engines::*;
-    npy::check_output(&a.output, a.force)?;
+    let mut inputs = vec![a.input.as_path()];
+    inputs.extend(a.audio.as_deref());
+    inputs.extend(a.weights.as_deref());
+    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &inputs)?;
     let profile = Profile::parse(&a.profile)?;
     let engine_device = select_device(a.device)?;
     let dev = engine_device.device.clone();
     let w = weights_source(a.weights.clone());
     let input = read_f32(&a.input, "the input")?;
-    let (out, label) = match a.model {
+    let audio = a.audio.as_deref().map(|p| read_f32(p, "the audio windows")).transpose()?;
+    check_inputs(a.model, &input, audio.as_ref())?;
+    let (out_batch, label) = match a.model {
         EngineModel::Taesd => {
             let d = Taesd::decoder(profile, &w, &dev)?;
             (d.decode(&input)?, d.weights_label())
@@ -92,28 +136,22 @@ pub fn run(a: EngineRunArgs) -> Result<()> {
             (d.decode(&input)?, d.weights_label())
         }
         EngineModel::MusetalkUnet => {
-            let audio_path = a.audio.as_ref().context("--audio (B,50,384) is required for musetalk-unet")?;
-            let audio = read_f32(audio_path, "the audio windows")?;
+            let audio = audio.context("checked above")?;
             let u = MuseTalkUnet::new(profile, &w, &dev)?;
             (u.predict(&input, &audio)?, u.weights_label())
         }
         EngineModel::WhisperTiny => {
-            anyhow::ensure!(
-                input.shape.len() == 1,
-                "whisper-tiny takes 16 kHz mono samples of shape (n,), got {:?}",
-                input.shape
-            );
             let e = WhisperAudio::new(profile, &w, &dev)?;
             (e.encode_audio(&input.data, 25.0)?, e.weights_label())
         }
     };
-    npy::write(&a.output, &out.shape, &out.data)?;
+    npy::write(&out, &out_batch.shape, &out_batch.data)?;
     eprintln!(
         "cadence: {:?} ({} profile, weights {label}, on {engine_device}) {:?} -> {:?} -> {}",
         a.model,
         profile,
         input.shape,
-        out.shape,
+        out_batch.shape,
         a.output.display()
     );
     Ok(())

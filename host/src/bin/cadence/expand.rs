@@ -1,7 +1,9 @@
 //! `cadence expand`: keyframe latents (.npy) to every frame in one launch.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use cadence::memory;
 use cadence::npy::{self, Array};
+use cadence::output::{OutputPath, Overwrite};
 use cadence::{Backend, BackendChoice, Elem, KeyframeSchedule, Method};
 use clap::Args;
 use std::path::PathBuf;
@@ -12,7 +14,8 @@ pub struct ExpandArgs {
     /// Keyframes as .npy, shape (M, ...), float32 or float16, in schedule order.
     #[arg(long)]
     pub input: PathBuf,
-    /// Output .npy, shape (N, ...), same dtype as the input. Not overwritten without --force.
+    /// Output .npy, shape (N, ...), same dtype as the input. Not replaced without --force, never
+    /// the input itself.
     #[arg(long)]
     pub output: PathBuf,
     /// Number of output frames N.
@@ -34,46 +37,53 @@ pub struct ExpandArgs {
 }
 
 pub fn run(a: ExpandArgs) -> Result<()> {
-    npy::check_output(&a.output, a.force)?;
-    let schedule = match (&a.stride, &a.keyframes) {
-        (Some(k), _) => KeyframeSchedule::fixed_stride(a.frames, *k)?,
-        (None, Some(list)) => KeyframeSchedule::parse_list(a.frames, list)?,
-        (None, None) => bail!("give --stride or --keyframes"),
-    };
+    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &[&a.input])?;
+    // The input first: its size is real, and every size below is checked against it before the
+    // flags can make the program allocate anything.
     let input = npy::read(&a.input)?;
     let shape = input.shape().to_vec();
     if shape.is_empty() {
         bail!("{}: a 0-d array holds no keyframes; expected shape (M, ...)", a.input.display());
     }
     let m = shape[0];
-    if m != schedule.count() {
+    let dim: usize = shape[1..].iter().product();
+    if dim == 0 || m == 0 {
+        bail!("{}: shape {shape:?} holds no keyframe data", a.input.display());
+    }
+    let (expected, what) = match (&a.stride, &a.keyframes) {
+        (Some(k), _) => (KeyframeSchedule::fixed_stride_count(a.frames, *k)?, format!("stride {k}")),
+        (None, Some(list)) => (KeyframeSchedule::parse_list(a.frames, list)?.count(), "the keyframe list".into()),
+        (None, None) => bail!("give --stride or --keyframes"),
+    };
+    if m != expected {
         bail!(
-            "{} holds {m} keyframes, but the schedule ({} over {} frames) has {}",
+            "{} holds {m} keyframes, but the schedule ({what} over {} frames) has {expected}",
             a.input.display(),
-            a.stride.map(|k| format!("stride {k}")).unwrap_or_else(|| "the keyframe list".into()),
-            a.frames,
-            schedule.count()
+            a.frames
         );
     }
-    let dim: usize = shape[1..].iter().product();
-    if dim == 0 {
-        bail!("{}: frames have no elements (shape {shape:?})", a.input.display());
-    }
-    if let Some(i) = input.first_nan() {
+    if let Some(i) = input.first_non_finite() {
         bail!(
-            "{}: NaN at keyframe {}, element {}; interpolation of NaN is undefined",
+            "{}: keyframe {}, element {} is not a finite number (NaN or infinity); interpolating it is undefined",
             a.input.display(),
             i / dim,
             i % dim
         );
     }
+    let elem = input.dtype().size();
+    memory::ensure_allocatable(memory::product(&[a.frames, dim, elem]), &format!("--frames {}", a.frames))?;
+    let schedule = match (&a.stride, &a.keyframes) {
+        (Some(k), _) => KeyframeSchedule::fixed_stride(a.frames, *k)?,
+        (_, Some(list)) => KeyframeSchedule::parse_list(a.frames, list)?,
+        _ => unreachable!("checked above"),
+    };
     let backend = Backend::select(a.backend)?;
     let mut out_shape = shape.clone();
     out_shape[0] = a.frames;
     let t0 = Instant::now();
     match &input {
-        Array::F32 { data, .. } => write_expanded(&backend, data, &schedule, dim, a.method, &a.output, &out_shape)?,
-        Array::F16 { data, .. } => write_expanded(&backend, data, &schedule, dim, a.method, &a.output, &out_shape)?,
+        Array::F32 { data, .. } => write_expanded(&backend, data, &schedule, dim, a.method, &out, &out_shape)?,
+        Array::F16 { data, .. } => write_expanded(&backend, data, &schedule, dim, a.method, &out, &out_shape)?,
     }
     eprintln!(
         "cadence: {} keyframes -> {} frames of {:?} {} ({:?}) on {} in {:.1} ms -> {}",
@@ -95,9 +105,9 @@ fn write_expanded<T: Elem + npyz::AutoSerialize>(
     schedule: &KeyframeSchedule,
     dim: usize,
     method: Method,
-    output: &std::path::Path,
+    out: &OutputPath,
     shape: &[usize],
 ) -> Result<()> {
     let frames = backend.expand(keys, schedule, dim, method)?;
-    npy::write(output, shape, &frames).with_context(|| format!("writing {}", output.display()))
+    npy::write(out, shape, &frames)
 }

@@ -1,4 +1,6 @@
-//! `cadence gpu-check`: every kernel on the GPU against the CPU path, then timings.
+//! `cadence gpu-check`: every kernel on the GPU (or, with `--emulate`, in the SIMT emulator)
+//! against the CPU path, then timings on a GPU. The report is written before the exit status
+//! says whether any check failed.
 
 use anyhow::Result;
 use clap::Args;
@@ -8,11 +10,27 @@ use std::path::PathBuf;
 pub struct GpuCheckArgs {
     #[arg(long, default_value_t = 51)]
     pub reps: usize,
-    /// Write the full report as JSON to this file.
+    /// Write the full report as JSON to this file (also when checks fail).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Replace an existing JSON file.
+    #[arg(long)]
+    pub force: bool,
+    /// Run the kernels in cadence's SIMT emulator on the CPU instead of on a GPU (no GPU needed;
+    /// every memory access bounds-checked; no timings).
+    #[arg(long)]
+    pub emulate: bool,
+    /// Check only these kernels (entry point names such as expand_f32, or `render`); no timings.
+    #[arg(long = "kernel", value_name = "NAME")]
+    pub kernels: Vec<String>,
 }
 
 pub fn run(a: GpuCheckArgs) -> Result<()> {
-    cadence::gpucheck::run(a.reps).and_then(|r| crate::write_json(a.json, &r))
+    if let Some(p) = &a.json {
+        // Checked before the work: the report must have somewhere to go.
+        cadence::output::OutputPath::check(p, cadence::output::Overwrite::from_force(a.force), &[])?;
+    }
+    let report = cadence::gpucheck::run(a.reps, a.emulate, &a.kernels)?;
+    crate::write_json(a.json.as_deref(), a.force, &report)?;
+    report.verdict()
 }

@@ -8,9 +8,9 @@ mod info;
 mod render;
 
 use anyhow::Result;
-use cadence::npy;
+use cadence::output::{OutputPath, Overwrite};
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::Path;
 
 #[derive(Parser)]
 #[command(name = "cadence", version, about = "Temporal cadence strides for neural talking heads: kernels, backends and tools", long_about = None)]
@@ -40,12 +40,17 @@ enum Command {
     Bench(bench::BenchArgs),
     /// On a CUDA machine: every kernel's GPU output against the CPU path on random data, a short
     /// render with the kernels on the GPU against the same render on the CPU, then a timing
-    /// table. Exits non-zero on any mismatch.
+    /// table. With --emulate, the same checks with the kernels run by cadence's SIMT emulator on
+    /// the CPU (no GPU needed; every memory access bounds-checked). Exits non-zero on any
+    /// mismatch or failed kernel, after writing the report.
     GpuCheck(gpu_check::GpuCheckArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Err(e) = cadence::output::install_interrupt_cleanup() {
+        eprintln!("cadence: warning: {e:#}; an interrupted run may leave a temporary file beside its output");
+    }
     let result = match cli.command {
         Command::Ptx(a) => info::ptx(a),
         Command::Expand(a) => expand::run(a),
@@ -62,10 +67,12 @@ fn main() {
     }
 }
 
-/// Writes `value` as pretty JSON to `path`, when one is given.
-pub(crate) fn write_json<T: serde::Serialize>(path: Option<PathBuf>, value: &T) -> Result<()> {
+/// Writes `value` as pretty JSON to `path`, when one is given, through the output policy
+/// ([`cadence::output`]: an existing file is replaced only with `--force`).
+pub(crate) fn write_json<T: serde::Serialize>(path: Option<&Path>, force: bool, value: &T) -> Result<()> {
     if let Some(p) = path {
-        npy::write_atomically(&p, |w| Ok(serde_json::to_writer_pretty(w, value)?))?;
+        OutputPath::check(p, Overwrite::from_force(force), &[])?
+            .write(|w| Ok(serde_json::to_writer_pretty(w, value)?))?;
         eprintln!("cadence: wrote {}", p.display());
     }
     Ok(())

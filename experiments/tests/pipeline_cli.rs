@@ -1,0 +1,113 @@
+//! `stride_table` and `cross_arch` end to end on a tiny clip, with the table's arithmetic checked
+//! row by row; and a failure while a CSV or a plot is being written.
+
+mod common;
+use common::run;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+#[derive(serde::Deserialize, Debug)]
+struct StrideRow {
+    stride: usize,
+    frames: usize,
+    keyframes: usize,
+    unet_evaluations: usize,
+    bypassed_frames: usize,
+    unet_duty_cycle_pct: f64,
+    audio_encoder_ms: f64,
+    avatar_encoder_ms: f64,
+    unet_ms: f64,
+    decoder_ms: f64,
+    pure_neural_ms: f64,
+    neural_fps: f64,
+    neural_rtf: f64,
+    outside_neural_pct: f64,
+    encoder: String,
+    encoder_ms: f64,
+    end_to_end_ms: f64,
+    end_to_end_fps: f64,
+    end_to_end_rtf: f64,
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
+}
+
+#[test]
+fn stride_table_and_cross_arch_on_a_tiny_clip() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let args = ["--frames", "12", "--strides", "1,3", "--batch", "4", "--backend", "cpu", "--device", "cpu"];
+    run(env!("CARGO_BIN_EXE_stride_table"), &[&args[..], &["--out", out]].concat());
+    let csv = dir.path().join("stride_table.csv");
+    let rows: Vec<StrideRow> = experiments::read_rows(&csv).unwrap();
+    assert_eq!(rows.iter().map(|r| r.stride).collect::<Vec<_>>(), [1, 3]);
+    for r in &rows {
+        // 12 frames: every frame at stride 1; 0, 3, 6, 9 and the last frame 11 at stride 3.
+        assert_eq!((r.frames, r.keyframes), (12, if r.stride == 1 { 12 } else { 5 }), "{r:?}");
+        assert!(r.unet_evaluations <= r.keyframes && r.bypassed_frames <= r.frames, "{r:?}");
+        assert!(close(r.unet_duty_cycle_pct, 100.0 * r.keyframes as f64 / 12.0), "{r:?}");
+        assert!(close(r.pure_neural_ms, r.audio_encoder_ms + r.avatar_encoder_ms + r.unet_ms + r.decoder_ms), "{r:?}");
+        assert!(close(r.neural_fps, 12.0 / (r.pure_neural_ms * 1e-3)) && close(r.neural_rtf, r.neural_fps / 25.0));
+        assert!(
+            close(r.end_to_end_fps, 12.0 / (r.end_to_end_ms * 1e-3))
+                && close(r.end_to_end_rtf, r.end_to_end_fps / 25.0)
+        );
+        let outside = r.end_to_end_ms - r.pure_neural_ms - r.encoder_ms;
+        assert!(close(r.outside_neural_pct, 100.0 * outside / (r.end_to_end_ms - r.encoder_ms)), "{r:?}");
+        assert!(outside > 0.0 && r.end_to_end_ms > r.pure_neural_ms + r.encoder_ms, "{r:?}");
+        assert_eq!(r.encoder, "openh264");
+    }
+    // The same bypassed frames at both strides (same audio); fewer UNet evaluations at stride 3.
+    assert_eq!(rows[0].bypassed_frames, rows[1].bypassed_frames);
+    assert!(rows[1].unet_evaluations < rows[0].unet_evaluations);
+    for f in ["stride_table_fps.png", "stride_table_fps.svg"] {
+        assert!(dir.path().join(f).is_file(), "{f}");
+    }
+
+    run(env!("CARGO_BIN_EXE_cross_arch"), &["--stride-table", csv.to_str().unwrap(), "--out", out]);
+    let cross = std::fs::read_to_string(dir.path().join("cross_arch.csv")).unwrap();
+    let data: Vec<&str> = cross.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(data.len(), 3, "{cross}");
+    for (line, r) in data[1..].iter().zip(&rows) {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells[0].parse::<usize>().unwrap(), r.stride);
+        assert!(close(cells[1].parse::<f64>().unwrap(), r.neural_fps), "{line}");
+        assert!(close(cells[3].parse::<f64>().unwrap(), r.end_to_end_fps), "{line}");
+        assert!(line.contains("missing"), "the Ditto column says what is missing: {line}");
+    }
+    assert!(cross.contains("# source: "), "{cross}");
+}
+
+/// The synthetic part of lerp_slerp_ablation writes a 46 kB CSV and then plots of 100 kB and
+/// more: with the child's file-size limit at 64 kB the CSV is written and the first plot fails
+/// while it is being written; at 8 kB the CSV itself fails. Either way the run fails, and what
+/// was not finished is not there, not even as a temporary file.
+#[test]
+fn a_failure_while_writing_a_csv_or_plot_leaves_nothing_unfinished() {
+    for (limit, csv_done) in [(64u64 << 10, true), (8 << 10, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_lerp_slerp_ablation"));
+        c.args(["--skip-trajectory", "--out"]).arg(dir.path());
+        // SAFETY: async-signal-safe calls between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                let lim = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && !err.contains("panicked"), "limit {limit}: {err}");
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let expected: Vec<&str> = if csv_done { vec!["lerp_slerp_norm.csv"] } else { vec![] };
+        assert_eq!(names, expected, "limit {limit}: {err}");
+    }
+}

@@ -1,0 +1,133 @@
+//! The command-line arguments `cadence` and the experiments share, defined once (clap derive,
+//! flattened into each command), with their parsers and the checks that can run before any
+//! engine loads.
+
+use crate::pipeline::{DecoderKind, Engines};
+use anyhow::{ensure, Result};
+use cadence_engines::device::DEVICE_HELP;
+use cadence_engines::{DeviceRequest, EngineDevice, Profile};
+use cadence_media::{EncoderKind, FaceBox, FrameRate};
+use std::path::PathBuf;
+
+/// Which neural engines to load, where, and with which weights.
+#[derive(clap::Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// Engine size: cpu-reduced (default on the CPU) or full (the published architectures;
+    /// default on CUDA, and what real weights need).
+    #[arg(long, value_parser = parse_profile)]
+    pub profile: Option<Profile>,
+    #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = DEVICE_HELP)]
+    pub device: DeviceRequest,
+    /// Latent decoder (and the matching image encoder for the avatar).
+    #[arg(long, value_enum, default_value = "taesd")]
+    pub decoder: DecoderKind,
+    /// Directory of real weights (else $CADENCE_MODELS; else seeded synthetic weights).
+    #[arg(long)]
+    pub models: Option<PathBuf>,
+    /// Frames per UNet and decoder call.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub batch: u32,
+}
+
+impl EngineArgs {
+    /// The engines' device and profile: cheap, so a command can check everything else before
+    /// [`EngineArgs::load`] does the expensive part.
+    pub fn device(&self) -> Result<(EngineDevice, Profile)> {
+        let d = cadence_engines::select_device(self.device)?;
+        let profile = self.profile.unwrap_or_else(|| Profile::default_for(&d.device));
+        Ok((d, profile))
+    }
+
+    pub fn load(&self, device: &EngineDevice, profile: Profile) -> Result<Engines> {
+        Engines::load(profile, self.decoder, &device.device, self.models.as_deref())
+    }
+}
+
+fn parse_profile(s: &str) -> std::result::Result<Profile, String> {
+    Profile::parse(s).map_err(|e| e.to_string())
+}
+
+/// The H.264 encoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EncoderArg {
+    /// OpenH264, built in.
+    Openh264,
+    /// libx264 through ffmpeg (builds with the media crate's `ffmpeg` feature).
+    X264,
+    /// NVIDIA's hardware encoder through ffmpeg (`ffmpeg` feature and an NVIDIA driver).
+    Nvenc,
+}
+
+impl EncoderArg {
+    pub fn kind(self) -> EncoderKind {
+        match self {
+            EncoderArg::Openh264 => EncoderKind::OpenH264,
+            EncoderArg::X264 => EncoderKind::X264,
+            EncoderArg::Nvenc => EncoderKind::Nvenc,
+        }
+    }
+
+    /// The encoder, if this build has it (checked before any work starts).
+    pub fn available(self) -> Result<EncoderKind> {
+        let k = self.kind();
+        ensure!(
+            k.compiled_in(),
+            "encoder '{k}' is not in this build: rebuild with the media crate's `ffmpeg` feature \
+             (see media/README.md), or use openh264"
+        );
+        Ok(k)
+    }
+}
+
+/// `x,y,w,h` in pixels, each a whole number that fits the frame's 32-bit coordinates.
+pub fn parse_face_box(s: &str) -> std::result::Result<FaceBox, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [x, y, w, h] = parts[..] else {
+        return Err(format!("'{s}': expected four numbers x,y,w,h"));
+    };
+    let num = |name: &str, v: &str| {
+        v.parse::<u32>()
+            .map_err(|_| format!("'{s}': {name} = '{v}' is not a whole number of pixels from 0 to {}", u32::MAX))
+    };
+    let b = FaceBox { x: num("x", x)?, y: num("y", y)?, w: num("w", w)?, h: num("h", h)? };
+    if b.w == 0 || b.h == 0 {
+        return Err(format!("'{s}': the width and height must be positive"));
+    }
+    Ok(b)
+}
+
+/// A frame rate (see [`FrameRate::parse`]).
+pub fn parse_frame_rate(s: &str) -> std::result::Result<FrameRate, String> {
+    FrameRate::parse(s)
+}
+
+/// A positive, finite number of seconds.
+pub fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn face_boxes_parse_into_32_bits_or_fail() {
+        assert_eq!(parse_face_box(" 1, 2,30,40 ").unwrap(), FaceBox { x: 1, y: 2, w: 30, h: 40 });
+        let e = parse_face_box("4294967306,0,100,100").unwrap_err();
+        assert!(e.contains("x = '4294967306' is not a whole number of pixels"), "{e}");
+        for bad in ["1,2,3", "1,2,3,4,5", "-1,0,16,16", "0,0,0,16", "a,b,c,d", ""] {
+            assert!(parse_face_box(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn seconds_must_be_positive_and_finite() {
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        for bad in ["-5", "0", "NaN", "inf", "x"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+}
