@@ -8,6 +8,7 @@
 //! - times are medians of several runs; no figure is hard-coded.
 
 pub mod csvout;
+pub mod frames;
 pub mod kbench;
 pub mod metrics;
 pub mod paths;

@@ -210,6 +210,104 @@ pub fn bar_plot(base: &Path, chart: &BarChart, prov: &Provenance) -> Result<Plot
     render(base, (1200, 800), prov, &Bars(chart))
 }
 
+/// A timeline: a row of categorical spans (e.g. phoneme classes), rows of tick marks (e.g. the
+/// keyframes of several schedules) and a line chart below, on one x axis.
+#[derive(Clone, Debug, Default)]
+pub struct Timeline {
+    pub title: String,
+    /// Name of the span row, and the names of its categories (legend, colours in order).
+    pub span_row: String,
+    pub categories: Vec<String>,
+    /// (x0, x1, category index).
+    pub spans: Vec<(f64, f64, usize)>,
+    /// (row name, tick positions, colour index into [`PALETTE`]).
+    pub ticks: Vec<(String, Vec<f64>, usize)>,
+    /// Drawn below; its x range is the timeline's.
+    pub chart: LineChart,
+    pub x_range: (f64, f64),
+}
+
+/// A [`Timeline`] written to `<base>.png` and `<base>.svg` (1600 pixels wide).
+pub fn timeline_plot(base: &Path, t: &Timeline, prov: &Provenance) -> Result<PlotFiles> {
+    ensure!(t.x_range.0 < t.x_range.1, "timeline '{}': empty x range {:?}", t.title, t.x_range);
+    ensure!(t.spans.iter().all(|s| s.2 < t.categories.len()), "timeline '{}': a span has no category", t.title);
+    validate_line(&t.chart)?;
+    let rows = 1 + t.ticks.len() as u32;
+    render(base, (1600, 260 + 34 * rows + 420 + TITLE_H + FOOTER_H), prov, &TimelineFig(t))
+}
+
+struct TimelineFig<'a>(&'a Timeline);
+impl Figure for TimelineFig<'_> {
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()> {
+        let t = self.0;
+        let err = |e: &dyn std::fmt::Display| anyhow!("timeline '{}': {e}", t.title);
+        let area = area.titled(&t.title, (FONT, 22)).map_err(|e| err(&e))?;
+        let rows = 1 + t.ticks.len();
+        let (_, h) = area.dim_in_pixel();
+        let (top, bottom) = area.split_vertically(h.saturating_sub(440).max(120));
+        let names: Vec<String> =
+            std::iter::once(t.span_row.clone()).chain(t.ticks.iter().map(|r| r.0.clone())).collect();
+        // The categories' legend: one line of colour boxes above the rows.
+        let style = TextStyle::from((FONT, 13).into_font());
+        for (ci, name) in t.categories.iter().enumerate() {
+            let x = 170 + 170 * ci as i32;
+            let color = PALETTE[ci % PALETTE.len()];
+            top.draw(&Rectangle::new([(x, 10), (x + 14, 24)], color.filled())).map_err(|e| err(&e))?;
+            top.draw(&Text::new(name.clone(), (x + 20, 10), style.clone())).map_err(|e| err(&e))?;
+        }
+        let mut chart = ChartBuilder::on(&top)
+            .margin(12)
+            .margin_top(36)
+            .x_label_area_size(28)
+            .y_label_area_size(150)
+            .build_cartesian_2d(t.x_range.0..t.x_range.1, 0f64..rows as f64)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(rows * 2 + 1)
+            .y_label_formatter(&|v| {
+                // Row i (from the top) occupies [rows - i - 1, rows - i); label its centre only.
+                let i = rows as f64 - v - 0.5;
+                if (i - i.round()).abs() < 1e-6 && i >= -0.5 && (i.round() as usize) < rows {
+                    names[i.round() as usize].clone()
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_formatter(&|v| fmt_tick(*v))
+            .label_style((FONT, 13))
+            .light_line_style(RGBColor(245, 245, 245))
+            .bold_line_style(RGBColor(225, 225, 225))
+            .draw()
+            .map_err(|e| err(&e))?;
+        let y_top = rows as f64;
+        for ci in 0..t.categories.len() {
+            let color = PALETTE[ci % PALETTE.len()];
+            chart
+                .draw_series(
+                    t.spans
+                        .iter()
+                        .filter(|s| s.2 == ci)
+                        .map(|&(x0, x1, _)| Rectangle::new([(x0, y_top - 0.9), (x1, y_top - 0.1)], color.filled())),
+                )
+                .map_err(|e| err(&e))?;
+        }
+        for (i, (_, xs, c)) in t.ticks.iter().enumerate() {
+            let color = PALETTE[c % PALETTE.len()];
+            let y = y_top - 1.0 - i as f64;
+            chart
+                .draw_series(
+                    xs.iter().map(|&x| PathElement::new(vec![(x, y - 0.85), (x, y - 0.15)], color.stroke_width(1))),
+                )
+                .map_err(|e| err(&e))?;
+        }
+        let mut below = t.chart.clone();
+        below.x_range = Some(t.x_range);
+        draw_line_chart(&bottom, &below, 17)
+    }
+}
+
 /// Something drawn the same way into the PNG and the SVG backend.
 trait Figure {
     fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>;

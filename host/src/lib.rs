@@ -21,6 +21,7 @@ pub mod render;
 pub mod report;
 pub mod resident;
 pub mod schedule;
+pub mod schedules;
 
 pub use backend::{Backend, BackendChoice};
 pub use elem::{ColorMatrix, Dtype, Elem, Method, RgbLayout, RgbRange};

@@ -11,7 +11,7 @@
 use crate::composite::Compositor;
 use crate::elem::{Method, RgbRange};
 use crate::resident::{self, FrameBuffer, Residency};
-use crate::schedule::{speech_distance, KeyframeSchedule};
+use crate::schedule::{bypassed_frames, speech_distance, KeyframeSchedule};
 use crate::Backend;
 use anyhow::{ensure, Context, Result};
 use cadence_engines::{
@@ -256,8 +256,7 @@ pub fn render(
     // Silence: distance to speech -> easing weight; weight 0 frames bypass every network.
     let t = Instant::now();
     let distance = speech_distance(speech);
-    let weight: Vec<f32> = distance.iter().map(|&d| cadence_kernels::math::easing_weight(d, opts.ramp)).collect();
-    let bypassed: Vec<bool> = weight.iter().map(|&w| w == 0.0).collect();
+    let bypassed = bypassed_frames(&distance, opts.ramp);
     let keys = schedule.keyframes();
     let evaluate: Vec<usize> = (0..keys.len()).filter(|&j| !bypassed[keys[j] as usize]).collect();
     times.other_ms += ms(t);

@@ -123,3 +123,10 @@ pub fn speech_distance(speech: &[bool]) -> Vec<u32> {
     }
     d
 }
+
+/// Which frames the pipeline bypasses (every network skipped, the decoded rest frame reused): the
+/// frames whose silence-easing weight h(1 - distance/ramp) is exactly 0, i.e. `ramp` or more
+/// frames from the nearest speech frame. `distance` as [`speech_distance`] returns it.
+pub fn bypassed_frames(distance: &[u32], ramp: u32) -> Vec<bool> {
+    distance.iter().map(|&d| cadence_kernels::math::easing_weight(d, ramp) == 0.0).collect()
+}

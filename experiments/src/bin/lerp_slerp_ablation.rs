@@ -23,8 +23,8 @@
 use anyhow::{bail, ensure, Context, Result};
 use cadence::pipeline::LATENT_DIM;
 use cadence::{render, Backend, KeyframeSchedule, Method};
-use cadence_engines::{Batch, KeyframeModel};
 use clap::Parser;
+use experiments::frames::{decode_each, frame_of, unet_frames, FACE};
 use experiments::metrics::{self, ImageShape, SignedSummary};
 use experiments::plot::{line_plot, line_plot_grid, Legend, LineChart, LineStyle, Series};
 use experiments::session::{Session, SessionArgs};
@@ -35,8 +35,6 @@ use std::time::Instant;
 
 /// Frames of the trajectory part when `--frames` is not given (4 s of the clip).
 const DEFAULT_TRAJECTORY_FRAMES: usize = 100;
-/// Decoded face crop: 3 x 256 x 256.
-const FACE: usize = cadence::pipeline::FACE;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -415,10 +413,6 @@ struct Motion {
     norm_cv: f64,
 }
 
-fn frame_of(v: &[f32], f: usize) -> &[f32] {
-    &v[f * LATENT_DIM..(f + 1) * LATENT_DIM]
-}
-
 fn motion(dense: &[f32], n: usize, strides: &[usize]) -> Result<Motion> {
     let mut lag_list = vec![1usize];
     for &k in strides {
@@ -479,39 +473,6 @@ fn method_name(m: Method) -> &'static str {
     }
 }
 
-/// Decodes `count` latents in batches of `batch`, clamps the samples to the decoder's nominal
-/// range and hands each decoded frame to `each` (index, samples). Returns how many samples lay
-/// outside the range before clamping.
-fn decode_each(
-    decoder: &dyn cadence_engines::LatentDecoder,
-    latents: &[f32],
-    batch: usize,
-    mut each: impl FnMut(usize, &[f32]) -> Result<()>,
-) -> Result<usize> {
-    let (lo, hi) = decoder.output_range();
-    let count = latents.len() / LATENT_DIM;
-    let crop = 3 * FACE * FACE;
-    let mut outside = 0;
-    for start in (0..count).step_by(batch.max(1)) {
-        let b = batch.max(1).min(count - start);
-        let out = decoder
-            .decode(&Batch::new(vec![b, 4, 32, 32], latents[start * LATENT_DIM..(start + b) * LATENT_DIM].to_vec())?)?;
-        ensure!(out.data.len() == b * crop, "decoder returned shape {:?}", out.shape);
-        let mut data = out.data;
-        for v in data.iter_mut() {
-            ensure!(v.is_finite(), "the decoder produced a non-finite sample");
-            if *v < lo || *v > hi {
-                outside += 1;
-                *v = v.clamp(lo, hi);
-            }
-        }
-        for i in 0..b {
-            each(start + i, &data[i * crop..(i + 1) * crop])?;
-        }
-    }
-    Ok(outside)
-}
-
 fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let t_run = Instant::now();
     let load_before = experiments::provenance::load_average();
@@ -541,29 +502,13 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let profile = engines.profile.to_string();
 
     // Dense trajectory: the UNet on every frame of the stretch (no bypass, no easing).
-    let (win, dim_a) = (prepared.features.shape[1], prepared.features.shape[2]);
-    let per_window = win * dim_a;
     let bar = progress_bar(n as u64, "UNet (every frame)");
     let t = Instant::now();
-    let mut dense = Vec::with_capacity(n * LATENT_DIM);
-    for c in (0..n).step_by(batch) {
-        let b = batch.min(n - c);
-        let mut lat = Vec::with_capacity(b * 2 * LATENT_DIM);
-        for _ in 0..b {
-            lat.extend_from_slice(&prepared.avatar.masked);
-            lat.extend_from_slice(&prepared.avatar.reference);
-        }
-        let f0 = args.start + c;
-        let win_data = prepared.features.data[f0 * per_window..(f0 + b) * per_window].to_vec();
-        let out =
-            engines.unet.predict(&Batch::new(vec![b, 8, 32, 32], lat)?, &Batch::new(vec![b, win, dim_a], win_data)?)?;
-        ensure!(out.data.len() == b * LATENT_DIM, "UNet returned shape {:?}", out.shape);
-        dense.extend_from_slice(&out.data);
-        bar.inc(b as u64);
-    }
+    let frames: Vec<usize> = (args.start..args.start + n).collect();
+    let dense =
+        unet_frames(&engines.unet, &prepared.features, &prepared.avatar, &frames, batch, |b| bar.inc(b as u64))?;
     bar.finish_and_clear();
     let unet_s = t.elapsed().as_secs_f64();
-    ensure!(dense.iter().all(|v| v.is_finite()), "the UNet produced a non-finite latent");
     let mot = motion(&dense, n, &args.strides)?;
 
     // Decoding: the dense frames once, then every method's in-between frames.

@@ -5,6 +5,7 @@ use cadence::args::{parse_face_box, parse_frame_rate, parse_seconds, EncoderArg,
 use cadence::output::{OutputPath, Overwrite};
 use cadence::pipeline::RenderOptions;
 use cadence::report::{RenderReport, RenderSetup};
+use cadence::schedules::cli::{self, ScheduleArgs, DEFAULT_STRIDE};
 use cadence::{render, Backend, BackendChoice, KeyframeSchedule, Method};
 use cadence_media::{FaceBox, FrameRate};
 use clap::Args;
@@ -14,9 +15,9 @@ use std::time::Instant;
 #[derive(Args)]
 pub struct RenderArgs {
     /// Speech as WAV (any sample rate and channel count; PCM or float; a WAV written to a pipe,
-    /// whose header holds no length, is read to its end).
-    #[arg(long)]
-    pub audio: PathBuf,
+    /// whose header holds no length, is read to its end); or --text.
+    #[arg(long, required_unless_present_any = ["text", "text_file"])]
+    pub audio: Option<PathBuf>,
     /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height): it is the
     /// video frame.
     #[arg(long)]
@@ -25,9 +26,9 @@ pub struct RenderArgs {
     /// is left there or beside it if the render fails or is interrupted.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Run the UNet every K frames (1 = dense).
-    #[arg(long, default_value_t = 3, conflicts_with = "keyframes", value_parser = clap::value_parser!(u32).range(1..))]
-    pub stride: u32,
+    /// Run the UNet every K frames (1 = dense) [default: 3].
+    #[arg(long, conflicts_with = "keyframes", value_parser = clap::value_parser!(u32).range(1..))]
+    pub stride: Option<u32>,
     /// Explicit keyframe list instead of a stride, e.g. 0,2,5,9 (strictly increasing, below the
     /// frame count).
     #[arg(long)]
@@ -64,23 +65,40 @@ pub struct RenderArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Adaptive keyframe schedules and text to speech (docs/adaptive_keyframes.md).
+    #[command(flatten)]
+    pub schedule: ScheduleArgs,
 }
 
 pub fn run(a: RenderArgs) -> Result<()> {
     // Everything that can be checked from the arguments and the input files comes first: the
     // engines take seconds to gigabytes to load.
-    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &[&a.audio, &a.avatar])?;
+    let inputs: Vec<&std::path::Path> =
+        [&a.audio, &a.schedule.phonemes, &a.schedule.calibration, &a.schedule.text_file]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_path())
+            .chain([a.avatar.as_path()])
+            .collect();
+    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &inputs)?;
+    let stride = a.stride.map(|k| k as usize);
+    a.schedule.validate(stride, a.keyframes.is_some())?;
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
     let opts = RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.engines.batch as usize, method: a.method };
-    let audio = render::load_audio(&a.audio, a.max_seconds)?;
+    // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment.
+    let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
+    let calibration = a.schedule.calibration()?;
+    let audio = input.audio;
     let img = render::load_avatar(&a.avatar)?;
     let face = render::face_box(&img, a.face_box)?;
     let frames = render::video_frames(&audio, &opts);
-    ensure!(frames > 0, "{}: the audio is too short for one video frame", a.audio.display());
-    let schedule = match &a.keyframes {
-        Some(list) => KeyframeSchedule::parse_list(frames, list)?,
-        None => KeyframeSchedule::fixed_stride(frames, a.stride as usize)?,
+    ensure!(frames > 0, "{}: the audio is too short for one video frame", input.source);
+    let stride = stride.unwrap_or(DEFAULT_STRIDE);
+    // The pipeline's own schedule when --schedule is not given (checked before the engines load).
+    let (fixed, legacy) = match &a.keyframes {
+        Some(list) => (KeyframeSchedule::parse_list(frames, list)?, "keyframes".to_string()),
+        None => (KeyframeSchedule::fixed_stride(frames, stride)?, format!("stride {stride}")),
     };
     let backend = Backend::for_engines(a.backend, &engine_device.device)?;
 
@@ -88,6 +106,19 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let engines = a.engines.load(&engine_device, profile)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let prepared = render::prepare(&engines, &backend, audio, &img, face, &opts)?;
+    let planned = a.schedule.plan(
+        a.stride.map(|k| k as usize),
+        &prepared,
+        input.alignment.as_ref(),
+        calibration.as_ref(),
+        &engines,
+        &opts,
+    )?;
+    for w in planned.iter().flat_map(|p| &p.warnings) {
+        eprintln!("cadence: warning: {w}");
+    }
+    let schedule = planned.as_ref().map_or(fixed, |p| p.schedule.clone());
+    let schedule_summary = cli::summary(planned.as_ref(), &schedule, &legacy);
     let bar = indicatif::ProgressBar::new(prepared.frames as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} render [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}")
@@ -112,11 +143,14 @@ pub fn run(a: RenderArgs) -> Result<()> {
     if a.json {
         let mut v = serde_json::to_value(&report)?;
         v["output"] = serde_json::json!(a.output);
+        v["audio"] = serde_json::json!(input.source);
+        v["schedule"] = schedule_summary;
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for line in report.summary_lines(&a.output) {
             eprintln!("{line}");
         }
+        eprintln!("{}", cli::summary_line(planned.as_ref(), &schedule, &legacy));
     }
     Ok(())
 }
