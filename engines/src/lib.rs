@@ -63,6 +63,13 @@ pub mod unet_cpu;
 pub mod weights;
 pub mod whisper;
 
+/// One latent frame of MuseTalk: 4 channels x 32 x 32, the UNet's output and the decoders' input
+/// (and the element count the expansion kernels work on per frame).
+pub const LATENT_DIM: usize = unet::OUT_CHANNELS * unet::LATENT_HW * unet::LATENT_HW;
+/// The face crop the image encoders take and the decoders return: 3 x 256 x 256 RGB, the VAE's
+/// 8x downsampling of the latent's 32 x 32.
+pub const FACE_SIDE: usize = unet::LATENT_HW * 8;
+
 pub use candle_core::{Device, Tensor};
 pub use device::{engine_device, select_device, DeviceRequest, EngineDevice};
 pub use error::{EngineError, Result};
@@ -83,14 +90,8 @@ pub enum Profile {
     Full,
     /// Reduced widths, same layers and keys, for CPU runs: TAESD 16 channels (1/16 of the FLOPs),
     /// UNet `[32,64,128,128]` with 1 attention head (candle's 32-group norms need multiples of 32),
-    /// SD VAE `[32,64,128,128]`, whisper-tiny unchanged (25.6 s of audio encode in about 1.4 s).
-    ///
-    /// Measured on the 2-vCPU AMD EPYC (AVX2/FMA) development machine, f32, release build, with
-    /// another workspace build running (candle 2048^3 matmul 44-52 GFLOP/s in the same runs;
-    /// about 100 GFLOP/s when idle): TAESD decoder 9.9 frames/s (batch 8, 43% of the matmul
-    /// rate), UNet 1.0-2.2 frames/s (batch 8), SD VAE decoder 0.3 frames/s. The main experiment
-    /// (about 1175 UNet frames + 1920 decoded frames) therefore takes about 10+3 minutes on this
-    /// machine, not 2: the candle UNet is the bottleneck (see engines/README.md).
+    /// SD VAE `[32,64,128,128]`, whisper-tiny unchanged. Measured rates of both profiles:
+    /// `cargo run --release -p experiments --bin engine_bench` (results/engine_bench.csv).
     Cpu,
 }
 

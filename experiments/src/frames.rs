@@ -3,13 +3,11 @@
 //! and the decoder over a list of latents with its output clamped to the nominal range.
 
 use anyhow::{ensure, Result};
-use cadence::pipeline::{AvatarLatents, LATENT_DIM};
+use cadence::pipeline::{AvatarLatents, FACE_SIDE, LATENT_DIM};
 use cadence_engines::{Batch, KeyframeModel, LatentDecoder, MuseTalkUnet};
 
-/// Decoded face crop: 3 x 256 x 256.
-pub const FACE: usize = cadence::pipeline::FACE;
-/// Samples of one decoded crop.
-pub const CROP: usize = 3 * FACE * FACE;
+/// Samples of one decoded face crop (3 x 256 x 256).
+pub const CROP: usize = 3 * FACE_SIDE * FACE_SIDE;
 
 /// Latent `f` of a contiguous list of 4 x 32 x 32 latents.
 pub fn frame_of(v: &[f32], f: usize) -> &[f32] {

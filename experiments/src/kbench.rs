@@ -6,8 +6,9 @@
 //! events around the launch on the stream (`CudaBackend::time_ms`), data already on the device.
 
 use anyhow::{ensure, Result};
-use cadence::bench::{median, test_data, time_host};
+use cadence::bench::{median, time_host};
 use cadence::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use cadence::fixtures::test_data;
 use cadence::Dtype;
 use cadence::{cpu, Backend, KeyframeSchedule};
 use half::f16;
@@ -161,7 +162,7 @@ pub fn copy_gbps(backend: &Backend, bytes: u64, r: Reps) -> Result<f64> {
 }
 
 /// `n` elements of benchmark data (never zeros): a window of one shared pool of
-/// `cadence::bench::test_data`, generated once and grown on demand, at an offset chosen by
+/// `cadence::fixtures::test_data`, generated once and grown on demand, at an offset chosen by
 /// `seed`, so that a sweep does not spend most of its time making data.
 pub fn data<T: Elem>(n: usize, seed: u64) -> Vec<T> {
     static POOL: Mutex<Vec<f32>> = Mutex::new(Vec::new());

@@ -10,6 +10,7 @@
 //! than one side of the table.
 
 use crate::elem::{Dtype, Elem, Method};
+use crate::fixtures::test_data;
 use crate::schedule::KeyframeSchedule;
 use crate::{cpu, Backend};
 use anyhow::Result;
@@ -78,19 +79,6 @@ pub fn time_host_paired<S>(
         }
     }
     (ta, tb)
-}
-
-/// Deterministic pseudo-random normal-ish data (sum of uniforms), without pulling an RNG
-/// into the library: benchmarks and checks must never run on zeros.
-pub fn test_data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 24) as f32
-    };
-    (0..n).map(|_| (next() + next() + next() + next() - 2.0) * 1.7).collect()
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

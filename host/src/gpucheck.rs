@@ -7,10 +7,12 @@
 //! kernels'). A kernel that fails to run is a failed row, not an abort: the report always lists
 //! every check, and the command exits non-zero when any failed, after writing it.
 
-use crate::bench::{bench_expand, median, test_data};
+use crate::bench::{bench_expand, median};
 use crate::composite::{Compositor, FaceBox};
 use crate::cuda::CudaBackend;
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::fixtures::test_data;
+use crate::pipeline::FACE_SIDE;
 use crate::{Backend, KeyframeSchedule};
 use anyhow::{bail, Result};
 use cadence_kernels::{kernel_name, Op, Storage, KERNELS};
@@ -199,7 +201,8 @@ impl Checker<'_> {
     /// build) against the same render with the CPU's: expansion, easing and compositing run on the
     /// device with the pipeline's own uploads and downloads.
     fn render(&mut self) {
-        use crate::pipeline::{CheckClip, DecoderKind, Engines};
+        use crate::fixtures::CheckClip;
+        use crate::pipeline::{DecoderKind, Engines};
         if !self.wants("render") {
             return;
         }
@@ -351,12 +354,12 @@ fn time_on_gpu(c: &CudaBackend, device: &Backend, cpu: &Backend, reps: usize, re
     let bg = vec![128u8; 1080 * 1920 * 3];
     let face = FaceBox { x: 284, y: 544, w: 512, h: 512 };
     let comp = Compositor::new(device, &bg, 1080, 1920, face, 64.0, ColorMatrix::Bt709)?;
-    let crop = c.upload(&test_data(3 * 256 * 256, 4))?;
+    let crop = c.upload(&test_data(3 * FACE_SIDE * FACE_SIDE, 4))?;
     let mut frame = c.alloc::<u8>(comp.frame_bytes())?;
     let dc = comp.device().expect("built on CUDA");
-    let tc = median(
-        &c.time_ms(3, reps, || dc.compose_on_device(&crop.as_view(), 256, 256, RgbRange::Unit, &comp, &mut frame))?,
-    );
+    let tc = median(&c.time_ms(3, reps, || {
+        dc.compose_on_device(&crop.as_view(), FACE_SIDE, FACE_SIDE, RgbRange::Unit, &comp, &mut frame)
+    })?);
     println!("composite_nv12_f32 512x512 box in 1080x1920 (256x256 crop): {tc:.4} ms median of {reps}");
     (report.nv12_1080x1920_ms, report.nv12_gbps, report.composite_512_ms) = (Some(t), Some(gbps), Some(tc));
     Ok(())

@@ -20,9 +20,7 @@ use cadence_engines::{
 };
 use std::time::Instant;
 
-/// MuseTalk's latent: 4 x 32 x 32 for a 256 x 256 face crop.
-pub const LATENT_DIM: usize = 4 * 32 * 32;
-pub const FACE: usize = 256;
+pub use cadence_engines::{FACE_SIDE, LATENT_DIM};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum DecoderKind {
@@ -154,16 +152,17 @@ pub struct AvatarLatents {
 
 /// `face`: planar 3 x 256 x 256 in [0, 1].
 pub fn prepare_avatar(engines: &Engines, face: &[f32]) -> Result<AvatarLatents> {
-    ensure!(face.len() == 3 * FACE * FACE, "face crop must be 3x{FACE}x{FACE}");
+    ensure!(face.len() == 3 * FACE_SIDE * FACE_SIDE, "face crop must be 3x{FACE_SIDE}x{FACE_SIDE}");
     let (lo, hi) = engines.image_encoder.input_range();
     let to_range = |v: f32| lo + (hi - lo) * v;
     let mut both: Vec<f32> = face.iter().map(|&v| to_range(v)).collect();
     let mut masked = both.clone();
     for c in 0..3 {
-        masked[c * FACE * FACE + (FACE / 2) * FACE..(c + 1) * FACE * FACE].fill(to_range(0.0));
+        masked[c * FACE_SIDE * FACE_SIDE + (FACE_SIDE / 2) * FACE_SIDE..(c + 1) * FACE_SIDE * FACE_SIDE]
+            .fill(to_range(0.0));
     }
     both.extend_from_slice(&masked);
-    let enc = engines.image_encoder.encode(&Batch::new(vec![2, 3, FACE, FACE], both)?)?;
+    let enc = engines.image_encoder.encode(&Batch::new(vec![2, 3, FACE_SIDE, FACE_SIDE], both)?)?;
     ensure!(enc.data.len() == 2 * LATENT_DIM, "image encoder returned shape {:?}", enc.shape);
     let (reference, masked) = (enc.data[..LATENT_DIM].to_vec(), enc.data[LATENT_DIM..].to_vec());
     // Rest state: the UNet's answer to silence (one 40 ms frame of zeros).
@@ -231,7 +230,7 @@ fn ms(t: Instant) -> f64 {
 /// recorded as the encoder's). `features`: the audio encoder's (frames, 50, 384) windows;
 /// `speech`: voice activity per frame.
 #[allow(clippy::too_many_arguments)]
-pub fn render(
+pub fn render_frames(
     engines: &Engines,
     backend: &Backend,
     opts: &RenderOptions,
@@ -298,7 +297,7 @@ pub fn render(
 
     // Decode (batches of non-bypassed frames), composite + NV12, hand to the sink, in order.
     let range = engines.decoder_range();
-    let rest_rgb = Tensor::from_slice(&avatar.rest_rgb, (1, 3, FACE, FACE), dev)?;
+    let rest_rgb = Tensor::from_slice(&avatar.rest_rgb, (1, 3, FACE_SIDE, FACE_SIDE), dev)?;
     // One frame buffer for the whole render: outside the face box it keeps the background.
     let mut frame_nv12 = FrameBuffer::new(compositor);
     let mut decoded_frames = 0;
@@ -313,7 +312,7 @@ pub fn render(
             let t = Instant::now();
             let b = g - f;
             let out = engines.decoder.decode_tensor(&latents.narrow(0, f, b)?)?;
-            ensure!(out.dims() == [b, 3, FACE, FACE], "the decoder returned shape {:?}", out.dims());
+            ensure!(out.dims() == [b, 3, FACE_SIDE, FACE_SIDE], "the decoder returned shape {:?}", out.dims());
             dev.synchronize()?;
             times.decoder_ms += ms(t);
             decoded_frames += b;
@@ -345,79 +344,4 @@ pub fn render(
         residency,
         times,
     })
-}
-
-/// A small synthetic render for checks that compare two ways of rendering the same frames (the
-/// resident-loop test, `cadence gpu-check`): random audio windows, speech with a pause long
-/// enough to be bypassed, a smooth face crop, a noise background, and a face box of another size
-/// than the crop (so the compositor resamples).
-pub struct CheckClip {
-    pub features: Batch,
-    pub speech: Vec<bool>,
-    pub avatar: AvatarLatents,
-    /// Interleaved RGB8, `width` x `height`.
-    pub background: Vec<u8>,
-    pub width: usize,
-    pub height: usize,
-    pub face: crate::composite::FaceBox,
-    pub schedule: KeyframeSchedule,
-    pub opts: RenderOptions,
-}
-
-impl CheckClip {
-    /// `frames` >= 24 (the pause is frames 9..21); stride 3 and batch 4, so the UNet and the
-    /// decoder both run several batches and some keyframes fall inside the pause.
-    pub fn new(engines: &Engines, frames: usize, seed: u64) -> Result<Self> {
-        ensure!(frames >= 24, "a check clip needs at least 24 frames");
-        let (win, dim) = (engines.silence_window.shape[1], engines.silence_window.shape[2]);
-        let features = Batch::new(vec![frames, win, dim], crate::bench::test_data(frames * win * dim, seed))?;
-        let speech = (0..frames).map(|f| !(9..21).contains(&f)).collect();
-        let mut face_crop = Vec::with_capacity(3 * FACE * FACE);
-        for c in 0..3 {
-            for y in 0..FACE {
-                for x in 0..FACE {
-                    let (fx, fy) = (x as f32 / FACE as f32, y as f32 / FACE as f32);
-                    face_crop.push(0.5 + 0.4 * ((3.0 + c as f32) * fx + 2.0 * fy).sin() * (4.0 * fy - c as f32).cos());
-                }
-            }
-        }
-        let avatar = prepare_avatar(engines, &face_crop)?;
-        let (width, height) = (384, 320);
-        let background = crate::bench::test_data(width * height * 3, seed + 1)
-            .iter()
-            .map(|v| ((v * 0.3 + 0.5).clamp(0.0, 1.0) * 255.0) as u8)
-            .collect();
-        let face = crate::composite::FaceBox { x: 40, y: 30, w: 200, h: 240 };
-        let schedule = KeyframeSchedule::fixed_stride(frames, 3)?;
-        let opts = RenderOptions { batch: 4, ..RenderOptions::default() };
-        Ok(Self { features, speech, avatar, background, width, height, face, schedule, opts })
-    }
-
-    /// The clip's compositor on `backend` (feather 12 px, BT.709).
-    pub fn compositor(&self, backend: &Backend) -> Result<Compositor> {
-        Compositor::new(backend, &self.background, self.width, self.height, self.face, 12.0, crate::ColorMatrix::Bt709)
-    }
-
-    /// Renders the clip on `backend` and returns its NV12 frames in order.
-    pub fn render(&self, engines: &Engines, backend: &Backend) -> Result<(Vec<Vec<u8>>, RenderStats)> {
-        let compositor = self.compositor(backend)?;
-        let mut frames = Vec::new();
-        let stats = render(
-            engines,
-            backend,
-            &self.opts,
-            &self.features,
-            &self.speech,
-            &self.schedule,
-            &self.avatar,
-            &compositor,
-            |i, f| {
-                ensure!(i == frames.len(), "frame {i} reached the sink out of order");
-                frames.push(f.to_vec());
-                Ok(())
-            },
-            |_| {},
-        )?;
-        Ok((frames, stats))
-    }
 }

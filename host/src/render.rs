@@ -1,6 +1,6 @@
 //! One render, from files to an MP4: what `cadence render` runs and what the experiments time.
 //! Inputs are prepared once per render (audio decoded, resampled and encoded to features; the
-//! avatar cropped and encoded), then [`pipeline::render`] runs with the video encoder as its
+//! avatar cropped and encoded), then [`pipeline::render_frames`] runs with the video encoder as its
 //! sink. The MP4 goes through [`crate::output`]: written beside the target, renamed at the end.
 
 use crate::composite::{Compositor, FaceBox};
@@ -90,7 +90,7 @@ pub fn prepare(
     ensure!(features.shape[0] == frames, "audio encoder gave {} frames, expected {frames}", features.shape[0]);
     let speech = cadence_media::voice_activity(&audio.samples_16k, opts.fps.hz(), frames);
     let t = Instant::now();
-    let crop = cadence_media::crop_to_planar(img, &face, pipeline::FACE as u32)?;
+    let crop = cadence_media::crop_to_planar(img, &face, pipeline::FACE_SIDE as u32)?;
     let avatar = pipeline::prepare_avatar(engines, &crop)?;
     let avatar_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
@@ -127,7 +127,7 @@ pub struct RenderResult {
 }
 
 /// Renders all frames of `prepared` with `schedule` into `output`.
-pub fn run(
+pub fn render_clip(
     engines: &Engines,
     backend: &Backend,
     opts: &RenderOptions,
@@ -144,7 +144,7 @@ pub fn run(
     );
     let c = &prepared.compositor;
     let go = |sink: &mut dyn FnMut(usize, &[u8]) -> Result<()>, progress: Box<dyn FnMut(usize) + '_>| {
-        pipeline::render(
+        pipeline::render_frames(
             engines,
             backend,
             opts,

@@ -351,7 +351,7 @@ fn check_rules(p: &Planned, bypassed: &[bool]) {
 
 /// A deterministic wiggly signal for the audio and error-bounded inputs.
 fn wiggle(n: usize, seed: u64) -> Vec<f32> {
-    cadence::bench::test_data(n, seed)
+    cadence::fixtures::test_data(n, seed)
 }
 
 #[test]

@@ -208,7 +208,7 @@ fn bench_table() {
     print_expand_table(&rows);
     for k in [2usize, 3] {
         let s = KeyframeSchedule::fixed_stride(640, k).unwrap();
-        let data = cadence::bench::test_data(s.count() * 4096, 7);
+        let data = cadence::fixtures::test_data(s.count() * 4096, 7);
         let mut line = format!("expansion f32 k={k}, median ms by (keys, frames) page offsets:");
         for (ko, oo) in [(0usize, 2048usize), (0, 16), (0, 0), (2528, 2544)] {
             let mut keys = Placed::<f32>::new(data.len(), ko);

@@ -40,7 +40,7 @@ impl Plant {
 }
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
-    cadence::bench::test_data(n, seed)
+    cadence::fixtures::test_data(n, seed)
 }
 
 fn as_f64<T: cadence::Elem>(v: &[T]) -> Vec<f64> {

@@ -55,7 +55,7 @@ fn render_frames(engines: &Engines, avatar_path: &Path) -> Vec<Vec<u8>> {
     let prepared = cadence::render::prepare(engines, &backend, audio, &img, face, &opts).unwrap();
     let schedule = cadence::KeyframeSchedule::fixed_stride(prepared.frames, 2).unwrap();
     let mut frames = Vec::new();
-    cadence::pipeline::render(
+    cadence::pipeline::render_frames(
         engines,
         &backend,
         &opts,

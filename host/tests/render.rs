@@ -114,7 +114,7 @@ fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
     let prepared = cadence::render::prepare(&engines, &backend, audio, &img, face, &opts).unwrap();
     let schedule = cadence::KeyframeSchedule::fixed_stride(prepared.frames, 2).unwrap();
     let mut frames: Vec<Vec<u8>> = Vec::new();
-    let stats = cadence::pipeline::render(
+    let stats = cadence::pipeline::render_frames(
         &engines,
         &backend,
         &opts,

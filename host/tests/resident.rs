@@ -14,7 +14,8 @@
 mod common;
 
 use cadence::composite::Compositor;
-use cadence::pipeline::{CheckClip, DecoderKind, Engines, FACE, LATENT_DIM};
+use cadence::fixtures::CheckClip;
+use cadence::pipeline::{DecoderKind, Engines, FACE_SIDE, LATENT_DIM};
 use cadence::resident::{self, Residency};
 use cadence::schedule::speech_distance;
 use cadence::{Backend, KeyframeSchedule};
@@ -65,7 +66,7 @@ fn reference(engines: &Engines, clip: &CheckClip, compositor: &Compositor) -> Ve
         .map(|latent| {
             let crop = engines.decoder.decode(&Batch::new(vec![1, 4, 32, 32], latent.to_vec()).unwrap()).unwrap();
             let mut nv12 = vec![0u8; compositor.frame_bytes()];
-            compositor.compose_frame(&crop.data, FACE, FACE, engines.decoder_range(), &mut nv12).unwrap();
+            compositor.compose_frame(&crop.data, FACE_SIDE, FACE_SIDE, engines.decoder_range(), &mut nv12).unwrap();
             nv12
         })
         .collect()

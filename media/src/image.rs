@@ -14,8 +14,6 @@ pub const MIN_SIDE: u32 = 64;
 /// encoder's limit ([`crate::video::MAX_FRAME_SIDE`]), and an image the encoder would refuse is
 /// refused when it is read.
 pub const MAX_SIDE: u32 = crate::video::MAX_FRAME_SIDE;
-/// Side of the face crop the image encoder takes.
-pub const CROP_SIDE: u32 = 256;
 
 /// Largest avatar file accepted: a 3840x3840 RGB PNG with no compression at all is 44 MB.
 pub const MAX_FILE_BYTES: u64 = 256 << 20;
@@ -108,7 +106,7 @@ impl FaceBox {
 
 /// Crops `face` out of `img` and resizes it (bilinear, `image`'s Triangle filter) to
 /// `side` x `side`, returned planar (CHW: R plane, G plane, B plane) f32 in [0, 1]:
-/// the input layout of the image encoders. `side` is [`CROP_SIDE`] for the engines.
+/// the input layout of the image encoders (their side is `cadence_engines::FACE_SIDE`).
 pub fn crop_to_planar(img: &RgbImage, face: &FaceBox, side: u32) -> Result<Vec<f32>> {
     face.validate(img.width(), img.height())?;
     if side == 0 {

@@ -62,7 +62,7 @@ pub mod wav;
 pub use audio::{load_wav, wav_duration, Audio, AudioTrack, TARGET_RATE};
 pub use demux::{DecodedAudio, DecodedVideo, Mp4Reader};
 pub use error::{MediaError, Result};
-pub use image::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage, CROP_SIDE};
+pub use image::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
 pub use probe::{probe, Mp4Info};
 pub use vad::{frame_count, voice_activity, voice_activity_with, VadConfig};
 pub use video::{EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};

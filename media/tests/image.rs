@@ -1,8 +1,9 @@
 mod common;
 
-use cadence_media::{
-    crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, MediaError, RgbImage, CROP_SIDE,
-};
+/// The engines' face crop side (media does not depend on the engines).
+const CROP_SIDE: u32 = 256;
+
+use cadence_media::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, MediaError, RgbImage};
 use common::*;
 
 fn gradient(w: u32, h: u32) -> RgbImage {

@@ -28,6 +28,7 @@
 //! keyframes, per-frame error) and `adaptive_calibration.json`.
 
 use anyhow::{ensure, Context, Result};
+use cadence::pipeline::FACE_SIDE;
 use cadence::pipeline::LATENT_DIM;
 use cadence::resident::{expand_eased, Infill};
 use cadence::schedule::{bypassed_frames, speech_distance};
@@ -35,7 +36,7 @@ use cadence::schedules::{self, Alignment, Calibration, Inputs, PhonemeClass, Sch
 use cadence::{render, KeyframeSchedule, Method};
 use cadence_engines::{Device, Tensor};
 use clap::Parser;
-use experiments::frames::{decode_each, frame_of, unet_frames, CROP, FACE};
+use experiments::frames::{decode_each, frame_of, unet_frames, CROP};
 use experiments::metrics::{self, ImageShape, Region};
 use experiments::plot::{line_plot_grid, timeline_plot, Legend, LineChart, LineStyle, Series, Timeline};
 use experiments::session::{Session, SessionArgs};
@@ -385,7 +386,7 @@ fn run(args: Args) -> Result<()> {
     prov.note(
         "metrics",
         format!(
-            "latent error |v - v_dense| / |v_dense| of the eased latents; PSNR from the mean squared error over the frames not bypassed, decoded {FACE}x{FACE} RGB clamped to the decoder's range; SSIM on BT.601 luma; flicker = mean |frame[t+1] - frame[t]| in the mouth region x {}..{}, y {}..{} of the crop over all frames, 8-bit scale; a frame's phoneme class is the most demanding class touching it (closure > release > open vowel > other consonant > sustained vowel > silence)",
+            "latent error |v - v_dense| / |v_dense| of the eased latents; PSNR from the mean squared error over the frames not bypassed, decoded {FACE_SIDE}x{FACE_SIDE} RGB clamped to the decoder's range; SSIM on BT.601 luma; flicker = mean |frame[t+1] - frame[t]| in the mouth region x {}..{}, y {}..{} of the crop over all frames, 8-bit scale; a frame's phoneme class is the most demanding class touching it (closure > release > open vowel > other consonant > sustained vowel > silence)",
             MOUTH.x,
             MOUTH.x + MOUTH.width,
             MOUTH.y,
@@ -483,7 +484,7 @@ fn dense_render(
     bar.finish_and_clear();
     let (lo, hi) = engines.decoder.output_range();
     let rest_rgb: Vec<f32> = prepared.avatar.rest_rgb.iter().map(|v| v.clamp(lo, hi)).collect();
-    let shape = ImageShape::rgb(FACE, FACE);
+    let shape = ImageShape::rgb(FACE_SIDE, FACE_SIDE);
     let rest_mouth = metrics::crop(&rest_rgb, shape, MOUTH)?;
     let mut mouth = Vec::with_capacity(n * rest_mouth.len());
     let mut j = 0;
@@ -572,7 +573,7 @@ fn evaluate(
     }
     let (lo, hi) = engines.decoder.output_range();
     let peak = (hi - lo) as f64;
-    let shape = ImageShape::rgb(FACE, FACE);
+    let shape = ImageShape::rgb(FACE_SIDE, FACE_SIDE);
     let mut mse = vec![0.0f64; d.active.len()];
     let mut ssim = vec![1.0f64; d.active.len()];
     let mut mouth = d.mouth.clone();

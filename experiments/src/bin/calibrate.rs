@@ -67,7 +67,7 @@ struct Row {
     decoded_frames: usize,
     bypassed_frames: usize,
     unet_duty_cycle_pct: f64,
-    /// Frame loop (render::run: UNet, expansion, easing, decoder, compositing, encoder), the
+    /// Frame loop (render::render_clip: UNet, expansion, easing, decoder, compositing, encoder), the
     /// steady-state throughput the source's projections describe.
     projected_fps: f64,
     measured_fps: f64,
@@ -145,13 +145,19 @@ fn run(mut a: Args) -> Result<()> {
     }
     bar.inc(1);
     bar.set_message("composite + NV12");
-    let crop = cadence::bench::test_data(3 * 256 * 256, 5)
+    let crop = cadence::fixtures::test_data(3 * cadence::pipeline::FACE_SIDE * cadence::pipeline::FACE_SIDE, 5)
         .iter()
         .map(|x| (0.5 + 0.2 * x).clamp(0.0, 1.0))
         .collect::<Vec<f32>>();
     let mut frame = vec![0u8; prepared.compositor.frame_bytes()];
     let comp_ms = cadence::bench::median(&cadence::bench::time_host(2, 9, || {
-        prepared.compositor.compose(&crop, 256, 256, RgbRange::Unit, &mut frame)
+        prepared.compositor.compose(
+            &crop,
+            cadence::pipeline::FACE_SIDE,
+            cadence::pipeline::FACE_SIDE,
+            RgbRange::Unit,
+            &mut frame,
+        )
     }));
     bar.inc(1);
     bar.set_message("video encoder");
@@ -195,7 +201,7 @@ fn run(mut a: Args) -> Result<()> {
             Some(e) => Output::Mp4 { out: &out, encoder: *e },
             None => Output::Discard,
         };
-        let r = render::run(engines, backend, opts, &prep, &schedule, output, |d| bar.inc(d as u64))
+        let r = render::render_clip(engines, backend, opts, &prep, &schedule, output, |d| bar.inc(d as u64))
             .with_context(|| format!("render at stride {k}"))?;
         let measured_e2e_ms = t.elapsed().as_secs_f64() * 1e3;
         let measured_ms = measured_e2e_ms - measured_prepare_ms; // frame loop, encoder finish included
@@ -286,7 +292,7 @@ fn run(mut a: Args) -> Result<()> {
     let mut prov = session.provenance();
     prov.note(
         "projection",
-        "serial stages: frame loop = UNet ms x evaluations + decoder ms x decoded frames + (composite/NV12 + encoder) ms x frames + expansion; end to end adds prepare (audio encoder + avatar, once per render); evaluation counts from the schedule and voice activity (silence bypass) before rendering; measured = wall time of render::run (MP4 to a temporary file, finish included) and of render::prepare; easing and bookkeeping are not projected",
+        "serial stages: frame loop = UNet ms x evaluations + decoder ms x decoded frames + (composite/NV12 + encoder) ms x frames + expansion; end to end adds prepare (audio encoder + avatar, once per render); evaluation counts from the schedule and voice activity (silence bypass) before rendering; measured = wall time of render::render_clip (MP4 to a temporary file, finish included) and of render::prepare; easing and bookkeeping are not projected",
     );
     prov.note(
         "components",

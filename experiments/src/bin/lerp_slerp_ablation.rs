@@ -21,10 +21,11 @@
 //! `lerp_slerp_trajectory.csv` and the plot `lerp_slerp_trajectory.{png,svg}`.
 
 use anyhow::{bail, ensure, Context, Result};
+use cadence::pipeline::FACE_SIDE;
 use cadence::pipeline::LATENT_DIM;
 use cadence::{render, Backend, KeyframeSchedule, Method};
 use clap::Parser;
-use experiments::frames::{decode_each, frame_of, unet_frames, FACE};
+use experiments::frames::{decode_each, frame_of, unet_frames};
 use experiments::metrics::{self, ImageShape, SignedSummary};
 use experiments::plot::{line_plot, line_plot_grid, Legend, LineChart, LineStyle, Series};
 use experiments::session::{Session, SessionArgs};
@@ -116,7 +117,7 @@ fn backends(set: BackendSet) -> Result<Vec<Backend>> {
 
 /// Deterministic unit vector (f64) from the host's test-data generator.
 fn unit(dim: usize, seed: u64) -> Vec<f64> {
-    let v: Vec<f64> = cadence::bench::test_data(dim, seed).into_iter().map(f64::from).collect();
+    let v: Vec<f64> = cadence::fixtures::test_data(dim, seed).into_iter().map(f64::from).collect();
     let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
     v.into_iter().map(|x| x / n).collect()
 }
@@ -518,10 +519,10 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let bar = progress_bar(decode_total as u64, "decoding");
     bar.set_message("dense frames");
     let t = Instant::now();
-    let crop = 3 * FACE * FACE;
+    let crop = 3 * FACE_SIDE * FACE_SIDE;
     let (lo, hi) = engines.decoder.output_range();
     let peak = (hi - lo) as f64;
-    let shape = ImageShape::rgb(FACE, FACE);
+    let shape = ImageShape::rgb(FACE_SIDE, FACE_SIDE);
     let sharp_scale = (255.0 / peak).powi(2);
     let mut dense_rgb = vec![0.0f32; n * crop];
     let mut dense_sharp = vec![0.0f64; n];
@@ -661,8 +662,8 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
         "image_metrics",
         format!(
             "decoded {}x{} RGB clamped to the decoder's range [{lo}, {hi}] ({:.2}% of decoded samples lay outside and were clamped); PSNR on all RGB samples, peak {peak}; SSIM on BT.601 luma; sharpness = variance of the Laplacian of luma, 8-bit scale",
-            FACE,
-            FACE,
+            FACE_SIDE,
+            FACE_SIDE,
             100.0 * outside as f64 / decoded_samples as f64
         ),
     );

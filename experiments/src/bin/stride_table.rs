@@ -90,7 +90,7 @@ fn main() -> Result<()> {
             Some(e) => Output::Mp4 { out: &out, encoder: *e },
             None => Output::Discard,
         };
-        let r = render::run(engines, backend, opts, &prepared, &schedule, output, |d| bar.inc(d as u64))
+        let r = render::render_clip(engines, backend, opts, &prepared, &schedule, output, |d| bar.inc(d as u64))
             .with_context(|| format!("render at stride {k}"))?;
         let setup = RenderSetup::new(backend, &session.engine_device, engines);
         let rep = RenderReport::new(setup, &prepared, &r.stats, r.video.as_ref(), opts.fps, 0.0);

@@ -128,7 +128,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     if a.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let result = render::run(
+    let result = render::render_clip(
         &engines,
         &backend,
         &opts,
