@@ -91,6 +91,7 @@ pub const TARGETS: &[Target] = &[
         },
     },
     Target { name: "image", parse: |b| cadence_media::image::decode_image(b).is_ok() },
+    Target { name: "alignment", parse: |b| cadence::schedules::Alignment::parse_bytes(b).is_ok() },
     Target {
         name: "mp4",
         parse: |b| {
@@ -242,6 +243,8 @@ fn fxhash(b: &[u8]) -> u64 {
 #[derive(Debug, Default)]
 pub struct Stats {
     pub seeds: usize,
+    /// Seeds the parser accepted: all of them, since the corpus holds valid inputs only.
+    pub seeds_accepted: usize,
     pub regressions: usize,
     pub executions: usize,
     pub accepted: usize,
@@ -255,7 +258,13 @@ pub fn fuzz(target: &Target, root: &Path, crash_dir: &Path, budget: Duration, se
         read_dir_files(&root.join("corpus").join(target.name)).into_iter().map(|(_, b)| b).collect();
     let regressions = read_dir_files(&root.join("regressions").join(target.name));
     let mut stats = Stats { seeds: corpus.len(), regressions: regressions.len(), ..Default::default() };
-    for input in corpus.iter().chain(regressions.iter().map(|(_, b)| b)) {
+    for input in &corpus {
+        stats.executions += 1;
+        let ok = check_one(target, input, crash_dir)?;
+        stats.accepted += ok as usize;
+        stats.seeds_accepted += ok as usize;
+    }
+    for (_, input) in &regressions {
         stats.executions += 1;
         stats.accepted += check_one(target, input, crash_dir)? as usize;
     }

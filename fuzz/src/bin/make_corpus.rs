@@ -67,7 +67,35 @@ fn main() -> Result<()> {
         }
         w.finish()?;
     }
-    for t in ["npy", "wav", "image", "mp4"] {
+    // Phoneme alignments: Praat's long and short TextGrid text formats (a words tier beside the
+    // phones tier, a quoted quote, a comment), UTF-16 as older Praat writes it, and the JSON list.
+    let alignment = dir("alignment")?;
+    let phones = [(0.0, 0.1, ""), (0.1, 0.18, "B"), (0.18, 0.4, "AA1"), (0.4, 0.5, "P"), (0.5, 0.6, "sil")];
+    let mut long = String::from(
+        "File type = \"ooTextFile\"\nObject class = \"TextGrid\"\n\nxmin = 0\nxmax = 0.6\ntiers? <exists>\nsize = 2\nitem []:\n",
+    );
+    long += "    item [1]:\n        class = \"IntervalTier\"\n        name = \"words\"\n        xmin = 0\n        xmax = 0.6\n        intervals: size = 1\n        intervals [1]:\n            xmin = 0\n            xmax = 0.6\n            text = \"bob \"\"the\"\" pa\"\n";
+    long += &format!("    item [2]:\n        class = \"IntervalTier\"\n        name = \"phones\"\n        xmin = 0\n        xmax = 0.6\n        intervals: size = {}\n", phones.len());
+    let mut short = format!(
+        "File type = \"ooTextFile\"\nObject class = \"TextGrid\"\n\n0\n0.6\n<exists>\n1\n\"IntervalTier\"\n\"phones\" ! the phone tier\n0\n0.6\n{}\n",
+        phones.len()
+    );
+    let mut json = Vec::new();
+    for (i, (a, b, p)) in phones.iter().enumerate() {
+        long += &format!(
+            "        intervals [{}]:\n            xmin = {a}\n            xmax = {b}\n            text = \"{p}\"\n",
+            i + 1
+        );
+        short += &format!("{a}\n{b}\n\"{p}\"\n");
+        json.push(format!("{{\"start\": {a}, \"end\": {b}, \"phoneme\": \"{p}\"}}"));
+    }
+    std::fs::write(alignment.join("long.TextGrid"), &long)?;
+    std::fs::write(alignment.join("short.TextGrid"), &short)?;
+    let utf16: Vec<u8> = [0xfeu8, 0xff].into_iter().chain(short.encode_utf16().flat_map(u16::to_be_bytes)).collect();
+    std::fs::write(alignment.join("short_utf16be.TextGrid"), utf16)?;
+    std::fs::write(alignment.join("list.json"), format!("[{}]", json.join(", ")))?;
+
+    for t in ["npy", "wav", "image", "mp4", "alignment"] {
         let d = root.join(t);
         let n = std::fs::read_dir(&d)?.count();
         let bytes: u64 = std::fs::read_dir(&d)?.flatten().map(|e| e.metadata().map(|m| m.len()).unwrap_or(0)).sum();

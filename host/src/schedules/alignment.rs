@@ -132,10 +132,18 @@ impl Alignment {
     /// Reads a TextGrid or a JSON list (told apart by content: JSON starts with `[`).
     pub fn read(path: &Path) -> Result<Alignment> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let text = decode_text(&bytes).with_context(|| format!("reading {}", path.display()))?;
-        let parsed =
-            if text.trim_start().starts_with('[') { Self::from_json(&text) } else { Self::from_textgrid(&text) };
-        parsed.with_context(|| format!("{}", path.display()))
+        Self::parse_bytes(&bytes).with_context(|| format!("{}", path.display()))
+    }
+
+    /// The bytes of a TextGrid (UTF-8 or UTF-16 as Praat writes it) or a JSON list: what
+    /// [`read`](Self::read) parses, and the fuzzing entry point.
+    pub fn parse_bytes(bytes: &[u8]) -> Result<Alignment> {
+        let text = decode_text(bytes)?;
+        if text.trim_start().starts_with('[') {
+            Self::from_json(&text)
+        } else {
+            Self::from_textgrid(&text)
+        }
     }
 
     /// `[{"start": s, "end": s, "phoneme": "p"}, ...]` (other fields are ignored).
