@@ -107,3 +107,15 @@ impl Session {
         p
     }
 }
+
+/// `synthetic`, `real` or `mixed`, from an engines' weights summary (`synthetic(seed=..)` /
+/// `real(<file>)` per engine): what an experiment's caveat line says about its numbers.
+pub fn weights_kind(summary: &str) -> &'static str {
+    if summary.starts_with("synthetic") {
+        "synthetic"
+    } else if summary.starts_with("real") {
+        "real"
+    } else {
+        "mixed"
+    }
+}

@@ -94,3 +94,32 @@ impl CheckClip {
         Ok((frames, stats))
     }
 }
+
+/// Renders `prepared` with `schedule` and returns its NV12 frames in order (tests that compare
+/// frames rather than an MP4).
+pub fn render_prepared(
+    engines: &Engines,
+    backend: &Backend,
+    opts: &RenderOptions,
+    prepared: &crate::render::Prepared,
+    schedule: &KeyframeSchedule,
+) -> Result<(Vec<Vec<u8>>, RenderStats)> {
+    let mut frames = Vec::new();
+    let stats = render_frames(
+        engines,
+        backend,
+        opts,
+        &prepared.features,
+        &prepared.speech,
+        schedule,
+        &prepared.avatar,
+        &prepared.compositor,
+        |i, f| {
+            ensure!(i == frames.len(), "frame {i} reached the sink out of order");
+            frames.push(f.to_vec());
+            Ok(())
+        },
+        |_| {},
+    )?;
+    Ok((frames, stats))
+}

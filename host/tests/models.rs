@@ -54,24 +54,7 @@ fn render_frames(engines: &Engines, avatar_path: &Path) -> Vec<Vec<u8>> {
     let face = cadence::render::face_box(&img, None).unwrap();
     let prepared = cadence::render::prepare(engines, &backend, audio, &img, face, &opts).unwrap();
     let schedule = cadence::KeyframeSchedule::fixed_stride(prepared.frames, 2).unwrap();
-    let mut frames = Vec::new();
-    cadence::pipeline::render_frames(
-        engines,
-        &backend,
-        &opts,
-        &prepared.features,
-        &prepared.speech,
-        &schedule,
-        &prepared.avatar,
-        &prepared.compositor,
-        |_, f| {
-            frames.push(f.to_vec());
-            Ok(())
-        },
-        |_| {},
-    )
-    .unwrap();
-    frames
+    cadence::fixtures::render_prepared(engines, &backend, &opts, &prepared, &schedule).unwrap().0
 }
 
 #[test]

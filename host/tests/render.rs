@@ -113,23 +113,7 @@ fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
     let face = cadence::render::face_box(&img, None).unwrap();
     let prepared = cadence::render::prepare(&engines, &backend, audio, &img, face, &opts).unwrap();
     let schedule = cadence::KeyframeSchedule::fixed_stride(prepared.frames, 2).unwrap();
-    let mut frames: Vec<Vec<u8>> = Vec::new();
-    let stats = cadence::pipeline::render_frames(
-        &engines,
-        &backend,
-        &opts,
-        &prepared.features,
-        &prepared.speech,
-        &schedule,
-        &prepared.avatar,
-        &prepared.compositor,
-        |_, f| {
-            frames.push(f.to_vec());
-            Ok(())
-        },
-        |_| {},
-    )
-    .unwrap();
+    let (frames, stats) = cadence::fixtures::render_prepared(&engines, &backend, &opts, &prepared, &schedule).unwrap();
     let distance = cadence::schedule::speech_distance(&prepared.speech);
     let bypassed: Vec<usize> = (0..frames.len()).filter(|&i| distance[i] >= opts.ramp).collect();
     assert_eq!(bypassed.len(), stats.bypassed_frames);

@@ -180,16 +180,6 @@ struct Dense {
     rest: Vec<f32>,
 }
 
-fn weights_kind(summary: &str) -> &'static str {
-    if summary.starts_with("synthetic") {
-        "synthetic"
-    } else if summary.starts_with("real") {
-        "real"
-    } else {
-        "mixed"
-    }
-}
-
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
@@ -225,7 +215,7 @@ fn run(args: Args) -> Result<()> {
     let session = Session::open(&args.session)?;
     let mut prov = session.provenance();
     let weights = session.engines.weights_summary();
-    let kind = weights_kind(&weights);
+    let kind = experiments::session::weights_kind(&weights);
     let profile = session.engines.profile.to_string();
 
     let mut rows: Vec<Row> = Vec::new();
@@ -643,7 +633,7 @@ fn evaluate(
         max_error_bound: bound,
         frames_over_bound_pct: bound
             .map(|b| 100.0 * act_err.iter().filter(|&&e| e > b).count() as f64 / act_err.len() as f64),
-        weights_kind: weights_kind(&engines.weights_summary()).into(),
+        weights_kind: experiments::session::weights_kind(&engines.weights_summary()).into(),
         engine_profile: engines.profile.to_string(),
     };
     eprintln!(

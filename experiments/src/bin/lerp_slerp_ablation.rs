@@ -457,16 +457,6 @@ fn motion(dense: &[f32], n: usize, strides: &[usize]) -> Result<Motion> {
     })
 }
 
-fn weights_kind(summary: &str) -> &'static str {
-    if summary.starts_with("synthetic") {
-        "synthetic"
-    } else if summary.starts_with("real") {
-        "real"
-    } else {
-        "mixed"
-    }
-}
-
 fn method_name(m: Method) -> &'static str {
     match m {
         Method::Lerp => "lerp",
@@ -499,7 +489,7 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let speech_frac = speech.iter().filter(|&&s| s).count() as f64 / n as f64;
     let batch = opts.batch.max(1);
     let weights = engines.weights_summary();
-    let kind = weights_kind(&weights);
+    let kind = experiments::session::weights_kind(&weights);
     let profile = engines.profile.to_string();
 
     // Dense trajectory: the UNet on every frame of the stretch (no bypass, no easing).
