@@ -74,24 +74,20 @@ impl CheckClip {
     /// Renders the clip on `backend` and returns its NV12 frames in order.
     pub fn render(&self, engines: &Engines, backend: &Backend) -> Result<(Vec<Vec<u8>>, RenderStats)> {
         let compositor = self.compositor(backend)?;
-        let mut frames = Vec::new();
-        let stats = render_frames(
-            engines,
-            backend,
-            &self.opts,
-            &self.features,
-            &self.speech,
-            &self.schedule,
-            &self.avatar,
-            &compositor,
-            |i, f| {
-                ensure!(i == frames.len(), "frame {i} reached the sink out of order");
-                frames.push(f.to_vec());
-                Ok(())
-            },
-            |_| {},
-        )?;
-        Ok((frames, stats))
+        collect_frames(|sink| {
+            render_frames(
+                engines,
+                backend,
+                &self.opts,
+                &self.features,
+                &self.speech,
+                &self.schedule,
+                &self.avatar,
+                &compositor,
+                sink,
+                |_| {},
+            )
+        })
     }
 }
 
@@ -104,22 +100,31 @@ pub fn render_prepared(
     prepared: &crate::render::Prepared,
     schedule: &KeyframeSchedule,
 ) -> Result<(Vec<Vec<u8>>, RenderStats)> {
-    let mut frames = Vec::new();
-    let stats = render_frames(
-        engines,
-        backend,
-        opts,
-        &prepared.features,
-        &prepared.speech,
-        schedule,
-        &prepared.avatar,
-        &prepared.compositor,
-        |i, f| {
-            ensure!(i == frames.len(), "frame {i} reached the sink out of order");
-            frames.push(f.to_vec());
-            Ok(())
-        },
-        |_| {},
-    )?;
+    collect_frames(|sink| {
+        render_frames(
+            engines,
+            backend,
+            opts,
+            &prepared.features,
+            &prepared.speech,
+            schedule,
+            &prepared.avatar,
+            &prepared.compositor,
+            sink,
+            |_| {},
+        )
+    })
+}
+
+/// Runs a render whose sink collects the NV12 frames, checking that they arrive in order.
+fn collect_frames(
+    render: impl FnOnce(&mut dyn FnMut(usize, &[u8]) -> Result<()>) -> Result<RenderStats>,
+) -> Result<(Vec<Vec<u8>>, RenderStats)> {
+    let mut frames: Vec<Vec<u8>> = Vec::new();
+    let stats = render(&mut |i, f| {
+        ensure!(i == frames.len(), "frame {i} reached the sink out of order");
+        frames.push(f.to_vec());
+        Ok(())
+    })?;
     Ok((frames, stats))
 }
