@@ -100,20 +100,7 @@ pub fn render_prepared(
     prepared: &crate::render::Prepared,
     schedule: &KeyframeSchedule,
 ) -> Result<(Vec<Vec<u8>>, RenderStats)> {
-    collect_frames(|sink| {
-        render_frames(
-            engines,
-            backend,
-            opts,
-            &prepared.features,
-            &prepared.speech,
-            schedule,
-            &prepared.avatar,
-            &prepared.compositor,
-            sink,
-            |_| {},
-        )
-    })
+    collect_frames(|sink| prepared.render_frames(engines, backend, opts, schedule, sink, |_| {}))
 }
 
 /// Runs a render whose sink collects the NV12 frames, checking that they arrive in order.

@@ -32,6 +32,33 @@ pub struct Prepared {
     pub prepare_other_ms: f64,
 }
 
+impl Prepared {
+    /// [`pipeline::render_frames`] over this clip's features, activity, avatar and compositor:
+    /// each NV12 frame goes to `sink` in order.
+    pub fn render_frames(
+        &self,
+        engines: &Engines,
+        backend: &Backend,
+        opts: &RenderOptions,
+        schedule: &KeyframeSchedule,
+        sink: impl FnMut(usize, &[u8]) -> Result<()>,
+        progress: impl FnMut(usize),
+    ) -> Result<RenderStats> {
+        pipeline::render_frames(
+            engines,
+            backend,
+            opts,
+            &self.features,
+            &self.speech,
+            schedule,
+            &self.avatar,
+            &self.compositor,
+            sink,
+            progress,
+        )
+    }
+}
+
 /// Reads the WAV, refusing files longer than `max_seconds` before decoding them. (The media
 /// crate's errors name the file already.)
 pub fn load_audio(path: &Path, max_seconds: f64) -> Result<Audio> {
@@ -144,18 +171,7 @@ pub fn render_clip(
     );
     let c = &prepared.compositor;
     let go = |sink: &mut dyn FnMut(usize, &[u8]) -> Result<()>, progress: Box<dyn FnMut(usize) + '_>| {
-        pipeline::render_frames(
-            engines,
-            backend,
-            opts,
-            &prepared.features,
-            &prepared.speech,
-            schedule,
-            &prepared.avatar,
-            c,
-            |i, f| sink(i, f),
-            progress,
-        )
+        prepared.render_frames(engines, backend, opts, schedule, sink, progress)
     };
     match output {
         Output::Discard => Ok(RenderResult { stats: go(&mut |_, _| Ok(()), Box::new(progress))?, video: None }),
