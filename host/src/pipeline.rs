@@ -18,6 +18,8 @@ use cadence_engines::{
     AudioEncoder, Batch, Device, Engine, ImageEncoder, KeyframeModel, LatentDecoder, ModelKind, ModelsDir,
     MuseTalkUnet, Profile, SdVae, Taesd, Tensor, WeightsSource, WhisperAudio, DEFAULT_SEED,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use cadence_engines::{FACE_SIDE, LATENT_DIM};
@@ -188,13 +190,38 @@ pub struct RenderOptions {
     /// Engine batch size.
     pub batch: usize,
     pub method: Method,
+    /// Set from another thread to stop the render: it is checked before every engine batch
+    /// (UNet and decoder), and a cancelled render returns the error [`Cancelled`].
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { fps: cadence_media::FrameRate::whole(25), ramp: 4, batch: 8, method: Method::Slerp }
+        Self { fps: cadence_media::FrameRate::whole(25), ramp: 4, batch: 8, method: Method::Slerp, cancel: None }
     }
 }
+
+impl RenderOptions {
+    fn check_cancelled(&self) -> Result<()> {
+        match &self.cancel {
+            Some(flag) if flag.load(Ordering::Relaxed) => Err(Cancelled.into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The error of a render stopped through [`RenderOptions::cancel`] (find it with
+/// `anyhow::Error::is::<Cancelled>()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the render was cancelled")
+    }
+}
+
+impl std::error::Error for Cancelled {}
 
 /// Milliseconds per stage.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -270,6 +297,7 @@ pub fn render_frames(
     let rest = Tensor::from_slice(&avatar.rest, (1, 4, 32, 32), dev)?;
     let mut key_latents: Vec<Tensor> = vec![rest; keys.len()];
     for chunk in evaluate.chunks(opts.batch) {
+        opts.check_cancelled()?;
         let b = chunk.len();
         let mut audio = Vec::with_capacity(b * win * dim_a);
         for &j in chunk {
@@ -309,6 +337,7 @@ pub fn render_frames(
         let rgb = if bypassed[f] {
             None
         } else {
+            opts.check_cancelled()?;
             let t = Instant::now();
             let b = g - f;
             let out = engines.decoder.decode_tensor(&latents.narrow(0, f, b)?)?;

@@ -7,103 +7,196 @@ use fdk_aac::enc::{AudioObjectType, BitRate, ChannelMode, Encoder, EncoderParams
 use crate::audio::{AudioTrack, AAC_RATES};
 use crate::error::{MediaError, Result};
 
-/// An encoded AAC-LC stream: raw access units (no ADTS headers) plus what the `esds` needs.
-#[derive(Debug, Clone)]
-pub struct EncodedAac {
+/// What the MP4's `mp4a`/`esds` sample entry and the edit list need to know about an AAC-LC
+/// stream: known as soon as the encoder is open, before any audio (a live stream's init segment
+/// is written from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AacConfig {
     pub sample_rate: u32,
     pub channels: u16,
     /// Index of `sample_rate` in the AAC sampling-frequency table.
     pub freq_index: u8,
     /// AudioSpecificConfig from the encoder.
     pub asc: Vec<u8>,
-    /// Access units, each `frame_len` samples per channel.
-    pub access_units: Vec<Vec<u8>>,
+    /// Samples per channel in each access unit.
     pub frame_len: u32,
     /// Encoder delay (priming samples) at the start of the stream; an edit list skips it.
     pub delay: u32,
+    pub bitrate: u32,
+    /// The largest access unit the encoder can produce, in bytes (the `esds` decoding buffer
+    /// size of a stream whose access units are not all known yet).
+    pub max_au_bytes: u32,
+}
+
+/// An encoded AAC-LC stream: raw access units (no ADTS headers) plus what the `esds` needs.
+#[derive(Debug, Clone)]
+pub struct EncodedAac {
+    pub config: AacConfig,
+    /// Access units, each `config.frame_len` samples per channel.
+    pub access_units: Vec<Vec<u8>>,
     /// Sample frames of real audio (without priming and padding).
     pub frames: u64,
-    pub bitrate: u32,
 }
 
 fn err(detail: impl Into<String>) -> MediaError {
     MediaError::Encode { encoder: "fdk-aac".into(), detail: detail.into() }
 }
 
-/// Encodes the track to AAC-LC at a constant bit rate (32 kb/s per channel at 16 kHz,
-/// 64 kb/s per channel at 44.1/48 kHz).
+/// Encodes the track to AAC-LC at a constant bit rate (see [`AacEncoder::new`]).
 pub fn encode(track: &AudioTrack) -> Result<EncodedAac> {
-    let freq_index = AAC_RATES
-        .iter()
-        .position(|&r| r == track.sample_rate)
-        .ok_or_else(|| err(format!("{} Hz is not an AAC sample rate", track.sample_rate)))? as u8;
-    let channels = match track.channels {
-        1 => ChannelMode::Mono,
-        2 => ChannelMode::Stereo,
-        n => return Err(err(format!("{n} channels (1 or 2 supported)"))),
-    };
-    let per_channel = match track.sample_rate {
-        r if r >= 44_100 => 64_000,
-        r if r >= 32_000 => 48_000,
-        r if r >= 16_000 => 32_000,
-        _ => 16_000,
-    };
-    let bitrate = per_channel * track.channels as u32;
-    let enc = Encoder::new(EncoderParams {
-        bit_rate: BitRate::Cbr(bitrate),
-        sample_rate: track.sample_rate,
-        transport: Transport::Raw,
-        channels,
-        audio_object_type: AudioObjectType::Mpeg4LowComplexity,
-    })
-    .map_err(|e| err(e.to_string()))?;
-    let info = enc.info().map_err(|e| err(e.to_string()))?;
-    let frame_len = info.frameLength as usize;
-    let delay = info.nDelay as usize;
-    let asc = info.confBuf[..info.confSize as usize].to_vec();
-    if frame_len == 0 || asc.len() < 2 {
-        return Err(err("encoder reported no frame length or AudioSpecificConfig"));
-    }
-    let ch = track.channels as usize;
-    let frames = track.frames();
-    // fdk-aac's Rust wrapper cannot signal end of stream (numInSamples = -1), so the tail
-    // is flushed by feeding silence until every real sample has come out.
-    let needed = (frames + delay).div_ceil(frame_len);
-    let block = frame_len * ch;
-    let zeros = vec![0i16; block];
-    let mut out = vec![0u8; 8192];
-    let mut aus = Vec::with_capacity(needed);
-    let mut pos = 0usize;
-    let mut calls = 0usize;
-    while aus.len() < needed {
-        calls += 1;
-        if calls > 4 * needed + 64 {
-            return Err(err("encoder stopped producing output"));
-        }
-        let input: &[i16] = if pos < track.samples.len() {
-            &track.samples[pos..(pos + block).min(track.samples.len())]
-        } else {
-            &zeros
+    let mut enc = AacEncoder::new(track.sample_rate, track.channels)?;
+    enc.push(&track.samples)?;
+    let config = enc.config().clone();
+    let frames = enc.frames();
+    let mut access_units = enc.take_access_units();
+    access_units.extend(enc.finish()?);
+    Ok(EncodedAac { config, access_units, frames })
+}
+
+/// AAC-LC encoder fed in pieces (live audio): access units come out as soon as the encoder has
+/// them. However the input is cut into pieces, the encoder sees the same calls (full frames, then
+/// the tail, then silence), so the access units are byte-identical to a whole-track encode.
+pub struct AacEncoder {
+    enc: Encoder,
+    config: AacConfig,
+    /// Input not yet given to the encoder: fewer than one frame after each `push`.
+    pending: Vec<i16>,
+    out: Vec<u8>,
+    ready: Vec<Vec<u8>>,
+    /// Sample frames pushed.
+    frames: u64,
+    /// Access units produced so far (handed out or ready).
+    produced: u64,
+}
+
+impl AacEncoder {
+    /// An encoder at a constant bit rate: 32 kb/s per channel at 16 kHz, 64 kb/s per channel at
+    /// 44.1/48 kHz. `sample_rate` must be an AAC rate, `channels` 1 or 2.
+    pub fn new(sample_rate: u32, channels: u16) -> Result<Self> {
+        let freq_index = AAC_RATES
+            .iter()
+            .position(|&r| r == sample_rate)
+            .ok_or_else(|| err(format!("{sample_rate} Hz is not an AAC sample rate")))? as u8;
+        let mode = match channels {
+            1 => ChannelMode::Mono,
+            2 => ChannelMode::Stereo,
+            n => return Err(err(format!("{n} channels (1 or 2 supported)"))),
         };
-        let r = enc.encode(input, &mut out).map_err(|e| err(e.to_string()))?;
-        if pos < track.samples.len() {
-            pos += r.input_consumed;
+        let per_channel = match sample_rate {
+            r if r >= 44_100 => 64_000,
+            r if r >= 32_000 => 48_000,
+            r if r >= 16_000 => 32_000,
+            _ => 16_000,
+        };
+        let bitrate = per_channel * channels as u32;
+        let enc = Encoder::new(EncoderParams {
+            bit_rate: BitRate::Cbr(bitrate),
+            sample_rate,
+            transport: Transport::Raw,
+            channels: mode,
+            audio_object_type: AudioObjectType::Mpeg4LowComplexity,
+        })
+        .map_err(|e| err(e.to_string()))?;
+        let info = enc.info().map_err(|e| err(e.to_string()))?;
+        let asc = info.confBuf[..(info.confSize as usize).min(info.confBuf.len())].to_vec();
+        if info.frameLength == 0 || asc.len() < 2 {
+            return Err(err("encoder reported no frame length or AudioSpecificConfig"));
         }
-        if r.output_size > 0 {
-            aus.push(out[..r.output_size].to_vec());
-        }
+        let config = AacConfig {
+            sample_rate,
+            channels,
+            freq_index,
+            asc,
+            frame_len: info.frameLength,
+            delay: info.nDelay,
+            bitrate,
+            max_au_bytes: info.maxOutBufBytes,
+        };
+        let out = vec![0u8; (info.maxOutBufBytes as usize).max(8192)];
+        Ok(AacEncoder { enc, config, pending: Vec::new(), out, ready: Vec::new(), frames: 0, produced: 0 })
     }
-    Ok(EncodedAac {
-        sample_rate: track.sample_rate,
-        channels: track.channels,
-        freq_index,
-        asc,
-        access_units: aus,
-        frame_len: frame_len as u32,
-        delay: delay as u32,
-        frames: frames as u64,
-        bitrate,
-    })
+
+    pub fn config(&self) -> &AacConfig {
+        &self.config
+    }
+
+    /// Sample frames pushed so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Interleaved samples of one frame of input for the encoder.
+    fn block(&self) -> usize {
+        self.config.frame_len as usize * self.config.channels as usize
+    }
+
+    /// One encoder call; returns the samples it consumed.
+    fn call(&mut self, input: &[i16]) -> Result<usize> {
+        let r = self.enc.encode(input, &mut self.out).map_err(|e| err(e.to_string()))?;
+        if r.output_size > 0 {
+            self.ready.push(self.out[..r.output_size].to_vec());
+            self.produced += 1;
+        }
+        Ok(r.input_consumed)
+    }
+
+    /// Encodes interleaved samples (whole sample frames); access units that complete are kept
+    /// for [`take_access_units`](Self::take_access_units).
+    pub fn push(&mut self, samples: &[i16]) -> Result<()> {
+        let ch = self.config.channels as usize;
+        if !samples.len().is_multiple_of(ch) {
+            return Err(MediaError::InvalidInput(format!(
+                "{} audio samples are not whole frames of {ch} channels",
+                samples.len()
+            )));
+        }
+        self.frames += (samples.len() / ch) as u64;
+        self.pending.extend_from_slice(samples);
+        let block = self.block();
+        let mut start = 0;
+        let pending = std::mem::take(&mut self.pending);
+        while pending.len() - start >= block {
+            let used = self.call(&pending[start..start + block])?;
+            if used == 0 {
+                return Err(err("encoder stopped taking input"));
+            }
+            start += used;
+        }
+        self.pending = pending;
+        self.pending.drain(..start);
+        Ok(())
+    }
+
+    /// The access units completed since the last call, in order.
+    pub fn take_access_units(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.ready)
+    }
+
+    /// Ends the stream: encodes the last partial frame and flushes the encoder's delay; returns
+    /// the access units not yet taken. The last one is padded with silence (an MP4 edit list
+    /// or the stream's end trims it).
+    pub fn finish(mut self) -> Result<Vec<Vec<u8>>> {
+        let fl = self.config.frame_len as u64;
+        // fdk-aac's Rust wrapper cannot signal end of stream (numInSamples = -1), so the tail
+        // is flushed by feeding silence until every real sample has come out.
+        let needed = (self.frames + self.config.delay as u64).div_ceil(fl);
+        let zeros = vec![0i16; self.block()];
+        let pending = std::mem::take(&mut self.pending);
+        let mut start = 0;
+        let mut calls = 0u64;
+        while self.produced < needed {
+            calls += 1;
+            if calls > 4 * needed + 64 {
+                return Err(err("encoder stopped producing output"));
+            }
+            if start < pending.len() {
+                start += self.call(&pending[start..])?;
+            } else {
+                self.call(&zeros)?;
+            }
+        }
+        Ok(self.ready)
+    }
 }
 
 /// FDK AAC's decoder for raw access units (the MP4 sample format), with its PCM limiter off.

@@ -33,6 +33,20 @@ impl AudioTrack {
     pub fn frames(&self) -> usize {
         self.samples.len() / self.channels.max(1) as usize
     }
+
+    pub fn format(&self) -> AudioFormat {
+        AudioFormat { sample_rate: self.sample_rate, channels: self.channels }
+    }
+}
+
+/// Sample rate and channel count of an audio track: what a stream's audio track is declared
+/// with before any of its audio has arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AudioFormat {
+    /// One of [`AAC_RATES`].
+    pub sample_rate: u32,
+    /// 1 or 2.
+    pub channels: u16,
 }
 
 /// A decoded audio clip.

@@ -1,19 +1,20 @@
-//! Reads an MP4's tracks back in Rust: each track's sample table (offsets and sizes from
-//! `stsz`/`stsc`/`stco`/`co64`, checked against the file), H.264 video decoded with OpenH264 into
-//! NV12 frames, AAC audio decoded with FDK AAC with the edit list applied. The tests use it to
-//! check cadence's own output without ffmpeg; it reads any progressive MP4 with an `avc1` video
-//! track (no B-frames reordering is needed for OpenH264's baseline/constrained output, and the
-//! decoder returns frames in decode order, which is presentation order for such streams).
+//! Reads an MP4's tracks back in Rust: each track's samples (offsets and sizes from
+//! `stsz`/`stsc`/`stco`/`co64` in a progressive file, from the `moof`/`traf`/`trun` boxes of a
+//! fragmented one; all checked against the file), H.264 video decoded with OpenH264 into NV12
+//! frames, AAC audio decoded with FDK AAC with the edit list applied. The tests use it to check
+//! cadence's own output without ffmpeg; it reads any MP4 with an `avc1` video track (no B-frames
+//! reordering is needed for OpenH264's baseline/constrained output, and the decoder returns
+//! frames in decode order, which is presentation order for such streams).
 //!
 //! Everything read from the file is untrusted: sizes and counts are checked before anything is
-//! allocated from them (every sample must lie inside the file, so the number of samples is
-//! bounded by the file size).
+//! allocated from them (every sample must lie inside the file, so the number of samples, over the
+//! sample table and all fragments together, is bounded by the file size).
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use mp4_atom::{Codec, Moov, StszSamples, Trak};
+use mp4_atom::{Atom, Codec, Header, Moof, Moov, ReadAtom, ReadFrom, StszSamples, Trak};
 use openh264::decoder::Decoder;
 use openh264::formats::YUVSource;
 
@@ -26,12 +27,49 @@ pub struct SampleRef {
     pub size: u32,
 }
 
-/// An open MP4 file with its `moov` parsed.
+/// One sample of a track: where it lies and when it is decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub offset: u64,
+    pub size: u32,
+    /// Decode time in the track's timescale.
+    pub time: u64,
+    /// Duration in the track's timescale.
+    pub duration: u32,
+    /// A sync sample (an IDR picture; every AAC access unit).
+    pub sync: bool,
+    /// Index of the `moof` (in file order) the sample is in; `None` for the `moov`'s table.
+    pub fragment: Option<u32>,
+}
+
+/// A track's samples in decode order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackSamples {
+    /// Units per second of the times and durations.
+    pub timescale: u32,
+    pub samples: Vec<Sample>,
+}
+
+/// The samples of one `traf`, resolved against its defaults and checked against the file.
+#[derive(Debug)]
+struct FragmentRun {
+    track_id: u32,
+    fragment: u32,
+    /// `tfdt`: the decode time of the first sample, when given.
+    base_time: Option<u64>,
+    /// (offset, size, duration, flags)
+    samples: Vec<(u64, u32, u32, u32)>,
+}
+
+/// An open MP4 file with its `moov` parsed, and its fragments' sample references when it is
+/// fragmented.
 pub struct Mp4Reader {
     path: PathBuf,
     file: File,
     len: u64,
     moov: Moov,
+    fragments: u32,
+    runs: Vec<FragmentRun>,
 }
 
 /// Decoded audio: interleaved samples in [-1, 1].
@@ -57,11 +95,25 @@ impl Mp4Reader {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let (moov, file, len) = crate::probe::read_moov(path)?;
-        Ok(Self { path: path.to_path_buf(), file, len, moov })
+        let mut r = Self { path: path.to_path_buf(), file, len, moov, fragments: 0, runs: Vec::new() };
+        if r.moov.mvex.is_some() {
+            r.read_fragments()?;
+        }
+        Ok(r)
     }
 
     pub fn moov(&self) -> &Moov {
         &self.moov
+    }
+
+    /// Whether the file is fragmented (its `moov` has an `mvex`).
+    pub fn is_fragmented(&self) -> bool {
+        self.moov.mvex.is_some()
+    }
+
+    /// Number of `moof` fragments.
+    pub fn fragments(&self) -> usize {
+        self.fragments as usize
     }
 
     fn err(&self, detail: impl Into<String>) -> MediaError {
@@ -72,7 +124,107 @@ impl Mp4Reader {
         self.moov.trak.iter().find(|t| t.mdia.hdlr.handler == (*handler).into())
     }
 
-    fn read_sample(&mut self, s: SampleRef, buf: &mut Vec<u8>) -> Result<()> {
+    /// Walks the top-level boxes and resolves every `traf` of every `moof` into sample
+    /// references. A box that runs past the end of the file (a stream cut inside a fragment) is
+    /// an error, as in a progressive file.
+    fn read_fragments(&mut self) -> Result<()> {
+        let len = self.len;
+        let mut r = BufReader::new(&self.file);
+        r.seek(SeekFrom::Start(0)).map_err(|e| io_err(&self.path, e))?;
+        let mut runs = Vec::new();
+        // Every sample is at least a byte of the file: the samples of all fragments together
+        // cannot outnumber the file's bytes, whatever the fragments' counts claim.
+        let mut budget = len;
+        let mut fragments = 0u32;
+        loop {
+            let pos = r.stream_position().map_err(|e| io_err(&self.path, e))?;
+            if pos >= len {
+                break;
+            }
+            let header = <Option<Header>>::read_from(&mut r)
+                .map_err(|e| self.err(format!("bad box header at byte {pos}: {e}")))?;
+            let Some(header) = header else { break };
+            let body = r.stream_position().map_err(|e| io_err(&self.path, e))?;
+            let size = match header.size {
+                Some(size) => size as u64,
+                // A last box without a size runs to the end of the file.
+                None => len - body,
+            };
+            if body.checked_add(size).is_none_or(|end| end > len) {
+                return Err(
+                    self.err(format!("box '{}' at byte {pos} runs past the end of the file (truncated?)", header.kind))
+                );
+            }
+            if header.kind == Moof::KIND {
+                let header = Header { kind: header.kind, size: Some(size as usize) };
+                let moof =
+                    Moof::read_atom(&header, &mut r).map_err(|e| self.err(format!("bad moof at byte {pos}: {e}")))?;
+                resolve_moof(&self.moov, &moof, pos, fragments, len, &mut budget, &mut runs)
+                    .map_err(|d| self.err(format!("fragment {fragments} (byte {pos}): {d}")))?;
+                fragments += 1;
+            }
+            r.seek(SeekFrom::Start(body + size)).map_err(|e| io_err(&self.path, e))?;
+        }
+        self.fragments = fragments;
+        self.runs = runs;
+        Ok(())
+    }
+
+    /// The samples of `trak`: those of its sample table, then those of the fragments in file
+    /// order, with decode times (a fragment's `tfdt` where given, else continuing from the
+    /// previous sample) and sync flags (`stss`, or the fragment's sample flags).
+    pub fn track_samples(&self, trak: &Trak) -> Result<TrackSamples> {
+        self.track_samples_checked(trak).map_err(|d| self.err(d))
+    }
+
+    fn track_samples_checked(&self, trak: &Trak) -> std::result::Result<TrackSamples, String> {
+        let refs = sample_table(trak, self.len)?;
+        let stbl = &trak.mdia.minf.stbl;
+        let mut samples = Vec::with_capacity(refs.len());
+        let mut time = 0u64;
+        let mut durations =
+            stbl.stts.entries.iter().flat_map(|e| std::iter::repeat_n(e.sample_delta, e.sample_count as usize));
+        for r in &refs {
+            let duration = durations
+                .next()
+                .ok_or_else(|| format!("stts gives durations for {} of the {} samples", samples.len(), refs.len()))?;
+            samples.push(Sample { offset: r.offset, size: r.size, time, duration, sync: true, fragment: None });
+            time = time.checked_add(duration as u64).ok_or("sample times overflow")?;
+        }
+        if let Some(stss) = &stbl.stss {
+            samples.iter_mut().for_each(|s| s.sync = false);
+            for &n in &stss.entries {
+                if let Some(s) = (n as usize).checked_sub(1).and_then(|i| samples.get_mut(i)) {
+                    s.sync = true;
+                }
+            }
+        }
+        let id = trak.tkhd.track_id;
+        for run in self.runs.iter().filter(|r| r.track_id == id) {
+            if let Some(t) = run.base_time {
+                time = t;
+            }
+            for &(offset, size, duration, flags) in &run.samples {
+                let sync = flags & NON_SYNC_FLAG == 0;
+                samples.push(Sample { offset, size, time, duration, sync, fragment: Some(run.fragment) });
+                time = time.checked_add(duration as u64).ok_or("sample times overflow")?;
+            }
+        }
+        Ok(TrackSamples { timescale: trak.mdia.mdhd.timescale, samples })
+    }
+
+    /// The first video track's samples.
+    pub fn video_samples(&self) -> Result<TrackSamples> {
+        let trak = self.track(b"vide").ok_or_else(|| self.err("no video track"))?;
+        self.track_samples(trak)
+    }
+
+    /// The first audio track's samples; `None` without an audio track.
+    pub fn audio_samples(&self) -> Result<Option<TrackSamples>> {
+        self.track(b"soun").map(|t| self.track_samples(t)).transpose()
+    }
+
+    fn read_sample(&mut self, s: &Sample, buf: &mut Vec<u8>) -> Result<()> {
         buf.resize(s.size as usize, 0);
         self.file.seek(SeekFrom::Start(s.offset)).map_err(|e| io_err(&self.path, e))?;
         self.file.read_exact(buf).map_err(|e| io_err(&self.path, e))
@@ -101,7 +253,7 @@ impl Mp4Reader {
         if !matches!(length_size, 1 | 2 | 4) {
             return Err(self.err(format!("avcC NAL length size {length_size} (1, 2 or 4 expected)")));
         }
-        let samples = sample_table(&trak, self.len).map_err(|d| self.err(d))?;
+        let samples = self.track_samples(&trak)?.samples;
         let mut decoder = Decoder::new().map_err(|e| self.err(format!("OpenH264 decoder: {e}")))?;
         let mut annexb = Vec::new();
         for ps in avcc.sequence_parameter_sets.iter().chain(&avcc.picture_parameter_sets) {
@@ -112,7 +264,7 @@ impl Mp4Reader {
         let mut nv12 = Vec::new();
         let mut sample = Vec::new();
         for (i, s) in samples.iter().enumerate() {
-            self.read_sample(*s, &mut sample)?;
+            self.read_sample(s, &mut sample)?;
             length_prefixed_to_annexb(&sample, length_size, &mut annexb)
                 .map_err(|d| self.err(format!("video sample {i}: {d}")))?;
             let decoded = decoder.decode(&annexb).map_err(|e| self.err(format!("video sample {i}: H.264: {e}")))?;
@@ -146,12 +298,12 @@ impl Mp4Reader {
             Some(other) => return Err(self.err(format!("audio codec {other:?} is not AAC (mp4a)"))),
             None => return Err(self.err("the audio track has no sample description")),
         };
-        let samples = sample_table(&trak, self.len).map_err(|d| self.err(d))?;
+        let samples = self.track_samples(&trak)?.samples;
         let mut dec = crate::aac::Decoder::new(&asc).map_err(|e| self.err(format!("AAC: {e}")))?;
         let mut out: Vec<i16> = Vec::new();
         let mut sample = Vec::new();
         for (i, s) in samples.iter().enumerate() {
-            self.read_sample(*s, &mut sample)?;
+            self.read_sample(s, &mut sample)?;
             out.extend_from_slice(dec.decode(&sample).map_err(|e| self.err(format!("audio sample {i}: {e}")))?);
         }
         let (rate, channels) = dec.format();
@@ -164,9 +316,13 @@ impl Mp4Reader {
         if let Some(e) = trak.edts.as_ref().and_then(|e| e.elst.as_ref()).and_then(|l| l.entries.first()) {
             let skip = e.media_time.unwrap_or(0).saturating_add(dec.output_delay() as u64);
             start = skip.min(out.len() as u64) as usize * channels as usize;
-            let movie_ts = self.moov.mvhd.timescale.max(1) as u128;
-            let frames = e.segment_duration as u128 * rate as u128 / movie_ts;
-            keep = usize::try_from(frames).unwrap_or(usize::MAX).saturating_mul(channels as usize);
+            // In a fragmented file an edit of duration 0 runs to the end of the media: the length
+            // of a stream is not known when its moov is written.
+            if !(e.segment_duration == 0 && self.is_fragmented()) {
+                let movie_ts = self.moov.mvhd.timescale.max(1) as u128;
+                let frames = e.segment_duration as u128 * rate as u128 / movie_ts;
+                keep = usize::try_from(frames).unwrap_or(usize::MAX).saturating_mul(channels as usize);
+            }
         }
         let start = start.min(out.len());
         let end = start.saturating_add(keep).min(out.len());
@@ -277,4 +433,79 @@ pub fn sample_table(trak: &Trak, file_len: u64) -> std::result::Result<Vec<Sampl
         return Err(format!("the chunk table holds {} of the {count} samples", out.len()));
     }
     Ok(out)
+}
+
+/// `sample_is_non_sync_sample` in a fragment's sample flags (ISO/IEC 14496-12 8.8.3.1).
+const NON_SYNC_FLAG: u32 = 0x0001_0000;
+
+/// Resolves the `traf`s of the `moof` at byte `moof_pos` into sample references, each checked
+/// to lie inside the file (`file_len` bytes); `budget` is the number of samples the file can
+/// still hold.
+fn resolve_moof(
+    moov: &Moov,
+    moof: &Moof,
+    moof_pos: u64,
+    fragment: u32,
+    file_len: u64,
+    budget: &mut u64,
+    runs: &mut Vec<FragmentRun>,
+) -> std::result::Result<(), String> {
+    let trexs = moov.mvex.as_ref().map(|m| m.trex.as_slice()).unwrap_or_default();
+    // Where the previous traf's data ended: the base of a traf that names none.
+    let mut prev_end = moof_pos;
+    for (k, traf) in moof.traf.iter().enumerate() {
+        let tfhd = &traf.tfhd;
+        let id = tfhd.track_id;
+        if !moov.trak.iter().any(|t| t.tkhd.track_id == id) {
+            return Err(format!("traf for track {id}, which the moov does not declare"));
+        }
+        let trex = trexs.iter().find(|t| t.track_id == id).ok_or_else(|| format!("no trex for track {id}"))?;
+        let base = match (tfhd.base_data_offset, tfhd.default_base_is_moof) {
+            (Some(b), _) => b,
+            (None, true) => moof_pos,
+            (None, false) if k == 0 => moof_pos,
+            (None, false) => prev_end,
+        };
+        let mut pos = base;
+        let mut samples = Vec::new();
+        for trun in &traf.trun {
+            if let Some(off) = trun.data_offset {
+                pos = base
+                    .checked_add_signed(off as i64)
+                    .ok_or_else(|| format!("track {id}: data offset {off} points before the file"))?;
+            }
+            let count = trun.samples.len() as u64;
+            if count > *budget {
+                return Err(format!(
+                    "track {id}: the fragments claim more samples than the file has bytes ({file_len})"
+                ));
+            }
+            *budget -= count;
+            for e in trun.samples.iter() {
+                let size = e.size.or(tfhd.default_sample_size).unwrap_or(trex.default_sample_size);
+                let duration = e.duration.or(tfhd.default_sample_duration).unwrap_or(trex.default_sample_duration);
+                let flags = e.flags.or(tfhd.default_sample_flags).unwrap_or(trex.default_sample_flags);
+                match pos.checked_add(size as u64).filter(|&end| end <= file_len) {
+                    Some(end) if size > 0 => {
+                        samples.push((pos, size, duration, flags));
+                        pos = end;
+                    }
+                    _ => {
+                        return Err(format!(
+                            "track {id}: sample {} ({size} bytes at byte {pos}) lies outside the file",
+                            samples.len()
+                        ))
+                    }
+                }
+            }
+        }
+        prev_end = pos;
+        runs.push(FragmentRun {
+            track_id: id,
+            fragment,
+            base_time: traf.tfdt.as_ref().map(|t| t.base_media_decode_time),
+            samples,
+        });
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@
 use ffmpeg_next as ff;
 
 use crate::error::{MediaError, Result};
-use crate::mux::Mp4Muxer;
+use crate::mux::AccessUnitSink;
 use crate::video::{split_annex_b, EncoderKind};
 
 pub(crate) struct FfmpegEnc {
@@ -43,7 +43,7 @@ impl FfmpegEnc {
         video.set_format(ff::format::Pixel::NV12);
         video.set_time_base((fps.den as i32, fps.num as i32));
         video.set_frame_rate(Some((fps.num as i32, fps.den as i32)));
-        video.set_gop((2.0 * fps.hz()).round().max(1.0) as u32);
+        video.set_gop(crate::video::idr_period(fps));
         // No B-frames: decode order = presentation order, so the muxer needs no ctts.
         video.set_max_b_frames(0);
         video.set_bit_rate(bitrate as usize);
@@ -78,7 +78,7 @@ impl FfmpegEnc {
         })
     }
 
-    fn drain(&mut self, mux: &mut Mp4Muxer) -> Result<()> {
+    fn drain(&mut self, mux: &mut dyn AccessUnitSink) -> Result<()> {
         loop {
             match self.enc.receive_packet(&mut self.packet) {
                 Ok(()) => {
@@ -93,7 +93,7 @@ impl FfmpegEnc {
         }
     }
 
-    pub fn encode(&mut self, nv12: &[u8], mux: &mut Mp4Muxer) -> Result<()> {
+    pub fn encode(&mut self, nv12: &[u8], mux: &mut dyn AccessUnitSink) -> Result<()> {
         let (w, h) = (self.width, self.height);
         // Copy row by row: libav* frames have padded strides.
         for plane in 0..2 {
@@ -111,7 +111,7 @@ impl FfmpegEnc {
         self.drain(mux)
     }
 
-    pub fn flush(&mut self, mux: &mut Mp4Muxer) -> Result<()> {
+    pub fn flush(&mut self, mux: &mut dyn AccessUnitSink) -> Result<()> {
         self.enc.send_eof().map_err(|e| err(self.name, e))?;
         self.drain(mux)
     }

@@ -35,6 +35,13 @@
 //!   [`VideoWriter::push_nv12`]`(&[u8])`, [`VideoWriter::finish`]`() -> Result<VideoStats>`.
 //! - [`EncoderKind`]: `OpenH264` (default, always built), `X264` and `Nvenc` (feature
 //!   `ffmpeg`; without it they fail with a message saying so).
+//! - Progressive MP4 (`moov` at the end) is the default for files. For a live stream,
+//!   [`FragmentedWriter::new`]`(W: Write, name, width, height, fps, EncoderKind,
+//!   Option<AudioFormat>)` writes a fragmented MP4 (init segment, then one `moof`+`mdat` per
+//!   GOP of [`idr_period`] frames) with [`push_nv12`](FragmentedWriter::push_nv12),
+//!   [`push_audio`](FragmentedWriter::push_audio) (16-bit PCM in pieces) and
+//!   [`codecs`](FragmentedWriter::codecs) for a Media Source Extensions MIME type;
+//!   [`SegmentQueue`] collects its segments for a server (see [`fmp4`]).
 //!
 //! ## Probe ([`probe()`])
 //! - [`probe()`]`(path) -> Result<Mp4Info>`: codec, size, fps, frame count, audio presence and
@@ -52,6 +59,8 @@ pub mod demux;
 pub mod error;
 #[cfg(feature = "ffmpeg")]
 mod ffmpeg_enc;
+pub mod fmp4;
+mod fmux;
 pub mod image;
 mod mux;
 pub mod probe;
@@ -59,10 +68,11 @@ pub mod vad;
 pub mod video;
 pub mod wav;
 
-pub use audio::{load_wav, wav_duration, Audio, AudioTrack, TARGET_RATE};
+pub use audio::{load_wav, wav_duration, Audio, AudioFormat, AudioTrack, TARGET_RATE};
 pub use demux::{DecodedAudio, DecodedVideo, Mp4Reader};
 pub use error::{MediaError, Result};
+pub use fmp4::{FragmentedWriter, SegmentQueue};
 pub use image::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
 pub use probe::{probe, Mp4Info};
 pub use vad::{frame_count, voice_activity, voice_activity_with, VadConfig};
-pub use video::{EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};
+pub use video::{idr_period, EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};

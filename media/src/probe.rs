@@ -1,6 +1,7 @@
 //! Reads back an MP4's `moov` (with `mp4-atom`) and summarises it, so tests can check outputs
 //! without ffprobe. Top-level boxes other than `moov` (e.g. a large `mdat`) are skipped by
-//! seeking, not read.
+//! seeking, not read; in a fragmented file the `moof`s are read too (by [`crate::Mp4Reader`]),
+//! since the samples are there.
 
 use std::fs::File;
 use std::io::{BufReader, Seek, SeekFrom};
@@ -93,13 +94,13 @@ pub(crate) fn read_moov(path: &Path) -> Result<(Moov, File, u64)> {
         match header.size {
             Some(size) => {
                 let body = r.stream_position().map_err(|e| io_err(path, e))?;
-                if body + size as u64 > len {
+                if body.checked_add(size as u64).is_none_or(|end| end > len) {
                     return Err(err(format!(
                         "box '{}' at byte {pos} runs past the end of the file (truncated?)",
                         header.kind
                     )));
                 }
-                r.seek(SeekFrom::Start(body + size as u64)).map_err(|e| io_err(path, e))?;
+                r.seek(SeekFrom::Start(body.saturating_add(size as u64))).map_err(|e| io_err(path, e))?;
             }
             None => break,
         }
@@ -122,18 +123,32 @@ pub fn probe(path: impl AsRef<Path>) -> Result<Mp4Info> {
         Some(v) => (v.width as u32, v.height as u32),
         None => (video.tkhd.width.integer() as u32, video.tkhd.height.integer() as u32),
     };
-    let frames = sample_count(video);
     let ts = video.mdia.mdhd.timescale as f64;
-    let total: u64 =
-        video.mdia.minf.stbl.stts.entries.iter().map(|e| e.sample_count as u64 * e.sample_delta as u64).sum();
-    let fps = match video.mdia.minf.stbl.stts.entries.as_slice() {
-        [one] if one.sample_delta > 0 => ts / one.sample_delta as f64,
-        _ if total > 0 => frames as f64 * ts / total as f64,
-        _ => 0.0,
-    };
-    let keyframes = match &video.mdia.minf.stbl.stss {
-        Some(s) => s.entries.len() as u64,
-        None => frames,
+    let (frames, total, fps, keyframes) = if moov.mvex.is_some() {
+        // A fragmented file: the samples are in the fragments, which the reader walks.
+        let samples = crate::demux::Mp4Reader::open(path)?.track_samples(video)?.samples;
+        let frames = samples.len() as u64;
+        let total: u64 = samples.iter().map(|s| s.duration as u64).sum();
+        let fps = match samples.first() {
+            Some(s) if s.duration > 0 && samples.iter().all(|t| t.duration == s.duration) => ts / s.duration as f64,
+            _ if total > 0 => frames as f64 * ts / total as f64,
+            _ => 0.0,
+        };
+        (frames, total, fps, samples.iter().filter(|s| s.sync).count() as u64)
+    } else {
+        let frames = sample_count(video);
+        let total: u64 =
+            video.mdia.minf.stbl.stts.entries.iter().map(|e| e.sample_count as u64 * e.sample_delta as u64).sum();
+        let fps = match video.mdia.minf.stbl.stts.entries.as_slice() {
+            [one] if one.sample_delta > 0 => ts / one.sample_delta as f64,
+            _ if total > 0 => frames as f64 * ts / total as f64,
+            _ => 0.0,
+        };
+        let keyframes = match &video.mdia.minf.stbl.stss {
+            Some(s) => s.entries.len() as u64,
+            None => frames,
+        };
+        (frames, total, fps, keyframes)
     };
 
     let audio = moov.trak.iter().find(|t| t.mdia.hdlr.handler == b"soun".into());

@@ -16,7 +16,7 @@ use openh264::OpenH264API;
 
 use crate::audio::Audio;
 use crate::error::{MediaError, Result};
-use crate::mux::Mp4Muxer;
+use crate::mux::{AccessUnitSink, Mp4Muxer};
 
 /// Largest accepted frame side (portrait 1080x1920 fits; OpenH264 stops at 3840x2160).
 pub const MAX_FRAME_SIDE: u32 = 3840;
@@ -153,13 +153,21 @@ impl FromStr for EncoderKind {
     }
 }
 
-/// What [`VideoWriter::finish`] reports.
+/// Frames from one IDR to the next (the GOP): 2 s, so that a file is seekable and a stream's
+/// fragments (one per GOP) are a couple of seconds long. Every encoder backend uses it.
+pub fn idr_period(fps: FrameRate) -> u32 {
+    (2.0 * fps.hz()).round().max(1.0) as u32
+}
+
+/// What [`VideoWriter::finish`] and [`FragmentedWriter::finish`](crate::FragmentedWriter::finish) report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VideoStats {
     /// Video frames written.
     pub frames: u64,
-    /// Size of the MP4 file in bytes.
+    /// Size of the MP4 file (or stream) in bytes.
     pub bytes: u64,
+    /// `moof`+`mdat` fragments written: one per GOP in a fragmented MP4, 0 in a progressive one.
+    pub fragments: u64,
     /// Encoder name, e.g. `openh264`.
     pub encoder: String,
     /// Seconds spent in the video encoder (conversion to the encoder's input included,
@@ -198,8 +206,10 @@ impl OpenH264Enc {
             .usage_type(UsageType::CameraVideoRealTime)
             // Every input frame must come out: the frame count is part of the contract.
             .skip_frames(false)
-            // An IDR every 2 s keeps the file seekable.
-            .intra_frame_period(IntraFramePeriod::from_num_frames((2.0 * fps.hz()).round().max(1.0) as u32))
+            .intra_frame_period(IntraFramePeriod::from_num_frames(idr_period(fps)))
+            // IDRs on the period only: scene-change detection would add some (a smooth moving
+            // test pattern set one off at frame 17), and a stream's fragments follow the IDRs.
+            .scene_change_detect(false)
             // NV12 of this project is BT.709 limited range (docs/design.md, the kernels' mathematics).
             .vui(VuiConfig::bt709());
         let enc = Encoder::with_api_config(OpenH264API::from_source(), config)
@@ -208,7 +218,7 @@ impl OpenH264Enc {
         Ok(OpenH264Enc { enc, width: w, height: h, u: vec![0; w * h / 4], v: vec![0; w * h / 4] })
     }
 
-    fn encode(&mut self, nv12: &[u8], mux: &mut Mp4Muxer) -> Result<()> {
+    fn encode(&mut self, nv12: &[u8], mux: &mut dyn AccessUnitSink) -> Result<()> {
         let (w, h) = (self.width, self.height);
         let (y, uv) = nv12.split_at(w * h);
         // OpenH264 takes I420: de-interleave NV12's UV plane (one pass over w*h/2 bytes).
@@ -280,34 +290,21 @@ enum Backend {
     Ffmpeg(Box<crate::ffmpeg_enc::FfmpegEnc>),
 }
 
-/// Writes H.264 video from NV12 frames, with an optional AAC audio track, to an MP4 file.
-///
-/// The file is written in place; the caller renames a temporary file if it wants atomicity.
-/// Dropping a writer without [`finish`](VideoWriter::finish) leaves an unplayable file.
-pub struct VideoWriter {
+/// An H.264 encoder of NV12 frames with the checks both writers share (frame size, rate, buffer
+/// length, encoder in the build), handing access units to a muxer.
+pub(crate) struct VideoEncoder {
     backend: Backend,
-    mux: Mp4Muxer,
-    width: u32,
-    height: u32,
-    fps: FrameRate,
-    encoder: EncoderKind,
-    encode_s: f64,
-    audio_encode_s: f64,
-    has_audio: bool,
+    pub width: u32,
+    pub height: u32,
+    pub fps: FrameRate,
+    pub kind: EncoderKind,
+    /// Seconds spent in the encoder so far.
+    pub encode_s: f64,
 }
 
-impl VideoWriter {
-    /// Creates `path` and the encoder. `width` and `height` must be even, 16..=3840;
-    /// `fps` in (0, 240]. The audio (if any) is AAC-encoded here and written first.
-    pub fn create(
-        path: impl AsRef<Path>,
-        width: u32,
-        height: u32,
-        fps: FrameRate,
-        encoder: EncoderKind,
-        audio: Option<&Audio>,
-    ) -> Result<Self> {
-        let path = path.as_ref();
+impl VideoEncoder {
+    /// `width` and `height` must be even, 16..=3840; `fps` in (0, 240].
+    pub fn new(width: u32, height: u32, fps: FrameRate, encoder: EncoderKind) -> Result<Self> {
         if !width.is_multiple_of(2) || !height.is_multiple_of(2) {
             return Err(MediaError::InvalidInput(format!(
                 "frame size {width}x{height}: width and height must be even (NV12 / 4:2:0)"
@@ -340,25 +337,14 @@ impl VideoWriter {
             #[cfg(not(feature = "ffmpeg"))]
             _ => unreachable!("checked by compiled_in"),
         };
-        let t = Instant::now();
-        let aac = match audio {
-            Some(a) if a.track.frames() > 0 => Some(crate::aac::encode(&a.track)?),
-            _ => None,
-        };
-        let audio_encode_s = t.elapsed().as_secs_f64();
-        let has_audio = aac.is_some();
-        let mux = Mp4Muxer::create(path, width, height, fps, encoder.name(), aac)?;
-        Ok(VideoWriter { backend, mux, width, height, fps, encoder, encode_s: 0.0, audio_encode_s, has_audio })
+        Ok(VideoEncoder { backend, width, height, fps, kind: encoder, encode_s: 0.0 })
     }
 
-    /// Bytes of one NV12 frame: `width * height * 3 / 2`.
     pub fn frame_len(&self) -> usize {
         self.width as usize * self.height as usize * 3 / 2
     }
 
-    /// Encodes one NV12 frame: the Y plane (`width*height` bytes), then `height/2` rows of
-    /// interleaved U,V (`width` bytes each).
-    pub fn push_nv12(&mut self, frame: &[u8]) -> Result<()> {
+    pub fn encode(&mut self, frame: &[u8], sink: &mut dyn AccessUnitSink) -> Result<()> {
         if frame.len() != self.frame_len() {
             return Err(MediaError::InvalidInput(format!(
                 "NV12 frame has {} bytes, expected {} for {}x{}",
@@ -370,12 +356,76 @@ impl VideoWriter {
         }
         let t = Instant::now();
         let r = match &mut self.backend {
-            Backend::OpenH264(e) => e.encode(frame, &mut self.mux),
+            Backend::OpenH264(e) => e.encode(frame, sink),
             #[cfg(feature = "ffmpeg")]
-            Backend::Ffmpeg(e) => e.encode(frame, &mut self.mux),
+            Backend::Ffmpeg(e) => e.encode(frame, sink),
         };
         self.encode_s += t.elapsed().as_secs_f64();
         r
+    }
+
+    /// Hands out the frames an encoder with delay still holds.
+    pub fn flush(&mut self, sink: &mut dyn AccessUnitSink) -> Result<()> {
+        let t = Instant::now();
+        let r = match &mut self.backend {
+            Backend::OpenH264(_) => {
+                let _ = sink;
+                Ok(())
+            }
+            #[cfg(feature = "ffmpeg")]
+            Backend::Ffmpeg(e) => e.flush(sink),
+        };
+        self.encode_s += t.elapsed().as_secs_f64();
+        r
+    }
+}
+
+/// Writes H.264 video from NV12 frames, with an optional AAC audio track, to a progressive MP4
+/// file (`moov` at the end): the default for files. For a live stream, or a file that must be
+/// playable while it is being written, see [`FragmentedWriter`](crate::FragmentedWriter).
+///
+/// The file is written in place; the caller renames a temporary file if it wants atomicity.
+/// Dropping a writer without [`finish`](VideoWriter::finish) leaves an unplayable file.
+pub struct VideoWriter {
+    enc: VideoEncoder,
+    mux: Mp4Muxer,
+    audio_encode_s: f64,
+    has_audio: bool,
+}
+
+impl VideoWriter {
+    /// Creates `path` and the encoder. `width` and `height` must be even, 16..=3840;
+    /// `fps` in (0, 240]. The audio (if any) is AAC-encoded here and written first.
+    pub fn create(
+        path: impl AsRef<Path>,
+        width: u32,
+        height: u32,
+        fps: FrameRate,
+        encoder: EncoderKind,
+        audio: Option<&Audio>,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let enc = VideoEncoder::new(width, height, fps, encoder)?;
+        let t = Instant::now();
+        let aac = match audio {
+            Some(a) if a.track.frames() > 0 => Some(crate::aac::encode(&a.track)?),
+            _ => None,
+        };
+        let audio_encode_s = t.elapsed().as_secs_f64();
+        let has_audio = aac.is_some();
+        let mux = Mp4Muxer::create(path, width, height, fps, encoder.name(), aac)?;
+        Ok(VideoWriter { enc, mux, audio_encode_s, has_audio })
+    }
+
+    /// Bytes of one NV12 frame: `width * height * 3 / 2`.
+    pub fn frame_len(&self) -> usize {
+        self.enc.frame_len()
+    }
+
+    /// Encodes one NV12 frame: the Y plane (`width*height` bytes), then `height/2` rows of
+    /// interleaved U,V (`width` bytes each).
+    pub fn push_nv12(&mut self, frame: &[u8]) -> Result<()> {
+        self.enc.encode(frame, &mut self.mux)
     }
 
     /// Frames pushed so far that have reached the file (encoders with delay may lag).
@@ -385,24 +435,19 @@ impl VideoWriter {
 
     /// Flushes the encoder, writes the MP4 index, closes the file.
     pub fn finish(mut self) -> Result<VideoStats> {
-        let t = Instant::now();
-        match &mut self.backend {
-            Backend::OpenH264(_) => {}
-            #[cfg(feature = "ffmpeg")]
-            Backend::Ffmpeg(e) => e.flush(&mut self.mux)?,
-        }
-        self.encode_s += t.elapsed().as_secs_f64();
+        self.enc.flush(&mut self.mux)?;
         let frames = self.mux.frames();
         let bytes = self.mux.finish()?;
         Ok(VideoStats {
             frames,
             bytes,
-            encoder: self.encoder.name().to_string(),
-            encode_s: self.encode_s,
+            fragments: 0,
+            encoder: self.enc.kind.name().to_string(),
+            encode_s: self.enc.encode_s,
             audio_encode_s: self.audio_encode_s,
-            width: self.width,
-            height: self.height,
-            fps: self.fps,
+            width: self.enc.width,
+            height: self.enc.height,
+            fps: self.enc.fps,
             has_audio: self.has_audio,
         })
     }

@@ -85,7 +85,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     a.schedule.validate(stride, a.keyframes.is_some())?;
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
-    let opts = RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.engines.batch as usize, method: a.method };
+    let opts = RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.engines.batch as usize, method: a.method, cancel: None };
     // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment.
     let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
     let calibration = a.schedule.calibration()?;
