@@ -309,26 +309,121 @@ impl WhisperAudio {
 
     /// 50 Hz hidden states of the whole signal: (steps, 5, 384).
     pub fn hidden_states(&self, samples: &[f32]) -> Result<Batch> {
+        let clip = self.clip(samples, 25.0)?;
+        let parts = (0..clip.windows()).map(|w| clip.encode_window(w)).collect::<Result<Vec<_>>>()?;
+        let data: Vec<f32> = parts.into_iter().flatten().collect();
+        Batch::new(vec![clip.steps, N_HIDDEN, D_MODEL], data)
+    }
+
+    /// `samples` prepared for encoding at `fps` video frames per second: the log-mel of the whole
+    /// signal, with nothing encoded yet. [`WhisperClip::frame_windows`] encodes the 30 s windows
+    /// that the frames asked for need, as they are asked for, and keeps only the last ones:
+    /// memory stays bounded however long the clip, and the first frames' features exist after
+    /// one window's encoding.
+    pub fn clip(&self, samples: &[f32], fps: f32) -> Result<WhisperClip<'_>> {
+        if !(fps > 0.0 && fps.is_finite()) {
+            return Err(EngineError::BadInput(format!("fps must be positive, got {fps}")));
+        }
+        if samples.is_empty() {
+            return Err(EngineError::BadInput("no audio samples".into()));
+        }
         let content_frames = samples.len() / HOP;
         let windows = content_frames.div_ceil(WINDOW_FRAMES).max(1);
+        // The log-mel's clamp (8 below the maximum) is over the whole signal, so the mel is made
+        // once for the clip: a window encoded alone sees the same input as in a batch of all.
         let (mel, n) = log_mel(samples, windows * WINDOW_FRAMES);
         let mel = Tensor::from_vec(mel, (N_MELS, n), &Device::Cpu)?;
-        let chunks = (0..windows)
-            .map(|w| mel.narrow(1, w * WINDOW_FRAMES, WINDOW_FRAMES))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let batch = Tensor::stack(&chunks, 0)?.to_device(&self.device)?;
-        let hs = self.enc.hidden_states(&batch)?; // (W, 1500, 5, d)
-        let mut parts = Vec::new();
-        let mut left = (content_frames / 2).max(1);
-        for w in 0..windows {
-            let take = left.min(WINDOW_FRAMES / 2);
-            parts.push(hs.get(w)?.narrow(0, 0, take)?);
-            left -= take;
-            if left == 0 {
-                break;
+        let frames = ((samples.len() as f64 * fps as f64) / SAMPLE_RATE as f64).ceil() as usize;
+        Ok(WhisperClip {
+            whisper: self,
+            mel,
+            windows,
+            steps: (content_frames / 2).max(1),
+            frames,
+            fps,
+            cache: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+}
+
+/// One clip's whisper features, encoded a 30 s window at a time on demand
+/// ([`WhisperAudio::clip`]). Frames are asked for in increasing order; the windows before the
+/// earliest one a request needs are dropped.
+pub struct WhisperClip<'a> {
+    whisper: &'a WhisperAudio,
+    /// (80, mel frames) of the whole signal.
+    mel: Tensor,
+    windows: usize,
+    /// 50 Hz steps of the clip (the first floor(mel frames / 2) positions of each window).
+    steps: usize,
+    frames: usize,
+    fps: f32,
+    /// Encoded windows kept: (window index, (kept steps, 5, 384) values).
+    cache: std::sync::Mutex<Vec<(usize, std::sync::Arc<Vec<f32>>)>>,
+}
+
+impl WhisperClip<'_> {
+    /// Video frames: ceil(seconds x fps).
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// (50, 384): one frame's window.
+    pub fn frame_shape(&self) -> (usize, usize) {
+        ((STEPS_LEFT + STEPS_RIGHT) * N_HIDDEN, D_MODEL)
+    }
+
+    fn windows(&self) -> usize {
+        self.windows
+    }
+
+    /// Steps window `w` contributes: 1500 for every window but the last, which keeps what is left.
+    fn window_steps(&self, w: usize) -> usize {
+        (self.steps - (w * WINDOW_FRAMES / 2).min(self.steps)).min(WINDOW_FRAMES / 2)
+    }
+
+    /// The hidden states of window `w`'s kept steps: (steps, 5, 384) values.
+    fn encode_window(&self, w: usize) -> Result<Vec<f32>> {
+        let chunk = self.mel.narrow(1, w * WINDOW_FRAMES, WINDOW_FRAMES)?.unsqueeze(0)?;
+        let hs = self.whisper.enc.hidden_states(&chunk.to_device(&self.whisper.device)?)?; // (1, 1500, 5, d)
+        let kept = hs.get(0)?.narrow(0, 0, self.window_steps(w))?;
+        Ok(kept.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>()?)
+    }
+
+    /// Appends the (50, 384) windows of `frames` (increasing, each below [`Self::frames`]) to
+    /// `out`: steps `c-4 .. c+6` of each frame, `c = floor(i * 50 / fps)`, clamped to the clip.
+    pub fn frame_windows(&self, frames: &[usize], out: &mut Vec<f32>) -> Result<()> {
+        let per_step = N_HIDDEN * D_MODEL;
+        let half = WINDOW_FRAMES / 2;
+        let mut need: Vec<usize> = Vec::new();
+        for &f in frames {
+            if f >= self.frames {
+                return Err(EngineError::BadInput(format!("frame {f} is outside the clip ({} frames)", self.frames)));
+            }
+            for j in window_indices(f, self.fps, self.steps) {
+                if !need.contains(&(j / half)) {
+                    need.push(j / half);
+                }
             }
         }
-        Batch::from_tensor(&Tensor::cat(&parts, 0)?)
+        let mut cache = self.cache.lock().map_err(|_| EngineError::BadInput("whisper cache poisoned".into()))?;
+        if let Some(&lowest) = need.iter().min() {
+            cache.retain(|(w, _)| *w >= lowest);
+        }
+        for &w in &need {
+            if !cache.iter().any(|(c, _)| *c == w) {
+                let hs = self.encode_window(w)?;
+                cache.push((w, std::sync::Arc::new(hs)));
+            }
+        }
+        for &f in frames {
+            for j in window_indices(f, self.fps, self.steps) {
+                let (w, at) = (j / half, j % half);
+                let hs = &cache.iter().find(|(c, _)| *c == w).expect("encoded above").1;
+                out.extend_from_slice(&hs[at * per_step..(at + 1) * per_step]);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -340,23 +435,60 @@ impl Engine for WhisperAudio {
 
 impl AudioEncoder for WhisperAudio {
     fn encode_audio(&self, samples: &[f32], fps: f32) -> Result<Batch> {
-        if !(fps > 0.0 && fps.is_finite()) {
-            return Err(EngineError::BadInput(format!("fps must be positive, got {fps}")));
+        let clip = self.clip(samples, fps)?;
+        let (win, dim) = clip.frame_shape();
+        let all: Vec<usize> = (0..clip.frames()).collect();
+        let mut data = Vec::with_capacity(all.len() * win * dim);
+        clip.frame_windows(&all, &mut data)?;
+        Batch::new(vec![clip.frames(), win, dim], data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clip's windows encoded one at a time, on demand ([`WhisperClip`]), against all of them
+    /// in one batch (how the encoder was run before windowed renders): the same values, and
+    /// the frame windows asked for in pieces (increasing, across the 30 s boundaries) equal
+    /// those asked for at once.
+    #[test]
+    fn windows_encoded_on_demand_equal_one_batch_of_all() {
+        let enc = WhisperAudio::new(Profile::Cpu, &WeightsSource::Synthetic { seed: 3 }, &Device::Cpu).unwrap();
+        // 61.3 s: three encoder windows, the last one partial.
+        let x: Vec<f32> =
+            (0..(16000.0 * 61.3) as usize).map(|i| 0.2 * (i as f32 * 0.013).sin() * ((i / 5000) % 3) as f32).collect();
+        let clip = enc.clip(&x, 25.0).unwrap();
+        assert_eq!(clip.windows(), 3);
+        let batch: Vec<Tensor> =
+            (0..3).map(|w| clip.mel.narrow(1, w * WINDOW_FRAMES, WINDOW_FRAMES).unwrap()).collect();
+        let all = enc.enc.hidden_states(&Tensor::stack(&batch, 0).unwrap()).unwrap();
+        for w in 0..3 {
+            let one = clip.encode_window(w).unwrap();
+            let want = all.get(w).unwrap().narrow(0, 0, clip.window_steps(w)).unwrap().flatten_all().unwrap();
+            let want = want.to_vec1::<f32>().unwrap();
+            assert_eq!(one.len(), want.len());
+            let worst = one.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert_eq!(worst, 0.0, "window {w}: alone and in a batch differ by {worst}");
         }
-        if samples.is_empty() {
-            return Err(EngineError::BadInput("no audio samples".into()));
-        }
-        let hs = self.hidden_states(samples)?;
-        let steps = hs.shape[0];
-        let per_step = N_HIDDEN * D_MODEL;
-        let frames = ((samples.len() as f64 * fps as f64) / SAMPLE_RATE as f64).ceil() as usize;
-        let win = (STEPS_LEFT + STEPS_RIGHT) * per_step;
-        let mut data = Vec::with_capacity(frames * win);
-        for i in 0..frames {
-            for j in window_indices(i, fps, steps) {
-                data.extend_from_slice(&hs.data[j * per_step..(j + 1) * per_step]);
+        let whole = enc.encode_audio(&x, 25.0).unwrap();
+        let (win, dim) = clip.frame_shape();
+        assert_eq!(whole.shape, vec![clip.frames(), win, dim]);
+        let fresh = enc.clip(&x, 25.0).unwrap();
+        let mut pieces = Vec::new();
+        let mut f = 0;
+        for len in [7usize, 1, 700, 3, 40, 800].iter().cycle() {
+            if f >= fresh.frames() {
+                break;
             }
+            let frames: Vec<usize> = (f..(f + len).min(fresh.frames())).collect();
+            fresh.frame_windows(&frames, &mut pieces).unwrap();
+            // Windows before the request's first frame (step 2f - 4 at 25 fps) are dropped.
+            let lowest = (2 * f).saturating_sub(STEPS_LEFT) / (WINDOW_FRAMES / 2);
+            assert!(fresh.cache.lock().unwrap().iter().all(|(w, _)| *w >= lowest));
+            f += len;
         }
-        Batch::new(vec![frames, (STEPS_LEFT + STEPS_RIGHT) * N_HIDDEN, D_MODEL], data)
+        assert!(pieces == whole.data, "frame windows asked for in pieces differ from the whole clip's");
+        assert!(fresh.frame_windows(&[fresh.frames()], &mut Vec::new()).is_err());
     }
 }

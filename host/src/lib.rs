@@ -9,6 +9,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod elem;
 pub mod emulated;
+pub mod features;
 pub mod fixtures;
 pub mod gpucheck;
 pub mod hardware;

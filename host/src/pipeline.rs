@@ -10,6 +10,7 @@
 
 use crate::composite::Compositor;
 use crate::elem::{Method, RgbRange};
+pub use crate::features::FrameFeatures;
 use crate::resident::{self, FrameBuffer, Residency};
 use crate::schedule::{bypassed_frames, speech_distance, KeyframeSchedule};
 use crate::Backend;
@@ -190,6 +191,10 @@ pub struct RenderOptions {
     /// Engine batch size.
     pub batch: usize,
     pub method: Method,
+    /// Frames per render window ([`render_frames`]); `None` renders the clip as one window.
+    /// The output is the same whatever the window; memory and the time to the first frame
+    /// grow with it.
+    pub window: Option<usize>,
     /// Set from another thread to stop the render: it is checked before every engine batch
     /// (UNet and decoder), and a cancelled render returns the error [`Cancelled`].
     pub cancel: Option<Arc<AtomicBool>>,
@@ -197,7 +202,14 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { fps: cadence_media::FrameRate::whole(25), ramp: 4, batch: 8, method: Method::Slerp, cancel: None }
+        Self {
+            fps: cadence_media::FrameRate::whole(25),
+            ramp: 4,
+            batch: 8,
+            method: Method::Slerp,
+            window: None,
+            cancel: None,
+        }
     }
 }
 
@@ -226,6 +238,9 @@ impl std::error::Error for Cancelled {}
 /// Milliseconds per stage.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StageTimes {
+    /// The audio encoder inside the render loop: features made as the windows reach them
+    /// (0 when the whole clip's features were made before the render).
+    pub audio_ms: f64,
     pub unet_ms: f64,
     pub expand_ms: f64,
     pub ease_ms: f64,
@@ -254,14 +269,28 @@ fn ms(t: Instant) -> f64 {
 }
 
 /// Renders every frame and hands each NV12 frame to `sink` in order (the sink's time is
-/// recorded as the encoder's). `features`: the audio encoder's (frames, 50, 384) windows;
+/// recorded as the encoder's). `features`: the audio encoder's (50, 384) window of every frame;
 /// `speech`: voice activity per frame.
+///
+/// The clip is rendered in windows of about `opts.window` frames ([`RenderOptions::window`]):
+/// each window's keyframes go through the UNet, its frames are expanded, eased, decoded and
+/// handed to the sink before the next window's UNet work starts, so the first frame leaves
+/// after one window's work and memory is bounded by a window, not by the clip. The output is
+/// byte-identical whatever the window, because every engine call and every kernel sees exactly
+/// the inputs of the whole-clip render:
+/// - the UNet runs the same batches (consecutive keyframes that are not bypassed, `batch` at a
+///   time); a window ends at a keyframe and takes as many batches as its keyframes need;
+/// - windows share their boundary keyframe, and each frame is expanded from the keyframe
+///   interval that owns it in the whole clip (`interval_frames`: a boundary keyframe belongs to
+///   the interval it starts), with positions that depend only on differences of frame indices;
+/// - the decoder runs the same batches: a run of frames that would cross the end of a window
+///   waits for the next one.
 #[allow(clippy::too_many_arguments)]
 pub fn render_frames(
     engines: &Engines,
     backend: &Backend,
     opts: &RenderOptions,
-    features: &Batch,
+    features: &dyn FrameFeatures,
     speech: &[bool],
     schedule: &KeyframeSchedule,
     avatar: &AvatarLatents,
@@ -273,100 +302,163 @@ pub fn render_frames(
     let mut times = StageTimes::default();
     let n = schedule.n_frames();
     ensure!(
-        speech.len() == n && features.shape.first() == Some(&n),
+        speech.len() == n && features.frames() == n,
         "audio features, activity and schedule disagree on the frame count"
     );
     ensure!(opts.batch > 0, "batch size must be at least 1");
-    let (win, dim_a) = (features.shape[1], features.shape[2]);
+    ensure!(opts.window != Some(0), "the render window must hold at least one frame");
+    let (win, dim_a) = features.frame_shape();
 
     // Silence: distance to speech -> easing weight; weight 0 frames bypass every network.
     let t = Instant::now();
     let distance = speech_distance(speech);
     let bypassed = bypassed_frames(&distance, opts.ramp);
     let keys = schedule.keyframes();
-    let evaluate: Vec<usize> = (0..keys.len()).filter(|&j| !bypassed[keys[j] as usize]).collect();
+    let m = keys.len();
+    let evaluate: Vec<usize> = (0..m).filter(|&j| !bypassed[keys[j] as usize]).collect();
+    let unet_batches: Vec<&[usize]> = evaluate.chunks(opts.batch).collect();
     times.other_ms += ms(t);
 
-    // UNet on the keyframes that are not bypassed, in batches; bypassed keyframes are the rest
-    // latent.
-    let t = Instant::now();
     let dev = &engines.device;
     let residency = resident::residency(backend, dev);
     let b_max = opts.batch.min(evaluate.len()).max(1);
     let unet_latents = unet_input(&avatar.masked, &avatar.reference, b_max).into_tensor(dev)?;
     let rest = Tensor::from_slice(&avatar.rest, (1, 4, 32, 32), dev)?;
-    let mut key_latents: Vec<Tensor> = vec![rest; keys.len()];
-    for chunk in evaluate.chunks(opts.batch) {
-        opts.check_cancelled()?;
-        let b = chunk.len();
-        let mut audio = Vec::with_capacity(b * win * dim_a);
-        for &j in chunk {
-            let f = keys[j] as usize;
-            audio.extend_from_slice(&features.data[f * win * dim_a..(f + 1) * win * dim_a]);
-        }
-        let audio = Tensor::from_vec(audio, (b, win, dim_a), dev)?;
-        let out = engines.unet.predict_tensor(&unet_latents.narrow(0, 0, b)?, &audio)?;
-        ensure!(out.dims() == [b, 4, 32, 32], "the UNet returned shape {:?}", out.dims());
-        for (i, &j) in chunk.iter().enumerate() {
-            key_latents[j] = out.narrow(0, i, 1)?;
-        }
-        progress(0);
-    }
-    let key_latents = Tensor::cat(&key_latents, 0)?;
-    // Wait for the device so that stage times are the stages' and not their launches'.
-    dev.synchronize()?;
-    times.unet_ms = ms(t);
-
-    let infill =
-        resident::Infill { schedule, method: opts.method, rest: &avatar.rest, distance: &distance, ramp: opts.ramp };
-    let (latents, expand_ms, ease_ms) = resident::expand_eased(backend, &key_latents, &infill)?;
-    times.expand_ms = expand_ms;
-    times.ease_ms = ease_ms;
-
-    // Decode (batches of non-bypassed frames), composite + NV12, hand to the sink, in order.
     let range = engines.decoder_range();
     let rest_rgb = Tensor::from_slice(&avatar.rest_rgb, (1, 3, FACE_SIDE, FACE_SIDE), dev)?;
     // One frame buffer for the whole render: outside the face box it keeps the background.
     let mut frame_nv12 = FrameBuffer::new(compositor);
+
+    // Keyframe latents from the UNet (bypassed keyframes are the rest latent), kept from the
+    // current window's first keyframe on.
+    let mut key_latents: Vec<Option<Tensor>> = vec![None; m];
+    let mut next_batch = 0;
+    // Expanded, eased latents of frames [pending_from, produced) not decoded yet.
+    let mut pending: Option<Tensor> = None;
+    let mut pending_from = 0;
     let mut decoded_frames = 0;
-    let mut f = 0;
-    while f < n {
-        // A run of up to `batch` consecutive frames that need decoding, or one bypassed frame.
-        let g =
-            if bypassed[f] { f + 1 } else { (f..n).take(opts.batch).take_while(|&x| !bypassed[x]).last().unwrap() + 1 };
-        let rgb = if bypassed[f] {
-            None
-        } else {
-            opts.check_cancelled()?;
-            let t = Instant::now();
-            let b = g - f;
-            let out = engines.decoder.decode_tensor(&latents.narrow(0, f, b)?)?;
-            ensure!(out.dims() == [b, 3, FACE_SIDE, FACE_SIDE], "the decoder returned shape {:?}", out.dims());
-            dev.synchronize()?;
-            times.decoder_ms += ms(t);
-            decoded_frames += b;
-            Some(out)
+    let mut first_key = 0; // the current window's first keyframe (index into `keys`)
+    let mut produced = 0; // frames expanded so far
+    while produced < n {
+        // The window ends at the first keyframe at least `window` frames after its start (at
+        // least one keyframe interval); the last window runs to the end of the clip.
+        let last_key = match opts.window {
+            _ if m == 1 => 0,
+            None => m - 1,
+            Some(w) => (first_key + 1..m).find(|&j| keys[j] as usize >= produced + w).unwrap_or(m - 1),
         };
-        for (i, frame) in (f..g).enumerate() {
-            let t = Instant::now();
-            match &rgb {
-                Some(crops) => frame_nv12.compose(backend, compositor, crops, i, range)?,
-                // Inside a run of bypassed frames the buffer already holds the rest frame.
-                None if frame > 0 && bypassed[frame - 1] => {}
-                None => frame_nv12.compose(backend, compositor, &rest_rgb, 0, range)?,
+        let is_last = last_key == m - 1;
+        let end = if is_last { n } else { keys[last_key] as usize };
+
+        // UNet batches until every keyframe of the window is known (a batch may reach into the
+        // next window: its latents wait there).
+        let t = Instant::now();
+        let mut audio_ms = 0.0;
+        while next_batch < unet_batches.len() && unet_batches[next_batch][0] <= last_key {
+            opts.check_cancelled()?;
+            let chunk = unet_batches[next_batch];
+            let b = chunk.len();
+            let frames: Vec<usize> = chunk.iter().map(|&j| keys[j] as usize).collect();
+            let mut audio = Vec::with_capacity(b * win * dim_a);
+            let t_audio = Instant::now();
+            features.gather(&frames, &mut audio)?;
+            audio_ms += ms(t_audio);
+            ensure!(audio.len() == b * win * dim_a, "the audio features of {b} frames have {} values", audio.len());
+            let audio = Tensor::from_vec(audio, (b, win, dim_a), dev)?;
+            let out = engines.unet.predict_tensor(&unet_latents.narrow(0, 0, b)?, &audio)?;
+            ensure!(out.dims() == [b, 4, 32, 32], "the UNet returned shape {:?}", out.dims());
+            for (i, &j) in chunk.iter().enumerate() {
+                key_latents[j] = Some(out.narrow(0, i, 1)?);
             }
-            times.composite_nv12_ms += ms(t);
-            let t = Instant::now();
-            sink(frame, frame_nv12.host()).with_context(|| format!("encoding frame {frame}"))?;
-            times.encoder_ms += ms(t);
-            progress(1);
+            next_batch += 1;
+            progress(0);
         }
-        f = g;
+        let window_keys: Vec<Tensor> =
+            (first_key..=last_key).map(|j| key_latents[j].clone().unwrap_or_else(|| rest.clone())).collect();
+        let window_keys = Tensor::cat(&window_keys, 0)?;
+        // Wait for the device so that stage times are the stages' and not their launches'.
+        dev.synchronize()?;
+        times.unet_ms += ms(t) - audio_ms;
+        times.audio_ms += audio_ms;
+
+        // Expand the window: its keyframes, re-indexed from the window's first frame, over its
+        // frames plus the last keyframe (which the next window starts from and owns).
+        let base = produced;
+        let span = if is_last { n - base } else { end + 1 - base };
+        let sub_keys: Vec<usize> = (first_key..=last_key).map(|j| keys[j] as usize - base).collect();
+        let sub = KeyframeSchedule::explicit(span, &sub_keys)?;
+        let infill = resident::Infill {
+            schedule: &sub,
+            method: opts.method,
+            rest: &avatar.rest,
+            distance: &distance[base..base + span],
+            ramp: opts.ramp,
+        };
+        let (latents, expand_ms, ease_ms) = resident::expand_eased(backend, &window_keys, &infill)?;
+        times.expand_ms += expand_ms;
+        times.ease_ms += ease_ms;
+        let latents = latents.narrow(0, 0, end - base)?;
+        pending = Some(match pending.take() {
+            Some(p) => Tensor::cat(&[&p, &latents], 0)?,
+            None => latents,
+        });
+        produced = end;
+        for slot in &mut key_latents[first_key..last_key] {
+            *slot = None;
+        }
+        first_key = last_key;
+
+        // Decode (batches of non-bypassed frames), composite + NV12, hand to the sink, in order.
+        let mut f = pending_from;
+        while f < produced {
+            // A run of up to `batch` consecutive frames that need decoding, or one bypassed
+            // frame (the whole-clip rule: a run that would cross the window's end waits).
+            let g = if bypassed[f] {
+                f + 1
+            } else {
+                (f..n).take(opts.batch).take_while(|&x| !bypassed[x]).last().unwrap() + 1
+            };
+            if g > produced {
+                break;
+            }
+            let rgb = if bypassed[f] {
+                None
+            } else {
+                opts.check_cancelled()?;
+                let t = Instant::now();
+                let b = g - f;
+                let batch = pending.as_ref().expect("frames were expanded").narrow(0, f - pending_from, b)?;
+                let out = engines.decoder.decode_tensor(&batch)?;
+                ensure!(out.dims() == [b, 3, FACE_SIDE, FACE_SIDE], "the decoder returned shape {:?}", out.dims());
+                dev.synchronize()?;
+                times.decoder_ms += ms(t);
+                decoded_frames += b;
+                Some(out)
+            };
+            for (i, frame) in (f..g).enumerate() {
+                let t = Instant::now();
+                match &rgb {
+                    Some(crops) => frame_nv12.compose(backend, compositor, crops, i, range)?,
+                    // Inside a run of bypassed frames the buffer already holds the rest frame.
+                    None if frame > 0 && bypassed[frame - 1] => {}
+                    None => frame_nv12.compose(backend, compositor, &rest_rgb, 0, range)?,
+                }
+                times.composite_nv12_ms += ms(t);
+                let t = Instant::now();
+                sink(frame, frame_nv12.host()).with_context(|| format!("encoding frame {frame}"))?;
+                times.encoder_ms += ms(t);
+                progress(1);
+            }
+            f = g;
+        }
+        let p = pending.take().expect("frames were expanded");
+        pending = (f < produced).then(|| p.narrow(0, f - pending_from, produced - f)).transpose()?;
+        pending_from = f;
     }
     times.total_ms = ms(t_total);
     Ok(RenderStats {
         frames: n,
-        keyframes_scheduled: keys.len(),
+        keyframes_scheduled: m,
         keyframes_evaluated: evaluate.len(),
         bypassed_frames: bypassed.iter().filter(|&&b| b).count(),
         decoded_frames,

@@ -5,18 +5,23 @@
 
 use crate::composite::{Compositor, FaceBox};
 use crate::output::OutputPath;
-use crate::pipeline::{self, AvatarLatents, Engines, RenderOptions, RenderStats};
+use crate::pipeline::{self, AvatarLatents, Engines, FrameFeatures, RenderOptions, RenderStats};
 use crate::{Backend, ColorMatrix, KeyframeSchedule};
 use anyhow::{bail, ensure, Result};
 use cadence_engines::{AudioEncoder, Batch};
-use cadence_media::{Audio, EncoderKind, RgbImage, VideoStats, VideoWriter};
+use cadence_media::{Audio, EncoderKind, FragmentedWriter, RgbImage, VideoStats, VideoWriter};
+use std::borrow::Cow;
+use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
 /// Everything computed once per render before the frame loop.
 pub struct Prepared {
     pub audio: Audio,
-    pub features: Batch,
+    /// The audio encoder's windows for the whole clip, made before the render; `None` when the
+    /// render is windowed ([`RenderOptions::window`]): it then encodes the audio as its windows
+    /// reach it, and memory stays bounded by the window. [`Self::whole_features`] makes them.
+    pub features: Option<Batch>,
     pub speech: Vec<bool>,
     pub frames: usize,
     pub avatar: AvatarLatents,
@@ -34,7 +39,8 @@ pub struct Prepared {
 
 impl Prepared {
     /// [`pipeline::render_frames`] over this clip's features, activity, avatar and compositor:
-    /// each NV12 frame goes to `sink` in order.
+    /// each NV12 frame goes to `sink` in order. Without whole-clip features, whisper encodes the
+    /// audio window by window as the render reaches it (the same values).
     pub fn render_frames(
         &self,
         engines: &Engines,
@@ -44,11 +50,19 @@ impl Prepared {
         sink: impl FnMut(usize, &[u8]) -> Result<()>,
         progress: impl FnMut(usize),
     ) -> Result<RenderStats> {
+        let lazy;
+        let features: &dyn FrameFeatures = match &self.features {
+            Some(whole) => whole,
+            None => {
+                lazy = engines.audio.clip(&self.audio.samples_16k, opts.fps.hz() as f32)?;
+                &lazy
+            }
+        };
         pipeline::render_frames(
             engines,
             backend,
             opts,
-            &self.features,
+            features,
             &self.speech,
             schedule,
             &self.avatar,
@@ -56,6 +70,14 @@ impl Prepared {
             sink,
             progress,
         )
+    }
+
+    /// The whole clip's audio features: the ones made before the render, or made now.
+    pub fn whole_features(&self, engines: &Engines, opts: &RenderOptions) -> Result<Cow<'_, Batch>> {
+        Ok(match &self.features {
+            Some(f) => Cow::Borrowed(f),
+            None => Cow::Owned(engines.audio.encode_audio(&self.audio.samples_16k, opts.fps.hz() as f32)?),
+        })
     }
 }
 
@@ -112,9 +134,14 @@ pub fn prepare(
     ensure!(frames > 0, "the audio is too short for one video frame");
     let t_all = Instant::now();
     let t = Instant::now();
-    let features = engines.audio.encode_audio(&audio.samples_16k, opts.fps.hz() as f32)?;
+    let features = match opts.window {
+        Some(_) => None,
+        None => Some(engines.audio.encode_audio(&audio.samples_16k, opts.fps.hz() as f32)?),
+    };
     let audio_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
-    ensure!(features.shape[0] == frames, "audio encoder gave {} frames, expected {frames}", features.shape[0]);
+    if let Some(f) = &features {
+        ensure!(f.shape[0] == frames, "audio encoder gave {} frames, expected {frames}", f.shape[0]);
+    }
     let speech = cadence_media::voice_activity(&audio.samples_16k, opts.fps.hz(), frames);
     let t = Instant::now();
     let crop = cadence_media::crop_to_planar(img, &face, pipeline::FACE_SIDE as u32)?;
@@ -141,16 +168,44 @@ pub fn prepare(
     })
 }
 
-/// Where the encoded frames go: an MP4 (a checked output, see [`crate::output`]), or nowhere
+/// Where the encoded frames go: an MP4 (a checked output, see [`crate::output`]), a fragmented
+/// MP4 to a file (checked the same way) or to any writer (standard output, a socket), or nowhere
 /// (timing the rest of the pipeline alone).
 pub enum Output<'a> {
-    Mp4 { out: &'a OutputPath, encoder: EncoderKind },
+    Mp4 {
+        out: &'a OutputPath,
+        encoder: EncoderKind,
+    },
+    /// An init segment then one `moof`+`mdat` fragment per GOP, each written (and flushed) as
+    /// soon as it is complete; `pace` holds every frame back to its time in the clip, counted
+    /// from the first frame (a live feed).
+    Fragmented {
+        sink: Sink<'a>,
+        encoder: EncoderKind,
+        pace: bool,
+    },
     Discard,
+}
+
+/// Where a fragmented MP4 goes.
+pub enum Sink<'a> {
+    /// A checked output file: written beside the target, renamed when complete.
+    File(&'a OutputPath),
+    /// Any writer (`name` names it in errors): what was written stays written, a failed render
+    /// ends it after its last whole fragment.
+    Writer { out: &'a mut dyn Write, name: &'a str },
 }
 
 pub struct RenderResult {
     pub stats: RenderStats,
     pub video: Option<VideoStats>,
+    /// Milliseconds from the start of the render to the first frame handed to the encoder, and
+    /// to the first fragment written (fragmented output only).
+    pub first_frame_ms: Option<f64>,
+    pub first_fragment_ms: Option<f64>,
+    /// Paced output: frames that reached the encoder more than one frame period after their
+    /// time (a live feed would have stalled there).
+    pub late_frames: usize,
 }
 
 /// Renders all frames of `prepared` with `schedule` into `output`.
@@ -170,14 +225,25 @@ pub fn render_clip(
         prepared.frames
     );
     let c = &prepared.compositor;
-    let go = |sink: &mut dyn FnMut(usize, &[u8]) -> Result<()>, progress: Box<dyn FnMut(usize) + '_>| {
-        prepared.render_frames(engines, backend, opts, schedule, sink, progress)
+    let (w, h) = (c.width as u32, c.height as u32);
+    let t0 = Instant::now();
+    let mut first_frame_ms = None;
+    let mut go = |sink: &mut dyn FnMut(usize, &[u8]) -> Result<()>, progress: Box<dyn FnMut(usize) + '_>| {
+        let mut timed = |i: usize, f: &[u8]| {
+            first_frame_ms.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
+            sink(i, f)
+        };
+        prepared.render_frames(engines, backend, opts, schedule, &mut timed, progress)
     };
+    let result =
+        |stats, video| RenderResult { stats, video, first_frame_ms: None, first_fragment_ms: None, late_frames: 0 };
     match output {
-        Output::Discard => Ok(RenderResult { stats: go(&mut |_, _| Ok(()), Box::new(progress))?, video: None }),
+        Output::Discard => {
+            let stats = go(&mut |_, _| Ok(()), Box::new(progress))?;
+            Ok(RenderResult { first_frame_ms, ..result(stats, None) })
+        }
         Output::Mp4 { out, encoder } => {
             let partial = out.begin()?;
-            let (w, h) = (c.width as u32, c.height as u32);
             let mut writer = VideoWriter::create(partial.path(), w, h, opts.fps, encoder, Some(&prepared.audio))
                 .map_err(|e| partial.user_error(e.into()))?;
             let mut stats =
@@ -187,7 +253,100 @@ pub fn render_clip(
             stats.times.encoder_ms += t.elapsed().as_secs_f64() * 1e3;
             stats.times.total_ms += t.elapsed().as_secs_f64() * 1e3;
             partial.commit()?;
-            Ok(RenderResult { stats, video: Some(video) })
+            Ok(RenderResult { first_frame_ms, ..result(stats, Some(video)) })
+        }
+        Output::Fragmented { sink: Sink::File(out), encoder, pace } => {
+            let partial = out.begin()?;
+            let file = std::fs::File::create(partial.path())
+                .map_err(|e| partial.user_error(anyhow::anyhow!("{}: cannot create: {e}", partial.path().display())))?;
+            let name = out.path().display().to_string();
+            let mut r = render_fragmented(
+                go,
+                prepared,
+                opts,
+                w,
+                h,
+                encoder,
+                pace,
+                std::io::BufWriter::new(file),
+                &name,
+                progress,
+            )
+            .map_err(|e| partial.user_error(e))?;
+            partial.commit()?;
+            r.first_frame_ms = first_frame_ms;
+            Ok(r)
+        }
+        Output::Fragmented { sink: Sink::Writer { out, name }, encoder, pace } => {
+            let mut r = render_fragmented(go, prepared, opts, w, h, encoder, pace, out, name, progress)?;
+            r.first_frame_ms = first_frame_ms;
+            Ok(r)
         }
     }
+}
+
+/// The fragmented MP4 branch of [`render_clip`]: the clip's audio goes into the stream as the
+/// frames reach it (each fragment carries the audio of its time span), and with `pace` each
+/// frame waits for its time.
+#[allow(clippy::too_many_arguments)]
+fn render_fragmented<W: Write>(
+    mut go: impl FnMut(&mut dyn FnMut(usize, &[u8]) -> Result<()>, Box<dyn FnMut(usize) + '_>) -> Result<RenderStats>,
+    prepared: &Prepared,
+    opts: &RenderOptions,
+    w: u32,
+    h: u32,
+    encoder: EncoderKind,
+    pace: bool,
+    out: W,
+    name: &str,
+    progress: impl FnMut(usize),
+) -> Result<RenderResult> {
+    let t0 = Instant::now();
+    let track = &prepared.audio.track;
+    let audio = (track.frames() > 0).then(|| track.format());
+    let mut writer = FragmentedWriter::new(out, name, w, h, opts.fps, encoder, audio)?;
+    let ch = track.channels.max(1) as usize;
+    let mut audio_sent = 0; // sample frames of the track already given to the writer
+    let mut first_fragment_ms = None;
+    let mut late_frames = 0;
+    let mut started: Option<Instant> = None;
+    let period = 1.0 / opts.fps.hz();
+    let mut stats = go(
+        &mut |i, f| {
+            if pace {
+                let start = *started.get_or_insert_with(Instant::now);
+                let due = start + std::time::Duration::from_secs_f64(i as f64 * period);
+                let now = Instant::now();
+                if now < due {
+                    std::thread::sleep(due - now);
+                } else if (now - due).as_secs_f64() > period {
+                    late_frames += 1;
+                }
+            }
+            // The audio up to the end of this frame, then the frame.
+            if audio.is_some() {
+                let upto = (((i + 1) as f64 * period * track.sample_rate as f64).ceil() as usize).min(track.frames());
+                if upto > audio_sent {
+                    writer.push_audio(&track.samples[audio_sent * ch..upto * ch])?;
+                    audio_sent = upto;
+                }
+            }
+            writer.push_nv12(f)?;
+            if first_fragment_ms.is_none() && writer.fragments_written() > 0 {
+                first_fragment_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok(())
+        },
+        Box::new(progress),
+    )?;
+    let t = Instant::now();
+    if audio.is_some() && audio_sent < track.frames() {
+        writer.push_audio(&track.samples[audio_sent * ch..])?;
+    }
+    let (video, mut out) = writer.finish()?;
+    out.flush().map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    first_fragment_ms.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
+    stats.times.encoder_ms += t.elapsed().as_secs_f64() * 1e3;
+    stats.times.total_ms += t.elapsed().as_secs_f64() * 1e3;
+    Ok(RenderResult { stats, video: Some(video), first_frame_ms: None, first_fragment_ms, late_frames })
 }

@@ -141,7 +141,7 @@ impl RenderReport {
     ) -> Self {
         let t = &stats.times;
         let stages_ms = StageMs {
-            audio_encoder: prepared.audio_encoder_ms,
+            audio_encoder: prepared.audio_encoder_ms + t.audio_ms,
             avatar_encoder: prepared.avatar_encoder_ms,
             unet: t.unet_ms,
             decoder: t.decoder_ms,
@@ -154,8 +154,9 @@ impl RenderReport {
         };
         let s = &stages_ms;
         let neural_ms = s.audio_encoder + s.avatar_encoder + s.unet + s.decoder;
+        // The render's own audio time is inside `total_ms`.
         let end_to_end_ms =
-            s.audio_encoder + s.avatar_encoder + s.compositor_setup + prepared.prepare_other_ms + t.total_ms;
+            prepared.audio_encoder_ms + s.avatar_encoder + s.compositor_setup + prepared.prepare_other_ms + t.total_ms;
         let outside_neural_ms = end_to_end_ms - neural_ms - s.encoder;
         let per_s = |ms: f64| stats.frames as f64 / (ms * 1e-3);
         RenderReport {

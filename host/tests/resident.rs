@@ -153,3 +153,144 @@ fn expand_eased_checks_sizes_and_matches_the_host_ops() {
 fn cpu_engines_keep_frames_in_host_memory() {
     assert_eq!(resident::residency(&Backend::Cpu, &Device::Cpu), Residency::Host);
 }
+
+/// The windowed render (`RenderOptions::window`) against the whole clip as one window: the
+/// same bytes in every frame, for strides 1, 2, 3 and an irregular keyframe list, with windows
+/// whose boundaries fall before, inside and after the pause (frames 9..21) and inside decoder
+/// and UNet batches.
+#[test]
+fn windowed_render_is_byte_identical_to_the_whole_clip_on_every_device() {
+    let n = 41;
+    for (device, backend, _) in devices() {
+        let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &device, None).unwrap();
+        let mut clip = CheckClip::new(&engines, n, 5).unwrap();
+        let schedules = [
+            KeyframeSchedule::fixed_stride(n, 1).unwrap(),
+            KeyframeSchedule::fixed_stride(n, 2).unwrap(),
+            KeyframeSchedule::fixed_stride(n, 3).unwrap(),
+            // Starts after frame 0 (the first frames hold it), a keyframe inside the pause,
+            // irregular gaps, ends before the last frame (the tail holds it).
+            KeyframeSchedule::explicit(n, &[2, 3, 7, 12, 20, 22, 23, 31, 38]).unwrap(),
+        ];
+        for schedule in schedules {
+            clip.schedule = schedule;
+            clip.opts.window = None;
+            let (whole, whole_stats) = clip.render(&engines, &backend).unwrap();
+            assert_eq!(whole.len(), n);
+            for window in [1, 7, 25] {
+                clip.opts.window = Some(window);
+                let (frames, stats) = clip.render(&engines, &backend).unwrap();
+                assert_eq!(frames.len(), n, "window {window}");
+                for (i, (a, b)) in frames.iter().zip(&whole).enumerate() {
+                    assert!(a == b, "{device:?}, {:?}, window {window}: frame {i} differs", clip.schedule.keyframes());
+                }
+                assert_eq!(
+                    (stats.keyframes_evaluated, stats.decoded_frames, stats.bypassed_frames),
+                    (whole_stats.keyframes_evaluated, whole_stats.decoded_frames, whole_stats.bypassed_frames)
+                );
+            }
+        }
+    }
+}
+
+/// A window's frames leave before the next window's UNet batches run (the point of windows),
+/// and with one window every UNet batch runs before the first frame. Read off the progress
+/// callback: 0 after each UNet batch, 1 after each frame handed to the sink.
+#[test]
+fn windowed_render_hands_out_frames_before_the_clip_is_through_the_unet() {
+    let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
+    let mut clip = CheckClip::new(&engines, 60, 7).unwrap();
+    clip.schedule = KeyframeSchedule::fixed_stride(60, 2).unwrap();
+    let order = |clip: &CheckClip| {
+        let compositor = clip.compositor(&Backend::Cpu).unwrap();
+        let mut events = Vec::new();
+        cadence::pipeline::render_frames(
+            &engines,
+            &Backend::Cpu,
+            &clip.opts,
+            &clip.features,
+            &clip.speech,
+            &clip.schedule,
+            &clip.avatar,
+            &compositor,
+            |_, _| Ok(()),
+            |e| events.push(e),
+        )
+        .unwrap();
+        let unet_batches = events.iter().filter(|&&e| e == 0).count();
+        let before_first_frame = events.iter().take_while(|&&e| e == 0).count();
+        (unet_batches, before_first_frame)
+    };
+    clip.opts.window = None;
+    let (batches, before) = order(&clip);
+    assert!(batches >= 5, "the clip needs several UNet batches ({batches})");
+    assert_eq!(before, batches, "one window: all UNet work comes first");
+    clip.opts.window = Some(10);
+    let (batches_w, before_w) = order(&clip);
+    assert_eq!(batches_w, batches, "windows run the same UNet batches");
+    assert!(before_w <= 2, "a 10-frame window at stride 2 and batch 4 needs at most 2 UNet batches, ran {before_w}");
+}
+
+/// A cancelled render stops with `Cancelled` before its next engine batch, and nothing more
+/// reaches the sink.
+#[test]
+fn cancel_flag_stops_the_render_at_the_next_batch() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
+    let mut clip = CheckClip::new(&engines, 40, 3).unwrap();
+    let flag = Arc::new(AtomicBool::new(false));
+    clip.opts.cancel = Some(flag.clone());
+    clip.opts.window = Some(8);
+    let compositor = clip.compositor(&Backend::Cpu).unwrap();
+    let mut seen = 0;
+    let err = cadence::pipeline::render_frames(
+        &engines,
+        &Backend::Cpu,
+        &clip.opts,
+        &clip.features,
+        &clip.speech,
+        &clip.schedule,
+        &clip.avatar,
+        &compositor,
+        |f, _| {
+            seen += 1;
+            if f == 5 {
+                flag.store(true, Ordering::Relaxed);
+            }
+            Ok(())
+        },
+        |_| {},
+    )
+    .unwrap_err();
+    assert!(err.is::<cadence::pipeline::Cancelled>(), "{err:#}");
+    // Frames of the decoder batch that was running when the flag was set still arrive.
+    assert!((6..=8).contains(&seen), "{seen} frames reached the sink after cancelling at frame 5");
+}
+
+/// A render prepared for windows (no whole-clip features: whisper encodes the audio as the
+/// windows reach it) gives the same frames as one prepared with the whole clip's features, on a
+/// committed speech clip.
+#[test]
+fn windowed_audio_features_give_the_whole_clip_frames() {
+    use cadence::pipeline::RenderOptions;
+    let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
+    let wav = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/speech/goodnight.wav");
+    let audio = cadence_media::load_wav(&wav).unwrap();
+    let (w, h) = (320u32, 256u32);
+    let px: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+    let img = cadence_media::RgbImage::from_raw(w, h, px).unwrap();
+    let face = cadence::render::face_box(&img, None).unwrap();
+    let whole_opts = RenderOptions { batch: 4, ..RenderOptions::default() };
+    let windowed_opts = RenderOptions { window: Some(9), ..whole_opts.clone() };
+    let whole = cadence::render::prepare(&engines, &Backend::Cpu, audio.clone(), &img, face, &whole_opts).unwrap();
+    let windowed = cadence::render::prepare(&engines, &Backend::Cpu, audio, &img, face, &windowed_opts).unwrap();
+    assert!(whole.features.is_some() && windowed.features.is_none());
+    let schedule = KeyframeSchedule::fixed_stride(whole.frames, 3).unwrap();
+    let render = |p, o| cadence::fixtures::render_prepared(&engines, &Backend::Cpu, o, p, &schedule).unwrap();
+    let (a, _) = render(&whole, &whole_opts);
+    let (b, stats) = render(&windowed, &windowed_opts);
+    assert_eq!(a.len(), whole.frames);
+    assert!(a == b, "the windowed render's frames differ");
+    assert!(stats.times.audio_ms > 0.0, "the windowed render encodes the audio itself");
+}

@@ -180,7 +180,7 @@ impl ScheduleArgs {
             inputs.class_strides = ClassStrides::parse(s)?;
         }
         inputs.samples_16k = Some(&prepared.audio.samples_16k);
-        let f = &prepared.features;
+        let f = prepared.whole_features(engines, opts)?;
         inputs.features = Some((&f.data, f.shape[1..].iter().product()));
         inputs.error_scale = calibration.map(|c| c.scale);
         let mut planned = super::plan(kind, target, &inputs)?;

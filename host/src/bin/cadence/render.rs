@@ -23,9 +23,21 @@ pub struct RenderArgs {
     #[arg(long)]
     pub avatar: PathBuf,
     /// Output MP4. Not replaced without --force (and never if it is one of the inputs); nothing
-    /// is left there or beside it if the render fails or is interrupted.
+    /// is left there or beside it if the render fails or is interrupted. `-` writes a
+    /// fragmented MP4 to standard output (a pipe or a file, never a terminal), each fragment
+    /// as soon as it is complete.
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Write a fragmented MP4 (an init segment, then one moof+mdat fragment per GOP: what a
+    /// live player or a browser's Media Source Extensions read) instead of a progressive one.
+    /// Always on for `-o -`.
+    #[arg(long)]
+    pub fragmented: bool,
+    /// Hold every frame back to its time in the clip, counted from the first frame (a live
+    /// feed); the summary counts the frames that came more than a frame late. Fragmented output
+    /// only.
+    #[arg(long)]
+    pub realtime: bool,
     /// Run the UNet every K frames (1 = dense) [default: 3].
     #[arg(long, conflicts_with = "keyframes", value_parser = clap::value_parser!(u32).range(1..))]
     pub stride: Option<u32>,
@@ -44,6 +56,11 @@ pub struct RenderArgs {
     /// Frames of Hermite easing between speech and rest.
     #[arg(long, default_value_t = 4)]
     pub ramp: u32,
+    /// Render in windows of this many seconds: each window's frames are encoded before the next
+    /// window's UNet work, so memory is bounded by the window, not the clip. The video is the
+    /// same whatever the window; `0` renders the clip as one window.
+    #[arg(long, default_value = "4", value_parser = parse_window_seconds)]
+    pub window: f64,
     #[command(flatten)]
     pub engines: EngineArgs,
     /// Where cadence's kernels run (expansion, easing, compositing + NV12). With the engines on
@@ -70,6 +87,18 @@ pub struct RenderArgs {
     pub schedule: ScheduleArgs,
 }
 
+fn parse_window_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a window length in seconds (0 to 3600; 0 = the whole clip)")),
+    }
+}
+
+/// `--window` seconds as frames (at least one); `None` (one window) for 0.
+fn window_frames(seconds: f64, fps: FrameRate) -> Option<usize> {
+    (seconds > 0.0).then(|| ((seconds * fps.hz()).ceil() as usize).max(1))
+}
+
 pub fn run(a: RenderArgs) -> Result<()> {
     // Everything that can be checked from the arguments and the input files comes first: the
     // engines take seconds to gigabytes to load.
@@ -80,12 +109,29 @@ pub fn run(a: RenderArgs) -> Result<()> {
             .map(|p| p.as_path())
             .chain([a.avatar.as_path()])
             .collect();
-    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &inputs)?;
+    let to_stdout = a.output.as_os_str() == "-";
+    let fragmented = a.fragmented || to_stdout;
+    ensure!(!a.realtime || fragmented, "--realtime paces a fragmented MP4: add --fragmented or write to -o -");
+    ensure!(!(to_stdout && a.json), "-o - writes the video to standard output: --json cannot go there too");
+    // Standard output is the video: refuse a terminal before any work.
+    ensure!(
+        !to_stdout || !std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        "-o -: standard output is a terminal; pipe it (cadence render ... -o - | ffplay -) or redirect it to a file"
+    );
+    let out =
+        if to_stdout { None } else { Some(OutputPath::check(&a.output, Overwrite::from_force(a.force), &inputs)?) };
     let stride = a.stride.map(|k| k as usize);
     a.schedule.validate(stride, a.keyframes.is_some())?;
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
-    let opts = RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.engines.batch as usize, method: a.method, cancel: None };
+    let opts = RenderOptions {
+        fps: a.fps,
+        ramp: a.ramp,
+        batch: a.engines.batch as usize,
+        method: a.method,
+        window: window_frames(a.window, a.fps),
+        cancel: None,
+    };
     // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment.
     let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
     let calibration = a.schedule.calibration()?;
@@ -128,15 +174,19 @@ pub fn run(a: RenderArgs) -> Result<()> {
     if a.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let result = render::render_clip(
-        &engines,
-        &backend,
-        &opts,
-        &prepared,
-        &schedule,
-        render::Output::Mp4 { out: &out, encoder },
-        |d| bar.inc(d as u64),
-    )?;
+    let mut stdout = std::io::stdout().lock();
+    let output = match &out {
+        Some(out) if fragmented => {
+            render::Output::Fragmented { sink: render::Sink::File(out), encoder, pace: a.realtime }
+        }
+        Some(out) => render::Output::Mp4 { out, encoder },
+        None => render::Output::Fragmented {
+            sink: render::Sink::Writer { out: &mut stdout, name: "standard output" },
+            encoder,
+            pace: a.realtime,
+        },
+    };
+    let result = render::render_clip(&engines, &backend, &opts, &prepared, &schedule, output, |d| bar.inc(d as u64))?;
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::new(setup, &prepared, &result.stats, result.video.as_ref(), a.fps, load_ms);
@@ -145,12 +195,27 @@ pub fn run(a: RenderArgs) -> Result<()> {
         v["output"] = serde_json::json!(a.output);
         v["audio"] = serde_json::json!(input.source);
         v["schedule"] = schedule_summary;
+        v["fragmented"] = serde_json::json!(fragmented);
+        v["first_frame_ms"] = serde_json::json!(result.first_frame_ms);
+        v["first_fragment_ms"] = serde_json::json!(result.first_fragment_ms);
+        if a.realtime {
+            v["late_frames"] = serde_json::json!(result.late_frames);
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for line in report.summary_lines(&a.output) {
             eprintln!("{line}");
         }
         eprintln!("{}", cli::summary_line(planned.as_ref(), &schedule, &legacy));
+        if let Some(ms) = result.first_fragment_ms {
+            eprintln!(
+                "  first frame after {:.0} ms, first fragment after {ms:.0} ms",
+                result.first_frame_ms.unwrap_or(f64::NAN)
+            );
+        }
+        if a.realtime {
+            eprintln!("  paced to real time: {} frame(s) more than a frame late", result.late_frames);
+        }
     }
     Ok(())
 }

@@ -1,0 +1,296 @@
+//! Streaming render, measured: for clips of several lengths (synthetic speech-like audio with
+//! pauses, generated in the run), the windowed pipeline writing a fragmented MP4 as it renders.
+//! Reports time to first frame, time to first fragment, steady-state throughput and real-time
+//! factor, and peak resident memory; and, for comparison in the same run, the whole-clip render
+//! (one window) of the same clips. Each render runs in its own child process (this binary with
+//! `--child`), so that its peak memory is its own.
+//! Writes results/streaming.csv (with provenance) and a plot.
+
+use anyhow::{bail, ensure, Context, Result};
+use cadence::render::{self, Output, Sink};
+use cadence::KeyframeSchedule;
+use clap::Parser;
+use experiments::plot::{line_plot_grid, LineChart, Series};
+use experiments::session::{Session, SessionArgs};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+#[derive(Parser, Clone)]
+#[command(about = "Streaming render: time to first frame and fragment, throughput and peak memory against clip length")]
+struct Args {
+    /// Clip lengths in seconds.
+    #[arg(long, default_value = "10,60,600", value_delimiter = ',')]
+    lengths: Vec<f64>,
+    /// Keyframe stride.
+    #[arg(long, default_value_t = 3)]
+    stride: usize,
+    /// Render window in seconds.
+    #[arg(long, default_value_t = 4.0)]
+    window: f64,
+    /// Skip the whole-clip (one window) renders.
+    #[arg(long)]
+    no_whole: bool,
+    /// Directory for the CSV and plot (default: results/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Internal: render one clip of this many seconds in this process and print its row as JSON.
+    #[arg(long, hide = true)]
+    child: Option<f64>,
+    /// Internal, with --child: render the clip as one window.
+    #[arg(long, hide = true)]
+    whole: bool,
+    #[command(flatten)]
+    session: SessionArgs,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+struct Row {
+    mode: String,
+    clip_s: f64,
+    frames: usize,
+    stride: usize,
+    window_s: f64,
+    unet_evaluations: usize,
+    /// From the start of preparation (audio decode done, engines loaded) to the first frame
+    /// handed to the encoder.
+    first_frame_ms: f64,
+    /// ... to the first complete fragment written.
+    first_fragment_ms: f64,
+    /// One window's share of the steady-state render time: window frames / steady fps.
+    window_render_ms: f64,
+    /// Frames per second after the first fragment.
+    steady_fps: f64,
+    steady_rtf: f64,
+    /// Frames per second over the whole render (preparation included).
+    end_to_end_fps: f64,
+    fragments: u64,
+    bytes: u64,
+    /// Peak resident memory of the render's process (VmHWM), engines included.
+    peak_rss_mb: f64,
+}
+
+/// Speech-like audio at 16 kHz: a voiced harmonic source (120-180 Hz, with vibrato) shaped by
+/// 4-5 Hz syllables, words of 0.3-0.9 s, a 0.6 s pause after every few words and a 2 s pause
+/// every 20 s. Deterministic.
+fn speech_like(seconds: f64) -> Vec<f32> {
+    let sr = 16000.0;
+    let n = (seconds * sr) as usize;
+    let mut out = vec![0.0f32; n];
+    let mut s: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut t = 0.3;
+    let mut words = 0;
+    while t < seconds {
+        let len = 0.3 + 0.6 * rnd();
+        let f0 = 120.0 + 60.0 * rnd();
+        let syll = 4.0 + rnd();
+        let (a, b) = ((t * sr) as usize, (((t + len) * sr) as usize).min(n));
+        for (i, o) in out[a..b].iter_mut().enumerate() {
+            let u = i as f64 / sr;
+            let env =
+                (std::f64::consts::PI * u / len).sin() * (0.55 + 0.45 * (2.0 * std::f64::consts::PI * syll * u).sin());
+            let f = f0 * (1.0 + 0.02 * (2.0 * std::f64::consts::PI * 5.0 * u).sin());
+            let v: f64 = (1..8).map(|h| (2.0 * std::f64::consts::PI * f * h as f64 * u).sin() / h as f64).sum();
+            *o = (0.25 * env * v) as f32;
+        }
+        words += 1;
+        t += len + 0.05;
+        if words % 4 == 0 {
+            t += 0.6;
+        }
+        if (t / 20.0).floor() != ((t - len - 0.65) / 20.0).floor() {
+            t += 2.0;
+        }
+    }
+    out
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// A sink that counts bytes (the stream goes nowhere: this measures the render).
+struct Count(u64);
+impl Write for Count {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len() as u64;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn child(a: &Args, seconds: f64) -> Result<Row> {
+    let mut session = Session::open(&a.session)?;
+    session.audio = cadence_media::Audio::from_samples_16k(speech_like(seconds));
+    let window = (!a.whole).then(|| ((a.window * session.opts.fps.hz()).ceil() as usize).max(1));
+    session.opts.window = window;
+    let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
+    let encoder = encoder.context("the streaming experiment needs the video encoder")?;
+    let t0 = Instant::now();
+    let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+    let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let schedule = KeyframeSchedule::fixed_stride(prepared.frames, a.stride)?;
+    let mut sink = Count(0);
+    let mut frame_times = Vec::with_capacity(prepared.frames);
+    let r = render::render_clip(
+        engines,
+        backend,
+        opts,
+        &prepared,
+        &schedule,
+        Output::Fragmented { sink: Sink::Writer { out: &mut sink, name: "counter" }, encoder, pace: false },
+        |d| {
+            if d == 1 {
+                frame_times.push(t0.elapsed().as_secs_f64());
+            }
+        },
+    )?;
+    let total_s = t0.elapsed().as_secs_f64();
+    let video = r.video.context("no video statistics")?;
+    let first_fragment_ms = prepare_ms + r.first_fragment_ms.unwrap_or(f64::NAN);
+    // Steady state: the frames after the first fragment.
+    let after = frame_times.iter().position(|&t| t * 1e3 >= first_fragment_ms).unwrap_or(0);
+    let steady_fps = if frame_times.len() > after + 1 {
+        (frame_times.len() - 1 - after) as f64 / (frame_times[frame_times.len() - 1] - frame_times[after])
+    } else {
+        f64::NAN
+    };
+    let window_s = if a.whole { seconds } else { a.window };
+    Ok(Row {
+        mode: if a.whole { "whole clip" } else { "windowed" }.into(),
+        clip_s: seconds,
+        frames: prepared.frames,
+        stride: a.stride,
+        window_s,
+        unet_evaluations: r.stats.keyframes_evaluated,
+        first_frame_ms: prepare_ms + r.first_frame_ms.unwrap_or(f64::NAN),
+        first_fragment_ms,
+        window_render_ms: 1e3 * window_s * opts.fps.hz() / steady_fps,
+        steady_fps,
+        steady_rtf: steady_fps / opts.fps.hz(),
+        end_to_end_fps: prepared.frames as f64 / total_s,
+        fragments: video.fragments,
+        bytes: sink.0,
+        peak_rss_mb: peak_rss_mb(),
+    })
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    ensure!(a.stride > 0, "--stride must be at least 1");
+    ensure!(a.window > 0.0 && a.window.is_finite(), "--window must be a positive number of seconds");
+    ensure!(a.lengths.iter().all(|&l| l > 0.0 && l <= 3600.0), "--lengths must be seconds in (0, 3600]");
+    if let Some(seconds) = a.child {
+        let row = child(&a, seconds)?;
+        println!("{}", serde_json::to_string(&row)?);
+        return Ok(());
+    }
+    let out_dir = match &a.out {
+        Some(d) => experiments::paths::ensure_dir(d)?,
+        None => experiments::paths::results_dir()?,
+    };
+    // The children get this run's arguments (engines, encoder, avatar ...) and one clip each.
+    let passthrough: Vec<String> = std::env::args().skip(1).collect();
+    let mut rows = Vec::new();
+    for &seconds in &a.lengths {
+        for whole in [false, true] {
+            if whole && a.no_whole {
+                continue;
+            }
+            let mode = if whole { "whole clip" } else { "windowed" };
+            eprintln!("streaming: {seconds} s clip, {mode} ...");
+            let mut cmd = Command::new(std::env::current_exe()?);
+            cmd.args(&passthrough).args(["--child", &seconds.to_string()]);
+            if whole {
+                cmd.arg("--whole");
+            }
+            let o = cmd.stderr(std::process::Stdio::inherit()).output().context("running a render child")?;
+            if !o.status.success() {
+                bail!("the {seconds} s {mode} render failed ({})", o.status);
+            }
+            let row: Row = serde_json::from_slice(o.stdout.trim_ascii()).context("the child's row")?;
+            eprintln!(
+                "  {} frames: first frame {:.0} ms, first fragment {:.0} ms, steady {:.1} fps ({:.2}x real time), peak {:.0} MB",
+                row.frames, row.first_frame_ms, row.first_fragment_ms, row.steady_fps, row.steady_rtf, row.peak_rss_mb
+            );
+            rows.push(row);
+        }
+    }
+    // Provenance of the engines and inputs the children used (loading them is cheap next to
+    // the renders).
+    let session = Session::open(&a.session)?;
+    let mut prov = session.provenance();
+    prov.note("audio", "synthetic speech-like audio with pauses, generated in the run (speech_like)");
+    prov.note("sink", "fragmented MP4 into a byte counter; each render in its own process");
+    let windowed: Vec<&Row> = rows.iter().filter(|r| r.mode == "windowed").collect();
+    let whole: Vec<&Row> = rows.iter().filter(|r| r.mode == "whole clip").collect();
+    let mut verdicts = Vec::new();
+    if let (Some(first), Some(last)) = (windowed.first(), windowed.last()) {
+        let growth = 100.0 * (last.peak_rss_mb / first.peak_rss_mb - 1.0);
+        verdicts.push(format!(
+            "peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
+            last.peak_rss_mb,
+            last.clip_s,
+            first.peak_rss_mb,
+            first.clip_s,
+            if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
+        ));
+    }
+    for r in &windowed {
+        let bound = 1.1 * r.window_render_ms;
+        verdicts.push(format!(
+            "{} s: first fragment {:.0} ms vs one window's render {:.0} ms + 10% ({})",
+            r.clip_s,
+            r.first_fragment_ms,
+            r.window_render_ms,
+            if r.first_fragment_ms <= bound { "met" } else { "NOT MET" }
+        ));
+        if let Some(w) = whole.iter().find(|w| w.clip_s == r.clip_s) {
+            let ratio = r.end_to_end_fps / w.end_to_end_fps;
+            verdicts.push(format!(
+                "{} s: windowed {:.2} fps vs whole clip {:.2} fps end to end ({:.3}x; target within 5%: {})",
+                r.clip_s,
+                r.end_to_end_fps,
+                w.end_to_end_fps,
+                ratio,
+                if ratio >= 0.95 { "met" } else { "NOT MET" }
+            ));
+        }
+    }
+    for v in &verdicts {
+        println!("{v}");
+    }
+    prov.note("verdicts", verdicts.join("; "));
+    let csv = out_dir.join("streaming.csv");
+    experiments::csvout::write_csv(&csv, &prov, &rows)?;
+    let chart = |title: &str, y: &str, value: fn(&Row) -> f64| {
+        let mut c = LineChart::new(title, "clip length (s)", y).log_x();
+        for (name, sel) in [("windowed", &windowed), ("whole clip", &whole)] {
+            if !sel.is_empty() {
+                c = c.series(Series::new(name, sel.iter().map(|r| (r.clip_s, value(r))).collect()));
+            }
+        }
+        c
+    };
+    let charts = [
+        chart("Peak resident memory", "MB", |r| r.peak_rss_mb),
+        chart("Time to first fragment", "seconds", |r| r.first_fragment_ms / 1e3),
+    ];
+    let title = format!("Streaming render (stride {}, window {} s)", a.stride, a.window);
+    let plots = line_plot_grid(&out_dir.join("streaming"), &title, &charts, 2, &prov)?;
+    eprintln!("wrote {}, {}, {}", csv.display(), plots.png.display(), plots.svg.display());
+    Ok(())
+}
