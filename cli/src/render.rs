@@ -6,7 +6,7 @@ use cadence::output::{OutputPath, Overwrite};
 use cadence::pipeline::RenderOptions;
 use cadence::report::{RenderReport, RenderSetup};
 use cadence::schedules::cli::{self, ScheduleArgs, DEFAULT_STRIDE};
-use cadence::{render, Backend, BackendChoice, KeyframeSchedule, Method};
+use cadence::{render, Backend, BackendChoice, Method};
 use cadence_media::{FaceBox, FrameRate};
 use clap::Args;
 use std::path::PathBuf;
@@ -85,7 +85,8 @@ pub fn run(a: RenderArgs) -> Result<()> {
     a.schedule.validate(stride, a.keyframes.is_some())?;
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
-    let opts = RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.engines.batch as usize, method: a.method, cancel: None };
+    let opts =
+        RenderOptions { fps: a.fps, ramp: a.ramp, batch: a.engines.batch as usize, method: a.method, cancel: None };
     // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment.
     let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
     let calibration = a.schedule.calibration()?;
@@ -96,10 +97,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     ensure!(frames > 0, "{}: the audio is too short for one video frame", input.source);
     let stride = stride.unwrap_or(DEFAULT_STRIDE);
     // The pipeline's own schedule when --schedule is not given (checked before the engines load).
-    let (fixed, legacy) = match &a.keyframes {
-        Some(list) => (KeyframeSchedule::parse_list(frames, list)?, "keyframes".to_string()),
-        None => (KeyframeSchedule::fixed_stride(frames, stride)?, format!("stride {stride}")),
-    };
+    let (fixed, legacy) = render::fixed_schedule(frames, a.keyframes.as_deref(), stride)?;
     let backend = Backend::for_engines(a.backend, &engine_device.device)?;
 
     let t0 = Instant::now();
