@@ -48,12 +48,20 @@ enum Command {
     /// the CPU (no GPU needed; every memory access bounds-checked). Exits non-zero on any
     /// mismatch or failed kernel, after writing the report.
     GpuCheck(gpu_check::GpuCheckArgs),
+    /// The render server: the source's POST /generate over HTTP with the engines loaded once,
+    /// avatars prepared once, render slots, limits and metrics (server/README.md). SIGTERM or
+    /// SIGINT drains it.
+    Serve(Box<cadence_server::ServeArgs>),
 }
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = cadence::output::install_interrupt_cleanup() {
-        eprintln!("cadence: warning: {e:#}; an interrupted run may leave a temporary file beside its output");
+    // The server handles SIGINT/SIGTERM itself (it drains); its renders write into per-request
+    // directories that it removes.
+    if !matches!(cli.command, Command::Serve(_)) {
+        if let Err(e) = cadence::output::install_interrupt_cleanup() {
+            eprintln!("cadence: warning: {e:#}; an interrupted run may leave a temporary file beside its output");
+        }
     }
     let result = match cli.command {
         Command::Ptx(a) => info::ptx(a),
@@ -65,6 +73,7 @@ fn main() {
         Command::Models(a) => models::run(a),
         Command::Bench(a) => bench::run(a),
         Command::GpuCheck(a) => gpu_check::run(a),
+        Command::Serve(a) => cadence_server::serve(*a),
     };
     if let Err(e) = result {
         eprintln!("cadence: error: {e:#}");
