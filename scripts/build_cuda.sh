@@ -8,7 +8,7 @@
 #   --check         `cargo check` instead of `cargo build` (still runs candle-kernels' build
 #                   script, i.e. all of the nvcc work; skips codegen and the final link)
 #   --engines-only  build `-p cadence-engines --features cuda` (a library) instead of the
-#                   `cadence` binary with `--features engines-cuda`
+#                   `cadence` binary (`-p cadence-cli`) with `--features engines-cuda`
 #   --experiments   build the experiments' binaries (stride_table, ...) with `--features
 #                   engines-cuda` instead of the `cadence` binary (the same target dir reuses candle's kernels)
 #   --test-resident build and RUN host/tests/resident.rs with `engines-cuda` (needs a GPU machine
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 mode=build
-pkg_args=(-p cadence --features engines-cuda --bin cadence)
+pkg_args=(-p cadence-cli --features engines-cuda)
 for arg in "$@"; do
     case "$arg" in
         --check) check=1 ;;
@@ -160,7 +160,7 @@ echo "cargo $mode: $(( $(date +%s) - start )) s"
 
 libpath="$cu/lib"
 if [ "$mode" = build ]; then
-    if [ "${pkg_args[1]}" = cadence ]; then
+    if [ "${pkg_args[1]}" = cadence-cli ]; then
         bin=$CARGO_TARGET_DIR/release/cadence
         [ -x "$bin" ] || die "$bin was not produced"
         # candle's kernels: PTX modules for sm_<cap>a (driver-JIT at run time) and the cubins of

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with an NVIDIA driver and no Rust. Build here first:
-#   cargo build --release -p cadence && mkdir -p .device && cp target/release/cadence .device/
+#   cargo build --release -p cadence-cli && mkdir -p .device && cp target/release/cadence .device/
 # then on the GPU machine (with .device carried):  scripts/gpu_check.sh [.device/cadence]
 # It prints the GPU, compares every kernel's CUDA output with the CPU path on fresh random
 # data and a short render with the kernels on the GPU with the same render on the CPU, and prints

@@ -15,7 +15,7 @@ speak() { # name words-per-minute text
 # media/tests/vad.rs: two sentences joined around an exact 2 s pause.
 speak fox 150 "The quick brown fox jumps over the lazy dog"
 speak sleep 150 "Then everybody went home to sleep"
-# host/tests/render.rs: two sentences joined around a 2.5 s pause.
+# cli/tests/render.rs: two sentences joined around a 2.5 s pause.
 speak news 160 "Good evening, here is the news."
 speak goodnight 160 "Thank you, and good night."
 espeak-ng --version > "$out/GENERATOR.txt"

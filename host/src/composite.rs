@@ -34,6 +34,15 @@ pub struct Compositor {
     device: Option<DeviceSide>,
 }
 
+/// What a compositor computes once per avatar: per face-box pixel the blend weight and
+/// (1 - weight) x background RGB (8-bit scale), and the background's NV12.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompositorTables {
+    pub alpha: Vec<f32>,
+    pub background_term: [Vec<f32>; 3],
+    pub background_nv12: Vec<u8>,
+}
+
 /// Where a compositor's kernel runs.
 enum DeviceSide {
     Cuda(crate::cuda::DeviceCompositor),
@@ -94,6 +103,33 @@ impl Compositor {
                 }
             }
         }
+        let tables = CompositorTables { alpha, background_term, background_nv12 };
+        Self::from_tables(backend, width, height, face, feather, matrix, tables)
+    }
+
+    /// A compositor from tables made before ([`Self::tables`], e.g. read from a prepared-avatar
+    /// file), checked against the frame and face box sizes.
+    pub fn from_tables(
+        backend: &Backend,
+        width: usize,
+        height: usize,
+        face: FaceBox,
+        feather: f32,
+        matrix: ColorMatrix,
+        tables: CompositorTables,
+    ) -> Result<Self> {
+        let CompositorTables { alpha, background_term, background_nv12 } = tables;
+        let (fx, fy, fw, fh) = face.as_usize();
+        ensure!(
+            width.is_multiple_of(2) && height.is_multiple_of(2) && fx + fw <= width && fy + fh <= height,
+            "face box {face:?} does not fit an even {width}x{height} frame"
+        );
+        ensure!(
+            alpha.len() == fw * fh
+                && background_term.iter().all(|t| t.len() == fw * fh)
+                && background_nv12.len() == width * height * 3 / 2,
+            "compositor tables do not match a {fw}x{fh} face box in a {width}x{height} frame"
+        );
         let device = match backend {
             Backend::Cuda(c) => Some(DeviceSide::Cuda(c.compositor(&alpha, &background_term, &background_nv12)?)),
             Backend::Emulated => Some(DeviceSide::Emulated(crate::emulated::EmulatedCompositor::new(
@@ -104,6 +140,15 @@ impl Compositor {
             Backend::Cpu => None,
         };
         Ok(Self { width, height, alpha, background_term, background_nv12, face, feather, matrix, device })
+    }
+
+    /// The per-render tables, as [`Self::from_tables`] takes them.
+    pub fn tables(&self) -> CompositorTables {
+        CompositorTables {
+            alpha: self.alpha.clone(),
+            background_term: self.background_term.clone(),
+            background_nv12: self.background_nv12.clone(),
+        }
     }
 
     pub fn frame_bytes(&self) -> usize {

@@ -248,7 +248,7 @@ impl Method {
 }
 
 /// NV12 conversion options.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 pub enum ColorMatrix {
     Bt709,
     Bt601,

@@ -1,7 +1,9 @@
 //! cadence host library: backends (CUDA through cudarc, CPU through rayon), the kernels'
-//! launches and CPU paths, keyframe schedules, and array I/O. The `cadence` binary is its CLI.
+//! launches and CPU paths, keyframe schedules, and array I/O. The `cadence` binary (`cli/`,
+//! package `cadence-cli`) is its CLI.
 
 pub mod args;
+pub mod avatar_file;
 pub mod backend;
 pub mod bench;
 pub mod composite;

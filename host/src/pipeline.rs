@@ -213,6 +213,17 @@ impl Default for RenderOptions {
     }
 }
 
+/// The render window `cadence render` and the server use unless told otherwise: a few seconds
+/// bound memory and the wait for the first frame, and cost nothing in throughput
+/// (`results/streaming.csv`).
+pub const DEFAULT_WINDOW_SECONDS: f64 = 4.0;
+
+/// A window of `seconds` at `fps` as frames (at least one); `None` (the clip as one window) for
+/// 0 seconds.
+pub fn window_frames(seconds: f64, fps: cadence_media::FrameRate) -> Option<usize> {
+    (seconds > 0.0).then(|| ((seconds * fps.hz()).ceil() as usize).max(1))
+}
+
 impl RenderOptions {
     fn check_cancelled(&self) -> Result<()> {
         match &self.cancel {

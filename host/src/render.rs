@@ -13,6 +13,7 @@ use cadence_media::{Audio, EncoderKind, FragmentedWriter, RgbImage, VideoStats, 
 use std::borrow::Cow;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Everything computed once per render before the frame loop.
@@ -24,8 +25,9 @@ pub struct Prepared {
     pub features: Option<Batch>,
     pub speech: Vec<bool>,
     pub frames: usize,
-    pub avatar: AvatarLatents,
-    pub compositor: Compositor,
+    /// Shared with the [`PreparedAvatar`] it came from (a server renders one avatar many times).
+    pub avatar: Arc<AvatarLatents>,
+    pub compositor: Arc<Compositor>,
     pub face: FaceBox,
     /// Time of the audio encoder (whisper) on the whole clip.
     pub audio_encoder_ms: f64,
@@ -120,6 +122,54 @@ pub fn video_frames(audio: &Audio, opts: &RenderOptions) -> usize {
     cadence_media::frame_count(audio.samples_16k.len() as f64 / cadence_media::TARGET_RATE as f64, opts.fps.hz())
 }
 
+/// The schedule of a render without an adaptive `--schedule`: the keyframe list when one is
+/// given, else every `stride`-th frame; with its label for the summary (`keyframes`, `stride 3`).
+pub fn fixed_schedule(frames: usize, keyframes: Option<&str>, stride: usize) -> Result<(KeyframeSchedule, String)> {
+    Ok(match keyframes {
+        Some(list) => (KeyframeSchedule::parse_list(frames, list)?, "keyframes".to_string()),
+        None => (KeyframeSchedule::fixed_stride(frames, stride)?, format!("stride {stride}")),
+    })
+}
+
+/// The avatar's share of a preparation: the crop, the image encoder's latents, the rest latent
+/// and the compositor's tables. None of it depends on the audio, so a server prepares an avatar
+/// once and renders it many times.
+pub struct PreparedAvatar {
+    pub avatar: Arc<AvatarLatents>,
+    pub compositor: Arc<Compositor>,
+    pub face: FaceBox,
+    /// Time of the image encoder (reference and rest latents, with the crop).
+    pub avatar_encoder_ms: f64,
+    /// Time of the compositor's tables and the background's NV12.
+    pub compositor_setup_ms: f64,
+}
+
+/// Prepares `img` with its face box `face` (see [`PreparedAvatar`]).
+pub fn prepare_avatar_image(
+    engines: &Engines,
+    backend: &Backend,
+    img: &RgbImage,
+    face: FaceBox,
+) -> Result<PreparedAvatar> {
+    let (w, h) = (img.width() as usize, img.height() as usize);
+    ensure!(w % 2 == 0 && h % 2 == 0, "the avatar is {w}x{h}: its width and height must be even (see load_avatar)");
+    let t = Instant::now();
+    let crop = cadence_media::crop_to_planar(img, &face, pipeline::FACE_SIDE as u32)?;
+    let avatar = pipeline::prepare_avatar(engines, &crop)?;
+    let avatar_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let compositor =
+        Compositor::new(backend, img.as_raw(), w, h, face, (face.w.min(face.h) / 8) as f32, ColorMatrix::Bt709)?;
+    let compositor_setup_ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok(PreparedAvatar {
+        avatar: Arc::new(avatar),
+        compositor: Arc::new(compositor),
+        face,
+        avatar_encoder_ms,
+        compositor_setup_ms,
+    })
+}
+
 pub fn prepare(
     engines: &Engines,
     backend: &Backend,
@@ -130,6 +180,27 @@ pub fn prepare(
 ) -> Result<Prepared> {
     let (w, h) = (img.width() as usize, img.height() as usize);
     ensure!(w % 2 == 0 && h % 2 == 0, "the avatar is {w}x{h}: its width and height must be even (see load_avatar)");
+    ensure!(video_frames(&audio, opts) > 0, "the audio is too short for one video frame");
+    let t_all = Instant::now();
+    let avatar = prepare_avatar_image(engines, backend, img, face)?;
+    let mut prepared = prepare_with_avatar(engines, audio, &avatar, opts)?;
+    prepared.avatar_encoder_ms = avatar.avatar_encoder_ms;
+    prepared.compositor_setup_ms = avatar.compositor_setup_ms;
+    prepared.prepare_other_ms = t_all.elapsed().as_secs_f64() * 1e3
+        - prepared.audio_encoder_ms
+        - avatar.avatar_encoder_ms
+        - avatar.compositor_setup_ms;
+    Ok(prepared)
+}
+
+/// The audio's share of a preparation, for an avatar prepared before: the avatar's times are not
+/// part of this render, so they are zero in the result.
+pub fn prepare_with_avatar(
+    engines: &Engines,
+    audio: Audio,
+    avatar: &PreparedAvatar,
+    opts: &RenderOptions,
+) -> Result<Prepared> {
     let frames = video_frames(&audio, opts);
     ensure!(frames > 0, "the audio is too short for one video frame");
     let t_all = Instant::now();
@@ -143,27 +214,18 @@ pub fn prepare(
         ensure!(f.shape[0] == frames, "audio encoder gave {} frames, expected {frames}", f.shape[0]);
     }
     let speech = cadence_media::voice_activity(&audio.samples_16k, opts.fps.hz(), frames);
-    let t = Instant::now();
-    let crop = cadence_media::crop_to_planar(img, &face, pipeline::FACE_SIDE as u32)?;
-    let avatar = pipeline::prepare_avatar(engines, &crop)?;
-    let avatar_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
-    let t = Instant::now();
-    let compositor =
-        Compositor::new(backend, img.as_raw(), w, h, face, (face.w.min(face.h) / 8) as f32, ColorMatrix::Bt709)?;
-    let compositor_setup_ms = t.elapsed().as_secs_f64() * 1e3;
-    let prepare_other_ms =
-        t_all.elapsed().as_secs_f64() * 1e3 - audio_encoder_ms - avatar_encoder_ms - compositor_setup_ms;
+    let prepare_other_ms = t_all.elapsed().as_secs_f64() * 1e3 - audio_encoder_ms;
     Ok(Prepared {
         audio,
         features,
         speech,
         frames,
-        avatar,
-        compositor,
-        face,
+        avatar: avatar.avatar.clone(),
+        compositor: avatar.compositor.clone(),
+        face: avatar.face,
         audio_encoder_ms,
-        avatar_encoder_ms,
-        compositor_setup_ms,
+        avatar_encoder_ms: 0.0,
+        compositor_setup_ms: 0.0,
         prepare_other_ms,
     })
 }

@@ -27,7 +27,7 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     stride: usize,
     /// Render window in seconds.
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS)]
     window: f64,
     /// Skip the whole-clip (one window) renders.
     #[arg(long)]
@@ -135,7 +135,7 @@ impl Write for Count {
 fn child(a: &Args, seconds: f64) -> Result<Row> {
     let mut session = Session::open(&a.session)?;
     session.audio = cadence_media::Audio::from_samples_16k(speech_like(seconds));
-    let window = (!a.whole).then(|| ((a.window * session.opts.fps.hz()).ceil() as usize).max(1));
+    let window = if a.whole { None } else { cadence::pipeline::window_frames(a.window, session.opts.fps) };
     session.opts.window = window;
     let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
     let encoder = encoder.context("the streaming experiment needs the video encoder")?;

@@ -1,5 +1,6 @@
 //! `cadence`: the command-line front end of the cadence host library, one module per subcommand.
 
+mod avatar;
 mod bench;
 mod engine;
 mod expand;
@@ -36,6 +37,9 @@ enum Command {
     /// Speech audio and an avatar image to an MP4 with cadence strides, silence easing,
     /// compositing, NV12 and H.264.
     Render(Box<render::RenderArgs>),
+    /// Prepared avatars: `avatar prepare face.png -o anchor.cadence-avatar` does an avatar's
+    /// per-render work once; `render --avatar anchor.cadence-avatar` then skips it.
+    Avatar(Box<avatar::AvatarArgs>),
     /// Weights as users have them: `models check DIR` lists what cadence would load from
     /// MuseTalk's models/ folder and whether it can.
     Models(models::ModelsArgs),
@@ -48,23 +52,33 @@ enum Command {
     /// the CPU (no GPU needed; every memory access bounds-checked). Exits non-zero on any
     /// mismatch or failed kernel, after writing the report.
     GpuCheck(gpu_check::GpuCheckArgs),
+    /// The render server: the source's POST /generate over HTTP with the engines loaded once,
+    /// avatars prepared once, render slots, limits and metrics (server/README.md). SIGTERM or
+    /// SIGINT drains it.
+    Serve(Box<cadence_server::ServeArgs>),
 }
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = cadence::output::install_interrupt_cleanup() {
-        eprintln!("cadence: warning: {e:#}; an interrupted run may leave a temporary file beside its output");
+    // The server handles SIGINT/SIGTERM itself (it drains); its renders write into per-request
+    // directories that it removes.
+    if !matches!(cli.command, Command::Serve(_)) {
+        if let Err(e) = cadence::output::install_interrupt_cleanup() {
+            eprintln!("cadence: warning: {e:#}; an interrupted run may leave a temporary file beside its output");
+        }
     }
     let result = match cli.command {
         Command::Ptx(a) => info::ptx(a),
         Command::Expand(a) => expand::run(a),
         Command::Info => info::info(),
         Command::Render(a) => render::run(*a),
+        Command::Avatar(a) => avatar::run(*a),
         Command::EngineRun(a) => engine::run(a),
         Command::EngineBench(a) => engine::bench(a),
         Command::Models(a) => models::run(a),
         Command::Bench(a) => bench::run(a),
         Command::GpuCheck(a) => gpu_check::run(a),
+        Command::Serve(a) => cadence_server::serve(*a),
     };
     if let Err(e) = result {
         eprintln!("cadence: error: {e:#}");

@@ -6,7 +6,7 @@ use cadence::output::{OutputPath, Overwrite};
 use cadence::pipeline::RenderOptions;
 use cadence::report::{RenderReport, RenderSetup};
 use cadence::schedules::cli::{self, ScheduleArgs, DEFAULT_STRIDE};
-use cadence::{render, Backend, BackendChoice, KeyframeSchedule, Method};
+use cadence::{render, Backend, BackendChoice, Method};
 use cadence_media::{FaceBox, FrameRate};
 use clap::Args;
 use std::path::PathBuf;
@@ -19,7 +19,8 @@ pub struct RenderArgs {
     #[arg(long, required_unless_present_any = ["text", "text_file"])]
     pub audio: Option<PathBuf>,
     /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height): it is the
-    /// video frame.
+    /// video frame. Or a prepared avatar (`cadence avatar prepare`, a .cadence-avatar file),
+    /// which skips the avatar's preparation.
     #[arg(long)]
     pub avatar: PathBuf,
     /// Output MP4. Not replaced without --force (and never if it is one of the inputs); nothing
@@ -59,7 +60,7 @@ pub struct RenderArgs {
     /// Render in windows of this many seconds: each window's frames are encoded before the next
     /// window's UNet work, so memory is bounded by the window, not the clip. The video is the
     /// same whatever the window; `0` renders the clip as one window.
-    #[arg(long, default_value = "4", value_parser = parse_window_seconds)]
+    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = parse_window_seconds)]
     pub window: f64,
     #[command(flatten)]
     pub engines: EngineArgs,
@@ -94,11 +95,6 @@ fn parse_window_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
-/// `--window` seconds as frames (at least one); `None` (one window) for 0.
-fn window_frames(seconds: f64, fps: FrameRate) -> Option<usize> {
-    (seconds > 0.0).then(|| ((seconds * fps.hz()).ceil() as usize).max(1))
-}
-
 pub fn run(a: RenderArgs) -> Result<()> {
     // Everything that can be checked from the arguments and the input files comes first: the
     // engines take seconds to gigabytes to load.
@@ -129,29 +125,44 @@ pub fn run(a: RenderArgs) -> Result<()> {
         ramp: a.ramp,
         batch: a.engines.batch as usize,
         method: a.method,
-        window: window_frames(a.window, a.fps),
+        window: cadence::pipeline::window_frames(a.window, a.fps),
         cancel: None,
     };
     // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment.
     let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
     let calibration = a.schedule.calibration()?;
     let audio = input.audio;
-    let img = render::load_avatar(&a.avatar)?;
-    let face = render::face_box(&img, a.face_box)?;
+    // A prepared avatar (checked now: version, size, checksum) or an image to prepare.
+    let image = if cadence::avatar_file::is_avatar_file(&a.avatar) {
+        ensure!(a.face_box.is_none(), "--face-box: a prepared avatar has its face box already");
+        cadence::avatar_file::check(&a.avatar)?;
+        None
+    } else {
+        let img = render::load_avatar(&a.avatar)?;
+        let face = render::face_box(&img, a.face_box)?;
+        Some((img, face))
+    };
     let frames = render::video_frames(&audio, &opts);
     ensure!(frames > 0, "{}: the audio is too short for one video frame", input.source);
     let stride = stride.unwrap_or(DEFAULT_STRIDE);
     // The pipeline's own schedule when --schedule is not given (checked before the engines load).
-    let (fixed, legacy) = match &a.keyframes {
-        Some(list) => (KeyframeSchedule::parse_list(frames, list)?, "keyframes".to_string()),
-        None => (KeyframeSchedule::fixed_stride(frames, stride)?, format!("stride {stride}")),
-    };
+    let (fixed, legacy) = render::fixed_schedule(frames, a.keyframes.as_deref(), stride)?;
     let backend = Backend::for_engines(a.backend, &engine_device.device)?;
 
     let t0 = Instant::now();
     let engines = a.engines.load(&engine_device, profile)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let prepared = render::prepare(&engines, &backend, audio, &img, face, &opts)?;
+    let prepared = match &image {
+        Some((img, face)) => render::prepare(&engines, &backend, audio, img, *face, &opts)?,
+        None => {
+            let t = Instant::now();
+            let avatar = cadence::avatar_file::load(&a.avatar, &engines, &backend)?;
+            let mut p = render::prepare_with_avatar(&engines, audio, &avatar, &opts)?;
+            // Reading the file is this render's avatar preparation.
+            p.avatar_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
+            p
+        }
+    };
     let planned = a.schedule.plan(
         a.stride.map(|k| k as usize),
         &prepared,

@@ -1,0 +1,83 @@
+//! `cadence avatar prepare`: an avatar's per-render work done once and kept in a file
+//! (`cadence::avatar_file`), which `cadence render --avatar FILE.cadence-avatar` reads instead.
+
+use anyhow::{ensure, Result};
+use cadence::args::{parse_face_box, EngineArgs};
+use cadence::output::{OutputPath, Overwrite};
+use cadence::{avatar_file, render, Backend, BackendChoice};
+use cadence_media::FaceBox;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct AvatarArgs {
+    #[command(subcommand)]
+    command: AvatarCommand,
+}
+
+#[derive(Subcommand)]
+enum AvatarCommand {
+    /// Crop, encode (reference, masked and rest latents, the rest frame decoded) and build the
+    /// compositor's tables for a portrait, and write them to a `.cadence-avatar` file (with a
+    /// format version and a checksum). The latents belong to the engines that made them: render
+    /// it with the same --profile, --decoder and --models.
+    Prepare(PrepareArgs),
+}
+
+#[derive(Args)]
+struct PrepareArgs {
+    /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height).
+    image: PathBuf,
+    /// The prepared avatar (its name must end in .cadence-avatar). Not replaced without --force.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Face box in the image as x,y,w,h (default: a centred square of half the shorter side).
+    #[arg(long, value_parser = parse_face_box)]
+    face_box: Option<FaceBox>,
+    #[command(flatten)]
+    engines: EngineArgs,
+    /// Where the compositor's tables are computed (they are the same on every backend).
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// Replace an existing output file.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn run(a: AvatarArgs) -> Result<()> {
+    match a.command {
+        AvatarCommand::Prepare(p) => prepare(p),
+    }
+}
+
+fn prepare(a: PrepareArgs) -> Result<()> {
+    ensure!(
+        avatar_file::is_avatar_file(&a.output),
+        "{}: a prepared avatar's name ends in .{} (render --avatar recognises it by that)",
+        a.output.display(),
+        avatar_file::EXTENSION
+    );
+    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &[a.image.as_path()])?;
+    let img = render::load_avatar(&a.image)?;
+    let face = render::face_box(&img, a.face_box)?;
+    let (device, profile) = a.engines.device()?;
+    let backend = Backend::for_engines(a.backend, &device.device)?;
+    let engines = a.engines.load(&device, profile)?;
+    let prepared = render::prepare_avatar_image(&engines, &backend, &img, face)?;
+    avatar_file::save(&prepared, &engines, &out)?;
+    eprintln!(
+        "cadence: wrote {} ({}x{} frame, face box {},{},{},{}; {} profile, {:?} decoder, weights {}; {:.0} ms of preparation)",
+        a.output.display(),
+        img.width(),
+        img.height(),
+        face.x,
+        face.y,
+        face.w,
+        face.h,
+        engines.profile,
+        engines.decoder_kind,
+        engines.weights_summary(),
+        prepared.avatar_encoder_ms + prepared.compositor_setup_ms
+    );
+    Ok(())
+}

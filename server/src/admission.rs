@@ -1,0 +1,95 @@
+//! Render slots and a bounded wait queue. A request takes a free slot at once, or waits in the
+//! queue (FIFO: tokio's semaphore is fair) when it has room, or is refused: tower's concurrency
+//! limit would queue without bound instead of refusing.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+pub struct Admission {
+    slots: Arc<Semaphore>,
+    total: usize,
+    queue_cap: usize,
+    waiting: Arc<AtomicUsize>,
+}
+
+/// A held render slot; dropping it frees the slot (the render thread holds it until the engines
+/// are done, cancelled or not).
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Why a request was not admitted: slots and queue are full.
+#[derive(Debug)]
+pub struct QueueFull {
+    /// Requests ahead of this one: the ones running and the ones waiting.
+    pub ahead: usize,
+}
+
+struct Waiting(Arc<AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Admission {
+    pub fn new(slots: usize, queue_cap: usize) -> Self {
+        Self { slots: Arc::new(Semaphore::new(slots)), total: slots, queue_cap, waiting: Arc::new(AtomicUsize::new(0)) }
+    }
+
+    /// A slot, after waiting in the queue if needed. Dropping the future (a client that goes away
+    /// while queued) leaves the queue.
+    pub async fn admit(&self) -> Result<Slot, QueueFull> {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Ok(Slot { _permit: p });
+        }
+        let before = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let waiting = Waiting(self.waiting.clone());
+        if before >= self.queue_cap {
+            drop(waiting);
+            return Err(QueueFull { ahead: self.total + before });
+        }
+        let permit = self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+        drop(waiting);
+        Ok(Slot { _permit: permit })
+    }
+
+    pub fn slots(&self) -> usize {
+        self.total
+    }
+
+    /// Slots in use now.
+    pub fn running(&self) -> usize {
+        self.total - self.slots.available_permits()
+    }
+
+    /// Requests waiting for a slot now.
+    pub fn queued(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn slots_then_queue_then_refusal() {
+        let a = Arc::new(Admission::new(1, 1));
+        let first = a.admit().await.unwrap();
+        assert_eq!((a.running(), a.queued()), (1, 0));
+        let a2 = a.clone();
+        let second = tokio::spawn(async move { a2.admit().await.map(|_| ()) });
+        while a.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(a.admit().await.unwrap_err().ahead, 2);
+        assert_eq!(a.queued(), 1, "a refused request does not stay in the queue");
+        drop(first);
+        second.await.unwrap().unwrap();
+        assert_eq!((a.running(), a.queued()), (0, 0));
+    }
+}

@@ -1,0 +1,107 @@
+//! `cadence serve`'s flags, and the checked configuration the server runs with.
+
+use anyhow::{ensure, Result};
+use cadence::args::{parse_seconds, EngineArgs};
+use cadence::BackendChoice;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The environment variable that holds the bearer token when `--token` is not given (a flag
+/// would show in the process list).
+pub const TOKEN_ENV: &str = "CADENCE_TOKEN";
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback by default: put a proxy in front to expose it).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Bearer token every route but /healthz and /readyz requires (else $CADENCE_TOKEN; none:
+    /// no authentication).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Renders (and avatar preparations) that run at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub slots: u32,
+    /// Requests that may wait for a slot; beyond them, 429 with Retry-After.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub queue: u32,
+    /// Largest request body, in MiB (uploads count byte by byte while they stream to disk).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_body_mb: u64,
+    /// Longest audio a request may send, in seconds (checked from the WAV header).
+    #[arg(long, default_value = "120", value_parser = parse_seconds)]
+    pub max_seconds: f64,
+    /// Largest avatar image, in pixels (width x height, checked from the image header).
+    #[arg(long, default_value_t = 3840 * 2160, value_parser = clap::value_parser!(u64).range(4096..))]
+    pub max_pixels: u64,
+    /// Prepared avatars kept in memory (least recently used evicted first).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub avatar_cache: u32,
+    /// Avatar used when a request sends none [default: the bundled anchor portrait].
+    #[arg(long)]
+    pub default_avatar: Option<PathBuf>,
+    /// Parent of the per-request temporary directories [default: $TMPDIR/cadence-serve].
+    #[arg(long)]
+    pub temp_dir: Option<PathBuf>,
+    /// On SIGTERM/SIGINT, how long in-flight renders may finish before they are cancelled.
+    #[arg(long, default_value = "30", value_parser = parse_seconds)]
+    pub drain_seconds: f64,
+    /// Where cadence's kernels run (expansion, easing, compositing + NV12).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// `--decoder` is the decoder loaded at start; a request for the other one loads it once,
+    /// on first use.
+    #[command(flatten)]
+    pub engines: EngineArgs,
+}
+
+/// The bundled anchor portrait (1080x1920), the avatar of a request that sends none.
+pub const BUNDLED_AVATAR: &[u8] = include_bytes!("../../experiments/assets/anchor_1080x1920.png");
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub token: Option<String>,
+    pub slots: usize,
+    pub queue: usize,
+    pub max_body_bytes: usize,
+    pub max_seconds: f64,
+    pub max_pixels: u64,
+    pub avatar_cache: usize,
+    pub default_avatar: Vec<u8>,
+    pub temp_root: PathBuf,
+    pub drain: Duration,
+    pub backend: BackendChoice,
+    pub engines: EngineArgs,
+}
+
+impl ServeArgs {
+    /// The configuration, with the token from the environment when no flag gives one.
+    pub fn config(self) -> Result<Config> {
+        let token = self.token.or_else(|| std::env::var(TOKEN_ENV).ok()).filter(|t| !t.is_empty());
+        if let Some(t) = &token {
+            ensure!(t.chars().all(|c| c.is_ascii_graphic()), "the token must be printable ASCII without spaces");
+        }
+        let default_avatar = match &self.default_avatar {
+            Some(p) => std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+            None => BUNDLED_AVATAR.to_vec(),
+        };
+        let max_body_bytes = usize::try_from(self.max_body_mb << 20)?;
+        Ok(Config {
+            listen: self.listen,
+            token,
+            slots: self.slots as usize,
+            queue: self.queue as usize,
+            max_body_bytes,
+            max_seconds: self.max_seconds,
+            max_pixels: self.max_pixels,
+            avatar_cache: self.avatar_cache as usize,
+            default_avatar,
+            temp_root: self.temp_dir.unwrap_or_else(|| std::env::temp_dir().join("cadence-serve")),
+            drain: Duration::from_secs_f64(self.drain_seconds),
+            backend: self.backend,
+            engines: self.engines,
+        })
+    }
+}

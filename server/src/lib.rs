@@ -1,0 +1,27 @@
+//! cadence's render server, `cadence serve`: the source's `POST /generate` (multipart, and a JSON
+//! variant) on axum, with the engines loaded once and shared, avatars prepared once, render slots
+//! and a bounded queue, limits checked before any engine work, bearer-token auth, Prometheus
+//! metrics and an OpenAPI document. Stateless apart from the avatar cache (README.md).
+
+pub mod admission;
+pub mod avatar_routes;
+pub mod avatars;
+pub mod config;
+pub mod engines;
+pub mod error;
+pub mod generate;
+pub mod linger;
+pub mod metrics;
+pub mod middleware;
+pub mod openapi;
+pub mod options;
+pub mod render_job;
+pub mod routes;
+pub mod serve;
+pub mod state;
+pub mod tempdirs;
+pub mod upload;
+pub mod validate;
+
+pub use config::{Config, ServeArgs};
+pub use serve::{run, serve, spawn, RunningServer};

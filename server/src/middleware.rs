@@ -1,0 +1,74 @@
+//! Around every request: a request id (the client's `X-Request-Id` when it is a plain token,
+//! else a fresh one) on the response and on every log line of the request, the request counted
+//! by route and status, and the bearer token checked.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::time::Instant;
+use tracing::Instrument;
+
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Routes open without the token: a load balancer's probes carry none.
+pub const OPEN_ROUTES: [&str; 2] = ["/healthz", "/readyz"];
+
+fn client_id(req: &Request) -> Option<String> {
+    let v = req.headers().get(&REQUEST_ID)?.to_str().ok()?;
+    let ok = !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    ok.then(|| v.to_string())
+}
+
+pub async fn context(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let id = client_id(&req).unwrap_or_else(|| state.request_id());
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_string();
+    let span = tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
+    let t = Instant::now();
+    let mut resp = next.run(req).instrument(span.clone()).await;
+    let status = resp.status().as_u16();
+    state.metrics.request(&route, status);
+    span.in_scope(|| tracing::info!(status, ms = format!("{:.1}", t.elapsed().as_secs_f64() * 1e3), "answered"));
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
+}
+
+pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(token) = state.config.token.as_deref() else { return next.run(req).await };
+    if OPEN_ROUTES.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    let given =
+        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if constant_time_eq(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
+        _ => {
+            state.metrics.rejection("unauthorized");
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid bearer token is required (Authorization: Bearer ...)",
+            )
+            .into_response()
+        }
+    }
+}
+
+/// Compares without stopping at the first difference, so timing does not reveal the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn token_comparison() {
+        assert!(super::constant_time_eq(b"secret", b"secret"));
+        assert!(!super::constant_time_eq(b"secret", b"secreT"));
+        assert!(!super::constant_time_eq(b"secret", b"secrets"));
+    }
+}

@@ -1,0 +1,165 @@
+//! The OpenAPI 3.1 document of the routes, written by hand from [`ROUTES`] (the table the tests
+//! hold the router to): the routes are few and their bodies are files, which derive macros
+//! describe no better than a table does.
+
+use serde_json::{json, Value};
+
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    /// Status codes the route answers besides 401 (with a token), 500 and the error body's.
+    pub responses: &'static [(u16, &'static str)],
+}
+
+const RENDER_ERRORS: &[(u16, &str)] = &[
+    (200, "the MP4 (video/mp4) with X-Inference-FPS, X-Stride, X-Realtime-Factor, X-Frames, X-Keyframes-Evaluated, X-Bypassed-Frames, X-Weights, X-Request-Id and Server-Timing"),
+    (400, "malformed body"),
+    (404, "unknown avatar_id"),
+    (413, "body or field over --max-body-mb"),
+    (415, "not multipart/form-data or application/json"),
+    (422, "a field that cannot be rendered: corrupt or NaN audio, audio over --max-seconds, an image over --max-pixels, stride 0, a bad keyframe list, ..."),
+    (429, "render slots and queue full (Retry-After)"),
+    (503, "loading, draining or cancelled at shutdown (Retry-After)"),
+];
+
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: "post",
+        path: "/generate",
+        summary: "Render speech and an avatar to an MP4 (multipart: audio, video, stride, decoder, ...; or JSON with base64 files)",
+        responses: RENDER_ERRORS,
+    },
+    Route {
+        method: "post",
+        path: "/v1/avatars",
+        summary: "Prepare an avatar once (multipart: image, face_box, decoder); the id is derived from its content",
+        responses: &[
+            (200, "already registered"),
+            (201, "prepared"),
+            (413, "too large"),
+            (415, "not multipart"),
+            (422, "not an image cadence renders"),
+            (429, "busy"),
+            (503, "not ready"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/v1/avatars/{id}",
+        summary: "A registered avatar",
+        responses: &[(200, "the avatar"), (404, "unknown"), (422, "malformed id")],
+    },
+    Route {
+        method: "delete",
+        path: "/v1/avatars/{id}",
+        summary: "Forget a registered avatar",
+        responses: &[(204, "removed"), (404, "unknown"), (422, "malformed id")],
+    },
+    Route { method: "get", path: "/healthz", summary: "Liveness (no token needed)", responses: &[(200, "alive")] },
+    Route {
+        method: "get",
+        path: "/readyz",
+        summary: "Readiness (no token needed)",
+        responses: &[(200, "ready"), (503, "loading, draining or failed")],
+    },
+    Route {
+        method: "get",
+        path: "/v1/info",
+        summary: "Version, backend, device, profile, weights, limits",
+        responses: &[(200, "JSON")],
+    },
+    Route { method: "get", path: "/metrics", summary: "Prometheus text metrics", responses: &[(200, "text/plain")] },
+    Route { method: "get", path: "/openapi.json", summary: "This document", responses: &[(200, "JSON")] },
+];
+
+fn multipart_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["audio"],
+        "properties": {
+            "audio": {"type": "string", "format": "binary", "description": "speech, WAV"},
+            "video": {"type": "string", "format": "binary", "description": "avatar, PNG or JPEG; absent: the default avatar"},
+            "stride": {"type": "integer", "minimum": 1, "default": 1},
+            "decoder": {"type": "string", "enum": ["taesd", "full_vae", "sd-vae"], "default": "taesd"},
+            "keyframes": {"type": "string", "description": "strictly increasing frame list, e.g. 0,3,7 (instead of stride)"},
+            "method": {"type": "string", "enum": ["slerp", "lerp"], "default": "slerp"},
+            "ramp": {"type": "integer", "minimum": 0, "maximum": 250, "default": 4},
+            "fps": {"type": "string", "default": "25", "description": "25, 30, 29.97, 30000/1001, ..."},
+            "encoder": {"type": "string", "enum": ["openh264", "x264", "nvenc"], "default": "openh264"},
+            "face_box": {"type": "string", "description": "x,y,w,h in pixels"},
+            "avatar_id": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "a registered avatar instead of video"}
+        }
+    })
+}
+
+fn json_schema() -> Value {
+    let mut s = multipart_schema();
+    let props = s["properties"].as_object_mut().expect("an object");
+    props.remove("audio");
+    props.remove("video");
+    props.insert("audio_b64".into(), json!({"type": "string", "contentEncoding": "base64"}));
+    props.insert("avatar_b64".into(), json!({"type": "string", "contentEncoding": "base64"}));
+    props.insert("stride".into(), json!({"type": ["integer", "string"], "minimum": 1, "default": 1}));
+    props.insert("keyframes".into(), json!({"type": ["array", "string"], "items": {"type": "integer"}}));
+    s["required"] = json!(["audio_b64"]);
+    s
+}
+
+fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "object", "required": ["code", "message"],
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}
+    })
+}
+
+pub fn document() -> Value {
+    let mut paths = serde_json::Map::new();
+    for r in ROUTES {
+        let mut responses = serde_json::Map::new();
+        for &(code, what) in r.responses {
+            let content = if code >= 400 {
+                json!({"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}})
+            } else {
+                json!({})
+            };
+            responses.insert(code.to_string(), json!({"description": what, "content": content}));
+        }
+        responses.insert(
+            "401".into(),
+            json!({"description": "missing or wrong bearer token (when the server has one)",
+                   "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+        );
+        let mut op = json!({"summary": r.summary, "responses": responses});
+        if r.path.contains("{id}") {
+            op["parameters"] = json!([{"name": "id", "in": "path", "required": true,
+                "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}]);
+        }
+        if r.path == "/generate" {
+            op["requestBody"] = json!({"required": true, "content": {
+                "multipart/form-data": {"schema": multipart_schema()},
+                "application/json": {"schema": json_schema()}}});
+        }
+        if r.path == "/v1/avatars" {
+            op["requestBody"] = json!({"required": true, "content": {"multipart/form-data": {"schema": {
+                "type": "object", "required": ["image"], "properties": {
+                    "image": {"type": "string", "format": "binary"},
+                    "face_box": {"type": "string"},
+                    "decoder": {"type": "string", "enum": ["taesd", "full_vae", "sd-vae"]}}}}}});
+        }
+        let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
+        entry[r.method] = op;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "cadence render server", "version": env!("CARGO_PKG_VERSION")},
+        "components": {
+            "schemas": {"Error": error_schema()},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}
+        },
+        "security": [{"bearer": []}],
+        "paths": paths,
+    })
+}

@@ -1,0 +1,151 @@
+//! The render options of a request, as text (multipart fields; JSON values turned into text),
+//! checked into the settings of a render. Every parser is the CLI's where the CLI has one.
+
+use crate::error::ApiError;
+use cadence::args::{parse_face_box, parse_frame_rate, EncoderArg};
+use cadence::pipeline::DecoderKind;
+use cadence::Method;
+use cadence_media::{EncoderKind, FaceBox, FrameRate};
+use clap::ValueEnum;
+
+/// The text fields `/generate` takes besides the files.
+pub const TEXT_FIELDS: [&str; 9] =
+    ["stride", "decoder", "keyframes", "method", "ramp", "fps", "encoder", "face_box", "avatar_id"];
+
+/// Longest text field accepted (a keyframe list of a long clip fits).
+pub const MAX_TEXT_BYTES: usize = 64 << 10;
+
+#[derive(Default, Debug, Clone)]
+pub struct RawOptions {
+    values: Vec<(&'static str, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub stride: usize,
+    pub decoder: DecoderKind,
+    pub keyframes: Option<String>,
+    pub method: Method,
+    pub ramp: u32,
+    pub fps: FrameRate,
+    pub encoder: EncoderKind,
+    pub face_box: Option<FaceBox>,
+    pub avatar_id: Option<String>,
+}
+
+impl RawOptions {
+    /// Records text field `name`; an unknown or repeated field is refused (a typo must not pass
+    /// silently as a default).
+    pub fn set(&mut self, name: &str, value: String) -> Result<(), ApiError> {
+        let Some(&known) = TEXT_FIELDS.iter().find(|&&f| f == name) else {
+            return Err(ApiError::invalid("unknown_field", format!("unknown field '{name}'")));
+        };
+        if self.get(known).is_some() {
+            return Err(ApiError::invalid("duplicate_field", format!("field '{name}' is given twice")));
+        }
+        self.values.push((known, value));
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.iter().find(|(k, _)| *k == name).map(|(_, v)| v.trim())
+    }
+
+    pub fn settings(&self) -> Result<Settings, ApiError> {
+        let bad = |field: &str, msg: String| ApiError::invalid("invalid_option", format!("{field}: {msg}"));
+        let stride = match self.get("stride") {
+            None => 1,
+            Some(s) => match s.parse::<u32>() {
+                Ok(0) => return Err(bad("stride", "must be at least 1 (1 runs the UNet on every frame)".into())),
+                Ok(k) => k as usize,
+                Err(_) => return Err(bad("stride", format!("'{s}' is not a whole number"))),
+            },
+        };
+        let decoder = match self.get("decoder") {
+            None => DecoderKind::Taesd,
+            Some(s) => parse_decoder(s).ok_or_else(|| bad("decoder", format!("'{s}': expected taesd or full_vae")))?,
+        };
+        let method = match self.get("method") {
+            None => Method::Slerp,
+            Some(s) => {
+                Method::from_str(s, true).map_err(|_| bad("method", format!("'{s}': expected slerp or lerp")))?
+            }
+        };
+        let ramp = match self.get("ramp") {
+            None => 4,
+            Some(s) => s
+                .parse::<u32>()
+                .ok()
+                .filter(|&r| r <= 250)
+                .ok_or_else(|| bad("ramp", format!("'{s}' is not a whole number of frames from 0 to 250")))?,
+        };
+        let fps = match self.get("fps") {
+            None => FrameRate::whole(25),
+            Some(s) => parse_frame_rate(s).map_err(|e| bad("fps", e))?,
+        };
+        let encoder = match self.get("encoder") {
+            None => EncoderKind::OpenH264,
+            Some(s) => EncoderArg::from_str(s, true)
+                .map_err(|_| bad("encoder", format!("'{s}': expected openh264, x264 or nvenc")))?
+                .available()
+                .map_err(|e| bad("encoder", e.to_string()))?,
+        };
+        let face_box = self.get("face_box").map(|s| parse_face_box(s).map_err(|e| bad("face_box", e))).transpose()?;
+        let avatar_id = self.get("avatar_id").map(str::to_string);
+        Ok(Settings {
+            stride,
+            decoder,
+            keyframes: self.get("keyframes").map(str::to_string),
+            method,
+            ramp,
+            fps,
+            encoder,
+            face_box,
+            avatar_id,
+        })
+    }
+}
+
+/// `taesd`, or the SD VAE as the source names it (`full_vae`) or as the CLI does (`sd-vae`).
+pub fn parse_decoder(s: &str) -> Option<DecoderKind> {
+    match s.to_ascii_lowercase().as_str() {
+        "taesd" => Some(DecoderKind::Taesd),
+        "full_vae" | "full-vae" | "sd-vae" | "sd_vae" => Some(DecoderKind::SdVae),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(pairs: &[(&str, &str)]) -> RawOptions {
+        let mut r = RawOptions::default();
+        for (k, v) in pairs {
+            r.set(k, v.to_string()).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn defaults_are_the_sources() {
+        let s = raw(&[]).settings().unwrap();
+        assert_eq!((s.stride, s.decoder, s.ramp, s.method), (1, DecoderKind::Taesd, 4, Method::Slerp));
+        assert_eq!(s.fps, FrameRate::whole(25));
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_field_named() {
+        for (k, v) in [("stride", "0"), ("stride", "-1"), ("decoder", "vqgan"), ("ramp", "999"), ("fps", "0")] {
+            let e = raw(&[(k, v)]).settings().unwrap_err();
+            assert_eq!(e.status.as_u16(), 422);
+            assert!(e.message.starts_with(k), "{e}");
+        }
+        assert_eq!(raw(&[("decoder", "sd-vae")]).settings().unwrap().decoder, DecoderKind::SdVae);
+        assert_eq!(raw(&[("decoder", "full_vae")]).settings().unwrap().decoder, DecoderKind::SdVae);
+        let mut r = RawOptions::default();
+        assert_eq!(r.set("strid", "1".into()).unwrap_err().code, "unknown_field");
+        r.set("stride", "2".into()).unwrap();
+        assert_eq!(r.set("stride", "2".into()).unwrap_err().code, "duplicate_field");
+    }
+}

@@ -1,0 +1,134 @@
+//! One render, run on a blocking thread that holds a render slot: the avatar prepared (or taken
+//! from the cache), the audio encoded, then the CLI's own `render_clip` into the request's
+//! temporary directory. The MP4 comes back as bytes and the directory goes when the job drops.
+
+use crate::avatars::AvatarEntry;
+use crate::engines::EngineSet;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::options::Settings;
+use cadence::output::{OutputPath, Overwrite};
+use cadence::pipeline::{Cancelled, RenderOptions};
+use cadence::render::{self, PreparedAvatar};
+use cadence::report::RenderReport;
+use cadence::KeyframeSchedule;
+use cadence_media::{Audio, FaceBox, RgbImage};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tempfile::TempDir;
+
+pub enum AvatarInput {
+    /// An image sent with the request (or the default avatar): prepared for this render only.
+    Image { image: RgbImage, face: FaceBox },
+    /// A registered avatar: prepared now for this decoder only if it never was.
+    Cached(Arc<AvatarEntry>),
+}
+
+pub struct Job {
+    pub audio: Audio,
+    pub avatar: AvatarInput,
+    pub schedule: KeyframeSchedule,
+    pub settings: Settings,
+    pub batch: usize,
+    pub cancel: Arc<AtomicBool>,
+    pub dir: TempDir,
+}
+
+pub struct Rendered {
+    pub mp4: Vec<u8>,
+    pub report: RenderReport,
+    /// Milliseconds spent loading the engines of a second decoder for this request.
+    pub engine_load_ms: f64,
+    pub avatar_ms: f64,
+    pub avatar_cached: bool,
+}
+
+/// Prepares `entry` (or takes its preparation) for the decoder of `engines`; the flag says whether
+/// it was cached.
+pub fn avatar_for(
+    set: &EngineSet,
+    engines: &cadence::pipeline::Engines,
+    entry: &AvatarEntry,
+    metrics: &Metrics,
+) -> anyhow::Result<(Arc<PreparedAvatar>, bool)> {
+    if let Some(p) = entry.prepared(engines.decoder_kind) {
+        metrics.avatar_cache_hit();
+        return Ok((p, true));
+    }
+    let p = Arc::new(render::prepare_avatar_image(engines, &set.backend, &entry.image, entry.face)?);
+    metrics.avatar_prepared();
+    entry.set_prepared(engines.decoder_kind, p.clone());
+    Ok((p, false))
+}
+
+pub fn run(set: &EngineSet, metrics: &Metrics, job: Job) -> Result<Rendered, ApiError> {
+    let cancelled = job.cancel.clone();
+    let result = render(set, metrics, job);
+    match result {
+        Ok(r) => {
+            metrics.render_outcome("ok");
+            Ok(r)
+        }
+        Err(e) if cancelled.load(Ordering::SeqCst) || e.chain().any(|c| c.is::<Cancelled>()) => {
+            metrics.render_outcome("cancelled");
+            Err(ApiError::unavailable("cancelled", "the render was cancelled (the server is shutting down)"))
+        }
+        Err(e) => {
+            metrics.render_outcome("failed");
+            Err(ApiError::internal(format!("the render failed: {e:#}")))
+        }
+    }
+}
+
+fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Rendered> {
+    let s = &job.settings;
+    let (engines, engine_load_ms) = set.get(s.decoder)?;
+    let opts = RenderOptions {
+        fps: s.fps,
+        ramp: s.ramp,
+        batch: job.batch,
+        method: s.method,
+        window: cadence::pipeline::window_frames(cadence::pipeline::DEFAULT_WINDOW_SECONDS, s.fps),
+        cancel: Some(job.cancel.clone()),
+    };
+    let t = Instant::now();
+    let (avatar, avatar_cached) = match &job.avatar {
+        AvatarInput::Image { image, face } => {
+            let p = render::prepare_avatar_image(&engines, &set.backend, image, *face)?;
+            metrics.avatar_prepared();
+            (Arc::new(p), false)
+        }
+        AvatarInput::Cached(entry) => avatar_for(set, &engines, entry, metrics)?,
+    };
+    let avatar_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut prepared = render::prepare_with_avatar(&engines, job.audio, &avatar, &opts)?;
+    if !avatar_cached {
+        prepared.avatar_encoder_ms = avatar.avatar_encoder_ms;
+        prepared.compositor_setup_ms = avatar.compositor_setup_ms;
+    }
+    let target = job.dir.path().join("out.mp4");
+    let out = OutputPath::check(&target, Overwrite::Ask, &[])?;
+    let result = render::render_clip(
+        &engines,
+        &set.backend,
+        &opts,
+        &prepared,
+        &job.schedule,
+        render::Output::Mp4 { out: &out, encoder: s.encoder },
+        |_| {},
+    )?;
+    let report =
+        RenderReport::new(set.setup(&engines), &prepared, &result.stats, result.video.as_ref(), s.fps, engine_load_ms);
+    let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 / (ms * 1e-3) } else { f64::NAN };
+    metrics.rendered(
+        report.frames,
+        report.end_to_end_ms * 1e-3,
+        &[
+            ("unet", per_s(result.stats.keyframes_evaluated, result.stats.times.unet_ms)),
+            ("decoder", per_s(result.stats.decoded_frames, result.stats.times.decoder_ms)),
+        ],
+    );
+    let mp4 = std::fs::read(&target)?;
+    Ok(Rendered { mp4, report, engine_load_ms, avatar_ms, avatar_cached })
+}

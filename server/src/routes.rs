@@ -1,0 +1,100 @@
+//! The router ([`crate::openapi::ROUTES`] lists the same routes; a test holds them equal) and the
+//! small routes: health, readiness, info, metrics and the OpenAPI document.
+
+use crate::avatar_routes;
+use crate::avatars::decoder_name;
+use crate::error::ApiError;
+use crate::generate::generate;
+use crate::middleware;
+use crate::openapi;
+use crate::state::AppState;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+pub fn router(state: AppState) -> Router {
+    // The body limit of the extractors, raised to the configured one (axum's default is 2 MB);
+    // uploads also count each field while they stream.
+    let body_limit = DefaultBodyLimit::max(state.config.max_body_bytes);
+    Router::new()
+        .route("/generate", post(generate))
+        .route("/v1/avatars", post(avatar_routes::register))
+        .route("/v1/avatars/{id}", get(avatar_routes::get).delete(avatar_routes::delete))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/info", get(info))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi_json))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            ApiError::internal("the request handler panicked").into_response()
+        }))
+        .layer(body_limit)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::context))
+        .with_state(state)
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "alive"}))
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    state.ready_engines()?;
+    Ok(Json(json!({"status": "ready"})))
+}
+
+async fn info(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let c = &state.config;
+    let engines = state.engines().map(|set| {
+        let setup = set.setup(set.primary());
+        json!({
+            "backend": setup.backend,
+            "device": setup.engine_device,
+            "engines": setup.engines,
+            "profile": setup.profile,
+            "weights": setup.weights,
+            "decoders_loaded": set.loaded().into_iter().map(decoder_name).collect::<Vec<_>>(),
+        })
+    });
+    Json(json!({
+        "name": "cadence",
+        "version": env!("CARGO_PKG_VERSION"),
+        // Set by the build when it knows the commit (CADENCE_COMMIT=$(git rev-parse HEAD)).
+        "commit": option_env!("CADENCE_COMMIT"),
+        "ready": state.not_ready_reason().is_none(),
+        "not_ready_reason": state.not_ready_reason(),
+        "engines": engines,
+        "limits": {
+            "slots": c.slots,
+            "queue": c.queue,
+            "max_body_bytes": c.max_body_bytes,
+            "max_seconds": c.max_seconds,
+            "max_pixels": c.max_pixels,
+            "avatar_cache": c.avatar_cache,
+            "drain_seconds": c.drain.as_secs_f64(),
+        },
+        "auth": c.token.is_some(),
+    }))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics.render_text(&state.gauges());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
+async fn openapi_json() -> Json<serde_json::Value> {
+    Json(openapi::document())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no_route", "no such route (GET /openapi.json lists them)")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+}

@@ -1,0 +1,177 @@
+//! Servers on real ports (127.0.0.1:0) sharing one set of cpu-reduced engines, a real HTTP
+//! client, and the clips and images the tests send.
+#![allow(dead_code)]
+
+use cadence::pipeline::{DecoderKind, Engines};
+use cadence_engines::{Device, Profile};
+use cadence_server::{RunningServer, ServeArgs};
+use clap::Parser;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Renders one at a time across the tests of a binary: two cores, and timing-based tests.
+pub fn render_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn engines() -> Arc<Engines> {
+    static E: OnceLock<Arc<Engines>> = OnceLock::new();
+    E.get_or_init(|| Arc::new(Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap())).clone()
+}
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+pub struct TestServer {
+    pub server: RunningServer,
+    /// The server's temp root: the request directories live here.
+    pub temp: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
+    /// Entries left in the temp root.
+    pub fn temp_entries(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.temp.path()).unwrap().map(|e| e.unwrap().path()).collect()
+    }
+}
+
+/// `cadence serve` with `flags`, on a free loopback port, with its own temp root; the shared
+/// engines unless `load` (then the server loads its own).
+pub fn start_with(flags: &[&str], load: bool, temp: tempfile::TempDir) -> TestServer {
+    let root = temp.path().to_str().unwrap().to_string();
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--device", "cpu", "--temp-dir", &root];
+    args.extend_from_slice(flags);
+    let config = Flags::try_parse_from(&args).unwrap().serve.config().unwrap();
+    let server = cadence_server::spawn(config, if load { None } else { Some(engines()) }).unwrap();
+    let s = TestServer { server, temp };
+    if !load {
+        wait_for(Duration::from_secs(30), || get(&s, "/readyz").status() == 200);
+    }
+    s
+}
+
+pub fn start(flags: &[&str]) -> TestServer {
+    start_with(flags, false, tempfile::tempdir().unwrap())
+}
+
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(120)).build().unwrap()
+}
+
+pub fn get(s: &TestServer, path: &str) -> reqwest::blocking::Response {
+    client().get(s.url(path)).send().unwrap()
+}
+
+pub fn wait_for(limit: Duration, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < limit, "condition not met within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The value of an unlabelled series (or of the one with `labels`) in /metrics; 0 when absent.
+pub fn metric(s: &TestServer, series: &str) -> f64 {
+    let text = get(s, "/metrics").text().unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// The `{"error": {"code", "message"}}` body of a refusal: its code.
+pub fn error_code(r: reqwest::blocking::Response) -> String {
+    let v: serde_json::Value = serde_json::from_slice(&r.bytes().unwrap()).unwrap();
+    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    v["error"]["code"].as_str().unwrap().to_string()
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/speech").join(format!("{name}.wav"))
+}
+
+/// 25.6 s of speech with pauses: a render long enough to interrupt.
+pub fn long_clip() -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/assets/newscast_25s6.wav")).unwrap()
+}
+
+/// `seconds` of a warbling tone at 16 kHz (16-bit PCM mono).
+pub fn tone_wav(seconds: f64) -> Vec<u8> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut buf = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut buf, spec).unwrap();
+    for i in 0..(seconds * 16000.0) as usize {
+        let t = i as f64 / 16000.0;
+        let s = 0.5 * (2.0 * std::f64::consts::PI * (220.0 + 80.0 * (7.0 * t).sin()) * t).sin();
+        w.write_sample((s * 32767.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+    buf.into_inner()
+}
+
+/// A float WAV whose samples are NaN from the middle on.
+pub fn nan_wav() -> Vec<u8> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16000,
+        bits_per_sample: 32,
+        sample_format: hound::SampleFormat::Float,
+    };
+    let mut buf = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut buf, spec).unwrap();
+    for i in 0..8000 {
+        w.write_sample(if i < 4000 { 0.1f32 } else { f32::NAN }).unwrap();
+    }
+    w.finalize().unwrap();
+    buf.into_inner()
+}
+
+/// A smooth `w` x `h` PNG portrait.
+pub fn png(w: u32, h: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([(x * 255 / w) as u8, (y * 255 / h) as u8, (((x + y) * 3) % 256) as u8])
+    });
+    let mut out = Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+pub fn part(bytes: Vec<u8>, name: &str, mime: &str) -> reqwest::blocking::multipart::Part {
+    reqwest::blocking::multipart::Part::bytes(bytes).file_name(name.to_string()).mime_str(mime).unwrap()
+}
+
+/// A multipart /generate form with `audio` and the given text fields.
+pub fn form(audio: Vec<u8>, fields: &[(&str, &str)]) -> reqwest::blocking::multipart::Form {
+    let mut f = reqwest::blocking::multipart::Form::new().part("audio", part(audio, "speech.wav", "audio/wav"));
+    for (k, v) in fields {
+        f = f.text(k.to_string(), v.to_string());
+    }
+    f
+}
+
+/// Writes an MP4 body to a file and probes it with the repository's own reader.
+pub fn probe(body: &[u8]) -> cadence_media::Mp4Info {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("out.mp4");
+    std::fs::write(&p, body).unwrap();
+    cadence_media::probe(&p).unwrap()
+}
+
+pub fn header<'a>(r: &'a reqwest::blocking::Response, name: &str) -> &'a str {
+    r.headers().get(name).unwrap_or_else(|| panic!("no {name} header")).to_str().unwrap()
+}

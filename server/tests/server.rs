@@ -1,0 +1,378 @@
+//! `cadence serve` over real HTTP: renders, limits, auth, admission, cancellation, avatars,
+//! metrics, the OpenAPI document and shutdown. Renders take a shared lock (two cores; several
+//! tests measure timing-dependent behaviour).
+
+mod common;
+
+use base64::Engine as _;
+use common::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn generate_multipart_returns_an_mp4_whose_headers_match_it() {
+    let _r = render_lock();
+    let s = start(&[]);
+    let audio = std::fs::read(fixture("goodnight")).unwrap();
+    let f =
+        form(audio, &[("stride", "3"), ("decoder", "taesd")]).part("video", part(png(192, 160), "a.png", "image/png"));
+    let r = client().post(s.url("/generate")).multipart(f).send().unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text());
+    assert_eq!(header(&r, "content-type"), "video/mp4");
+    assert!(!header(&r, "x-request-id").is_empty());
+    assert_eq!(header(&r, "x-stride"), "3");
+    let frames: u64 = header(&r, "x-frames").parse().unwrap();
+    let fps: f64 = header(&r, "x-inference-fps").parse().unwrap();
+    let rtf = header(&r, "x-realtime-factor").strip_suffix('x').unwrap().parse::<f64>().unwrap();
+    assert!(fps > 0.0 && (rtf - fps / 25.0).abs() < 0.006, "fps {fps}, realtime factor {rtf}");
+    assert!(header(&r, "x-inference-fps").split('.').nth(1).is_some_and(|d| d.len() == 2));
+    let evaluated: u64 = header(&r, "x-keyframes-evaluated").parse().unwrap();
+    let bypassed: u64 = header(&r, "x-bypassed-frames").parse().unwrap();
+    // 2.0 s at 25 fps; stride 3 schedules ceil(51 / 3) + the last frame, minus bypassed ones.
+    assert_eq!(frames, 51);
+    assert!(evaluated > 0 && evaluated <= 18 && bypassed < frames, "{evaluated} {bypassed}");
+    assert!(header(&r, "x-weights").starts_with("synthetic"));
+    let timing = header(&r, "server-timing").to_string();
+    for stage in
+        ["upload;dur=", "validate;dur=", "queue;dur=", "avatar;dur=", "unet;dur=", "decoder;dur=", "encoder;dur="]
+    {
+        assert!(timing.contains(stage), "{timing}");
+    }
+    assert!(timing.contains("desc=\"prepared\""), "{timing}");
+    let body = r.bytes().unwrap();
+    let info = probe(&body);
+    assert_eq!((info.video_codec.as_str(), info.width, info.height, info.frames), ("h264", 192, 160, frames));
+    assert_eq!(info.audio_codec.as_deref(), Some("aac"));
+    assert!(s.temp_entries().is_empty(), "{:?}", s.temp_entries());
+    assert_eq!(metric(&s, "cadence_renders_total{outcome=\"ok\"}"), 1.0);
+}
+
+#[test]
+fn generate_json_variant_renders_the_bundled_avatar() {
+    let _r = render_lock();
+    let s = start(&[]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(tone_wav(0.4));
+    let body = serde_json::json!({"audio_b64": b64, "stride": 2, "decoder": "taesd", "ramp": 2});
+    let r = client()
+        .post(s.url("/generate"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text());
+    assert_eq!((header(&r, "x-stride"), header(&r, "x-frames")), ("2", "10"));
+    let info = probe(&r.bytes().unwrap());
+    // No avatar sent: the bundled anchor portrait.
+    assert_eq!((info.width, info.height, info.frames), (1080, 1920, 10));
+    assert!(info.has_audio);
+}
+
+#[test]
+fn limits_refuse_before_any_engine_work() {
+    let s = start(&["--max-body-mb", "1", "--max-seconds", "3", "--max-pixels", "100000"]);
+    let c = client();
+    let post = |f: reqwest::blocking::multipart::Form| c.post(s.url("/generate")).multipart(f).send().unwrap();
+    let expect = |r: reqwest::blocking::Response, status: u16, code: &str| {
+        assert_eq!(r.status(), status);
+        assert!(r.headers().contains_key("x-request-id"));
+        assert_eq!(error_code(r), code);
+    };
+    // 413: a body over --max-body-mb, declared (multipart) or streamed (chunked JSON).
+    expect(post(form(vec![0u8; 1_200_000], &[])), 413, "payload_too_large");
+    let big = format!("{{\"audio_b64\": \"{}\"}}", "A".repeat(1_300_000));
+    // A reader of unknown length: sent chunked, so only the count while streaming can refuse it.
+    let chunked = reqwest::blocking::Body::new(std::io::Cursor::new(big.into_bytes()));
+    let r = c.post(s.url("/generate")).header("content-type", "application/json").body(chunked).send().unwrap();
+    expect(r, 413, "payload_too_large");
+    // 415: neither multipart nor JSON.
+    expect(
+        c.post(s.url("/generate")).header("content-type", "text/plain").body("hi").send().unwrap(),
+        415,
+        "unsupported_media_type",
+    );
+    expect(c.post(s.url("/generate")).body("hi").send().unwrap(), 415, "unsupported_media_type");
+    // 422: what cannot be rendered.
+    let ok = tone_wav(0.3);
+    expect(post(form(b"RIFF\0\0\0\0WAVEjunk".to_vec(), &[])), 422, "invalid_audio");
+    expect(post(form(nan_wav(), &[])), 422, "invalid_audio");
+    expect(post(form(tone_wav(3.5), &[])), 422, "audio_too_long");
+    expect(post(form(ok.clone(), &[("stride", "0")])), 422, "invalid_option");
+    expect(post(form(ok.clone(), &[("decoder", "vqgan")])), 422, "invalid_option");
+    expect(post(form(ok.clone(), &[("keyframes", "0,5,3")])), 422, "invalid_keyframes");
+    expect(post(form(ok.clone(), &[("strides", "2")])), 422, "unknown_field");
+    expect(post(reqwest::blocking::multipart::Form::new().text("stride", "2")), 422, "missing_field");
+    let with_image = |img: Vec<u8>| form(ok.clone(), &[]).part("video", part(img, "a.png", "image/png"));
+    expect(post(with_image(png(400, 300))), 422, "image_too_large");
+    expect(post(with_image(png(129, 128))), 422, "invalid_image");
+    expect(post(with_image(b"\x89PNG\r\n\x1a\nnot really".to_vec())), 422, "invalid_image");
+    expect(post(form(ok.clone(), &[("avatar_id", "../../etc/passwd")])), 422, "invalid_avatar_id");
+    expect(post(form(ok.clone(), &[("avatar_id", &"ab".repeat(32))])), 404, "avatar_not_found");
+    let json = |v: serde_json::Value| {
+        c.post(s.url("/generate")).header("content-type", "application/json").body(v.to_string()).send().unwrap()
+    };
+    expect(json(serde_json::json!({"audio_b64": "%%%"})), 422, "invalid_base64");
+    expect(json(serde_json::json!({"audio": "x"})), 422, "invalid_json");
+    // None of it reached an engine.
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 0.0);
+    assert_eq!(metric(&s, "cadence_rendered_frames_total"), 0.0);
+    assert!(metric(&s, "cadence_rejections_total{reason=\"invalid\"}") >= 14.0);
+    assert!(s.temp_entries().is_empty(), "{:?}", s.temp_entries());
+}
+
+#[test]
+fn a_token_guards_every_route_but_the_probes_and_stale_temp_dirs_are_swept() {
+    let temp = tempfile::tempdir().unwrap();
+    // Left by a server that was killed (no process has this pid): swept at start.
+    let stale = temp.path().join("req-99999999-x");
+    std::fs::create_dir(&stale).unwrap();
+    let s = start_with(&["--token", "s3cret"], false, temp);
+    assert!(!stale.exists());
+    let c = client();
+    for open in ["/healthz", "/readyz"] {
+        assert_eq!(get(&s, open).status(), 200, "{open}");
+    }
+    for path in ["/v1/info", "/metrics", "/openapi.json", "/v1/avatars/0"] {
+        let r = get(&s, path);
+        assert_eq!(r.status(), 401, "{path}");
+        assert_eq!(header(&r, "www-authenticate"), "Bearer");
+        assert_eq!(error_code(r), "unauthorized");
+        assert_eq!(c.get(s.url(path)).bearer_auth("wrong").send().unwrap().status(), 401, "{path}");
+    }
+    let r = c.post(s.url("/generate")).multipart(form(tone_wav(0.2), &[])).send().unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c.get(s.url("/v1/info")).bearer_auth("s3cret").send().unwrap();
+    assert_eq!(r.status(), 200);
+    let info: serde_json::Value = r.json().unwrap();
+    assert_eq!(info["engines"]["profile"], "cpu-reduced");
+    assert!(info["engines"]["weights"].as_str().unwrap().starts_with("synthetic"));
+    assert!(info["engines"]["device"].as_str().unwrap().starts_with("cpu"));
+}
+
+/// Starts a render of the long clip that the client abandons after `client_timeout`.
+fn abandoned_render(s: &TestServer, client_timeout: Duration) -> std::thread::JoinHandle<reqwest::Result<u16>> {
+    let url = s.url("/generate");
+    let f = form(long_clip(), &[("stride", "1")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let h = std::thread::spawn(move || {
+        let c = reqwest::blocking::Client::builder().timeout(client_timeout).build().unwrap();
+        c.post(url).multipart(f).send().map(|r| r.status().as_u16())
+    });
+    wait_for(Duration::from_secs(30), || metric(s, "cadence_renders_running") == 1.0);
+    h
+}
+
+#[test]
+fn a_full_server_answers_429_with_retry_after() {
+    let _r = render_lock();
+    let s = start(&["--slots", "1", "--queue", "0"]);
+    let long = abandoned_render(&s, Duration::from_secs(6));
+    let r = client().post(s.url("/generate")).multipart(form(tone_wav(0.3), &[])).send().unwrap();
+    assert_eq!(r.status(), 429);
+    let retry: u64 = header(&r, "retry-after").parse().unwrap();
+    assert!(retry >= 1);
+    assert_eq!(error_code(r), "queue_full");
+    assert_eq!(metric(&s, "cadence_rejections_total{reason=\"queue_full\"}"), 1.0);
+    assert!(long.join().unwrap().is_err(), "the long render should still be running when its client gives up");
+    wait_for(Duration::from_secs(30), || metric(&s, "cadence_renders_running") == 0.0);
+}
+
+#[test]
+fn a_client_that_disconnects_cancels_its_render_frees_the_slot_and_leaves_no_files() {
+    let _r = render_lock();
+    let s = start(&["--slots", "1", "--queue", "0"]);
+    let t = Instant::now();
+    let long = abandoned_render(&s, Duration::from_secs(4));
+    assert!(!s.temp_entries().is_empty(), "the render's directory exists while it runs");
+    assert!(long.join().unwrap().is_err());
+    // The render stops at its next engine batch: well before the ~60 s it would take.
+    wait_for(Duration::from_secs(20), || metric(&s, "cadence_renders_total{outcome=\"cancelled\"}") == 1.0);
+    assert_eq!(metric(&s, "cadence_renders_running"), 0.0);
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    wait_for(Duration::from_secs(5), || s.temp_entries().is_empty());
+    assert_eq!(metric(&s, "cadence_renders_total{outcome=\"ok\"}"), 0.0);
+}
+
+#[test]
+fn a_registered_avatar_is_prepared_once_and_reused() {
+    let _r = render_lock();
+    let s = start(&[]);
+    let c = client();
+    let register = || {
+        let f = reqwest::blocking::multipart::Form::new().part("image", part(png(160, 128), "me.png", "image/png"));
+        c.post(s.url("/v1/avatars")).multipart(f).send().unwrap()
+    };
+    let r = register();
+    assert_eq!(r.status(), 201);
+    let v: serde_json::Value = r.json().unwrap();
+    let id = v["avatar_id"].as_str().unwrap().to_string();
+    assert_eq!((id.len(), v["status"].as_str()), (64, Some("ready")));
+    // The same file again: the same id, nothing prepared.
+    let r = register();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().unwrap()["avatar_id"], id.as_str());
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 1.0);
+    assert_eq!(get(&s, &format!("/v1/avatars/{id}")).json::<serde_json::Value>().unwrap()["width"], 160);
+    for _ in 0..2 {
+        let r = c.post(s.url("/generate")).multipart(form(tone_wav(0.3), &[("avatar_id", &id)])).send().unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(header(&r, "server-timing").contains("avatar;dur="), "{}", header(&r, "server-timing"));
+        assert!(header(&r, "server-timing").contains("desc=\"cached\""));
+        assert_eq!(probe(&r.bytes().unwrap()).width, 160);
+    }
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 1.0);
+    assert_eq!(metric(&s, "cadence_avatar_cache_hits_total"), 2.0);
+    assert_eq!(c.delete(s.url(&format!("/v1/avatars/{id}"))).send().unwrap().status(), 204);
+    assert_eq!(get(&s, &format!("/v1/avatars/{id}")).status(), 404);
+    assert_eq!(error_code(get(&s, "/v1/avatars/not-an-id")), "invalid_avatar_id");
+    let r = c.post(s.url("/generate")).multipart(form(tone_wav(0.3), &[("avatar_id", &id)])).send().unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+/// A strict reader of the Prometheus text format (0.0.4): every sample belongs to a family
+/// declared by `# TYPE` before it, names and labels are well formed, values are numbers.
+fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut families: Vec<String> = Vec::new();
+    let mut samples = Vec::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(name_ok(name) && ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind), "{line}");
+            assert!(!families.contains(&name.to_string()), "family {name} declared twice");
+            families.push(name.to_string());
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unexpected comment: {line}");
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let value: f64 = match value {
+            "NaN" => f64::NAN,
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("bad value in {line}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => (n, l.strip_suffix('}').unwrap_or_else(|| panic!("unclosed labels: {line}"))),
+            None => (series, ""),
+        };
+        assert!(name_ok(name), "{line}");
+        assert!(families.iter().any(|f| f == name), "{name} has no # TYPE before it");
+        if !labels.is_empty() {
+            for pair in labels.split("\",").map(|p| p.trim_end_matches('"')) {
+                let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("bad label in {line}"));
+                assert!(name_ok(k) && !v.contains('\n'), "{line}");
+            }
+        }
+        samples.push((name.to_string(), labels.to_string(), value));
+    }
+    samples
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text() {
+    let s = start(&[]);
+    get(&s, "/healthz");
+    get(&s, "/no/such/route");
+    let r = get(&s, "/metrics");
+    assert!(header(&r, "content-type").starts_with("text/plain; version=0.0.4"));
+    let samples = parse_prometheus(&r.text().unwrap());
+    let find = |name: &str, labels: &str| samples.iter().find(|(n, l, _)| n == name && l == labels).map(|s| s.2);
+    assert_eq!(find("cadence_http_requests_total", "route=\"/healthz\",status=\"200\""), Some(1.0));
+    assert_eq!(find("cadence_http_requests_total", "route=\"unmatched\",status=\"404\""), Some(1.0));
+    assert_eq!(find("cadence_ready", ""), Some(1.0));
+    assert_eq!(find("cadence_render_slots", ""), Some(1.0));
+    for family in
+        ["cadence_queue_depth", "cadence_renders_running", "cadence_render_fps", "cadence_avatar_preparations_total"]
+    {
+        assert!(find(family, "").is_some(), "{family}");
+    }
+}
+
+#[test]
+fn openapi_lists_every_route_and_the_router_serves_each() {
+    let s = start(&[]);
+    let doc: serde_json::Value = get(&s, "/openapi.json").json().unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    let operations: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
+    assert_eq!(operations, cadence_server::openapi::ROUTES.len());
+    let c = client();
+    let id = "ab".repeat(32);
+    for r in cadence_server::openapi::ROUTES {
+        assert!(doc["paths"][r.path][r.method]["responses"].is_object(), "{} {}", r.method, r.path);
+        let url = s.url(&r.path.replace("{id}", &id));
+        let resp = match r.method {
+            "get" => c.get(url),
+            "post" => c.post(url),
+            "delete" => c.delete(url),
+            m => panic!("method {m}"),
+        }
+        .send()
+        .unwrap();
+        let status = resp.status().as_u16();
+        let code = if status >= 400 { error_code(resp) } else { String::new() };
+        assert!(code != "no_route" && code != "method_not_allowed", "{} {}: {status} {code}", r.method, r.path);
+    }
+    let r = c.put(s.url("/generate")).send().unwrap();
+    assert_eq!((r.status().as_u16(), error_code(r).as_str()), (405, "method_not_allowed"));
+}
+
+#[test]
+fn readyz_is_503_until_the_engines_have_loaded() {
+    let _r = render_lock();
+    let s = start_with(&[], true, tempfile::tempdir().unwrap());
+    assert_eq!(get(&s, "/healthz").status(), 200);
+    let r = get(&s, "/readyz");
+    assert_eq!(r.status(), 503, "the engines take seconds to load");
+    assert!(r.headers().contains_key("retry-after"));
+    assert_eq!(error_code(r), "loading");
+    let r = client().post(s.url("/generate")).multipart(form(tone_wav(0.2), &[])).send().unwrap();
+    assert_eq!((r.status().as_u16(), error_code(r).as_str()), (503, "loading"));
+    wait_for(Duration::from_secs(120), || get(&s, "/readyz").status() == 200);
+}
+
+#[test]
+fn shutdown_drains_an_in_flight_render() {
+    let _r = render_lock();
+    let mut s = start(&["--drain-seconds", "120"]);
+    let url = s.url("/generate");
+    let f = form(std::fs::read(fixture("goodnight")).unwrap(), &[("stride", "2")])
+        .part("video", part(png(128, 128), "a.png", "image/png"));
+    let h = std::thread::spawn(move || {
+        let r = client().post(url).multipart(f).send().unwrap();
+        (r.status().as_u16(), r.bytes().unwrap())
+    });
+    wait_for(Duration::from_secs(30), || metric(&s, "cadence_renders_running") == 1.0);
+    s.server.shutdown();
+    // Draining: unready, and new renders refused, while the one in flight finishes.
+    wait_for(Duration::from_secs(5), || get(&s, "/readyz").status() == 503);
+    assert_eq!(error_code(get(&s, "/readyz")), "draining");
+    let r = client().post(s.url("/generate")).multipart(form(tone_wav(0.2), &[])).send().unwrap();
+    assert_eq!((r.status().as_u16(), error_code(r).as_str()), (503, "draining"));
+    let (status, body) = h.join().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(probe(&body).frames, 51);
+    let t = Instant::now();
+    let TestServer { server, temp } = s;
+    server.stop().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn shutdown_cancels_renders_that_outlive_the_drain_deadline() {
+    let _r = render_lock();
+    let mut s = start(&["--drain-seconds", "0.5"]);
+    let long = abandoned_render(&s, Duration::from_secs(60));
+    let t = Instant::now();
+    s.server.shutdown();
+    assert_eq!(long.join().unwrap().unwrap(), 503, "cancelled at the deadline");
+    let TestServer { server, temp } = s;
+    server.stop().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 0);
+}
