@@ -102,8 +102,7 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
         ApiError::internal(format!("the render thread failed: {e}"))
     })??;
     drop(guard);
-    timing.push(("total", ms(t_all), None));
-    Ok(response(rendered, stride, fps.hz(), timing))
+    Ok(response(rendered, stride, fps.hz(), timing, ms(t_all)))
 }
 
 fn count_invalid(state: &AppState, e: ApiError) -> ApiError {
@@ -184,7 +183,7 @@ fn header_text(s: &str) -> HeaderValue {
     HeaderValue::from_str(&clean).unwrap_or(HeaderValue::from_static("?"))
 }
 
-fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing) -> Response {
+fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing, total_ms: f64) -> Response {
     let rep = &r.report;
     let s = &rep.stages_ms;
     if r.engine_load_ms > 0.0 {
@@ -198,6 +197,7 @@ fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing) -> Re
         ("composite", s.composite_nv12 + s.expand + s.ease, None),
         ("encoder", s.encoder, None),
         ("render", rep.end_to_end_ms, None),
+        ("total", total_ms, None),
     ]);
     let server_timing: Vec<String> = timing
         .iter()

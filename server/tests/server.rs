@@ -376,3 +376,43 @@ fn shutdown_cancels_renders_that_outlive_the_drain_deadline() {
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 0);
 }
+
+/// The curl examples of server/README.md, run as written (with `--fail-with-body` added) against
+/// a server, in a directory holding the files they name.
+#[test]
+fn the_readme_curl_examples_work() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        // Counted and listed by scripts/test.sh; .ci/run installs curl.
+        skipped("the_readme_curl_examples_work", "no curl on PATH");
+        return;
+    }
+    let _r = render_lock();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let examples = readme.split("### Examples").nth(1).unwrap();
+    let block = examples.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let lines = block.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(block.contains("curl") && lines >= 10, "{block}");
+    let s = start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    // Three frames: the SD VAE example (full_vae) decodes slowly on the CPU.
+    std::fs::write(dir.path().join("speech.wav"), tone_wav(0.12)).unwrap();
+    std::fs::write(dir.path().join("portrait.png"), png(128, 128)).unwrap();
+    let script = format!(
+        "set -euo pipefail\ncurl() {{ command curl --fail-with-body \"$@\"; }}\n{}",
+        block.replace("http://127.0.0.1:8080", &s.url(""))
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("CADENCE_TOKEN", "not-checked-by-this-server")
+        .output()
+        .expect("bash and curl");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("x-inference-fps:"), "{stdout}");
+    assert_eq!(probe(&std::fs::read(dir.path().join("out.mp4")).unwrap()).width, 128);
+    // The examples registered an avatar, rendered it, and deleted it.
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 4.0);
+    assert_eq!(metric(&s, "cadence_avatars"), 0.0);
+}
