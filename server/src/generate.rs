@@ -7,7 +7,6 @@
 
 use crate::avatars;
 use crate::error::ApiError;
-use crate::linger;
 use crate::options::Settings;
 use crate::render_job::{self, AvatarInput, Job, Rendered};
 use crate::state::AppState;
@@ -40,7 +39,6 @@ pub fn rejected<'a>(state: &'a AppState, reason: &'static str) -> impl Fn(ApiErr
 
 pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
     let t_all = Instant::now();
-    let req = linger::wrap(req, state.config.max_body_bytes.saturating_mul(2));
     let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
     let kind = upload::body_kind(req.headers(), state.config.max_body_bytes).inspect_err(|e| {
         state.metrics.rejection(if e.status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "media_type" });

@@ -1,6 +1,7 @@
 //! Around every request: a request id (the client's `X-Request-Id` when it is a plain token,
 //! else a fresh one) on the response and on every log line of the request, the request counted
-//! by route and status, and the bearer token checked.
+//! by route and status, the body read to its end even when it is refused ([`crate::linger`]),
+//! and the bearer token checked.
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -35,6 +36,10 @@ pub async fn context(State(state): State<AppState>, req: Request, next: Next) ->
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     resp
+}
+
+pub async fn linger(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    next.run(crate::linger::wrap(req, state.config.max_body_bytes.saturating_mul(2))).await
 }
 
 pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {

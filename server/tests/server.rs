@@ -83,6 +83,10 @@ fn limits_refuse_before_any_engine_work() {
     let chunked = reqwest::blocking::Body::new(std::io::Cursor::new(big.into_bytes()));
     let r = c.post(s.url("/generate")).header("content-type", "application/json").body(chunked).send().unwrap();
     expect(r, 413, "payload_too_large");
+    // A multipart file of unknown length: counted while it streams to disk.
+    let streamed =
+        reqwest::blocking::multipart::Part::reader(std::io::Cursor::new(vec![7u8; 1_200_000])).file_name("a.wav");
+    expect(post(reqwest::blocking::multipart::Form::new().part("audio", streamed)), 413, "payload_too_large");
     // 415: neither multipart nor JSON.
     expect(
         c.post(s.url("/generate")).header("content-type", "text/plain").body("hi").send().unwrap(),
@@ -275,7 +279,9 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
 #[test]
 fn metrics_parse_as_prometheus_text() {
     let s = start(&[]);
-    get(&s, "/healthz");
+    // A client's own request id comes back (and is the one in the log).
+    let r = client().get(s.url("/healthz")).header("x-request-id", "client-42").send().unwrap();
+    assert_eq!(header(&r, "x-request-id"), "client-42");
     get(&s, "/no/such/route");
     let r = get(&s, "/metrics");
     assert!(header(&r, "content-type").starts_with("text/plain; version=0.0.4"));
@@ -415,4 +421,25 @@ fn the_readme_curl_examples_work() {
     // The examples registered an avatar, rendered it, and deleted it.
     assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 4.0);
     assert_eq!(metric(&s, "cadence_avatars"), 0.0);
+}
+
+#[test]
+fn two_slots_render_two_requests_at_once_without_mixing_them() {
+    let _r = render_lock();
+    let s = start(&["--slots", "2", "--queue", "0"]);
+    let send = |seconds: f64| {
+        let url = s.url("/generate");
+        let f = form(tone_wav(seconds), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+        std::thread::spawn(move || {
+            let r = client().post(url).multipart(f).send().unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().unwrap().to_vec()
+        })
+    };
+    let (a, b) = (send(0.4), send(0.6));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!((probe(&a).frames, probe(&b).frames), (10, 15));
+    // The same request alone gives the same bytes: nothing leaked between the two renders.
+    assert!(send(0.4).join().unwrap() == a, "a render shared with another differs from the same render alone");
+    assert_eq!(metric(&s, "cadence_rejections_total{reason=\"queue_full\"}"), 0.0);
 }
