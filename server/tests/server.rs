@@ -104,6 +104,7 @@ fn limits_refuse_before_any_engine_work() {
     expect(post(form(ok.clone(), &[("keyframes", "0,5,3")])), 422, "invalid_keyframes");
     expect(post(form(ok.clone(), &[("strides", "2")])), 422, "unknown_field");
     expect(post(reqwest::blocking::multipart::Form::new().text("stride", "2")), 422, "missing_field");
+    expect(post(form(Vec::new(), &[])), 422, "empty_field");
     let with_image = |img: Vec<u8>| form(ok.clone(), &[]).part("video", part(img, "a.png", "image/png"));
     expect(post(with_image(png(400, 300))), 422, "image_too_large");
     expect(post(with_image(png(129, 128))), 422, "invalid_image");
@@ -164,10 +165,19 @@ fn abandoned_render(s: &TestServer, client_timeout: Duration) -> std::thread::Jo
 }
 
 #[test]
-fn a_full_server_answers_429_with_retry_after() {
+fn a_request_waits_in_the_queue_and_beyond_it_429_with_retry_after() {
     let _r = render_lock();
-    let s = start(&["--slots", "1", "--queue", "0"]);
+    let s = start(&["--slots", "1", "--queue", "1"]);
     let long = abandoned_render(&s, Duration::from_secs(6));
+    // The queue has room for one: it waits for the slot.
+    let url = s.url("/generate");
+    let f = form(tone_wav(0.3), &[]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let queued = std::thread::spawn(move || {
+        let r = client().post(url).multipart(f).send().unwrap();
+        (r.status().as_u16(), header(&r, "server-timing").to_string())
+    });
+    wait_for(Duration::from_secs(10), || metric(&s, "cadence_queue_depth") == 1.0);
+    // Slot and queue full.
     let r = client().post(s.url("/generate")).multipart(form(tone_wav(0.3), &[])).send().unwrap();
     assert_eq!(r.status(), 429);
     let retry: u64 = header(&r, "retry-after").parse().unwrap();
@@ -175,7 +185,12 @@ fn a_full_server_answers_429_with_retry_after() {
     assert_eq!(error_code(r), "queue_full");
     assert_eq!(metric(&s, "cadence_rejections_total{reason=\"queue_full\"}"), 1.0);
     assert!(long.join().unwrap().is_err(), "the long render should still be running when its client gives up");
-    wait_for(Duration::from_secs(30), || metric(&s, "cadence_renders_running") == 0.0);
+    // The abandoned render frees the slot; the queued request gets it.
+    let (status, timing) = queued.join().unwrap();
+    assert_eq!(status, 200);
+    let queue_ms: f64 = timing.split("queue;dur=").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    assert!(queue_ms > 1000.0, "{timing}");
+    assert_eq!(metric(&s, "cadence_queue_depth"), 0.0);
 }
 
 #[test]
@@ -306,6 +321,10 @@ fn openapi_lists_every_route_and_the_router_serves_each() {
     let paths = doc["paths"].as_object().unwrap();
     let operations: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
     assert_eq!(operations, cadence_server::openapi::ROUTES.len());
+    // The probes need no token; the rest may answer 401.
+    assert_eq!(doc["paths"]["/readyz"]["get"]["security"], serde_json::json!([]));
+    assert!(doc["paths"]["/generate"]["post"]["responses"]["401"].is_object());
+    assert!(doc["paths"]["/generate"]["post"]["requestBody"]["content"]["application/json"].is_object());
     let c = client();
     let id = "ab".repeat(32);
     for r in cadence_server::openapi::ROUTES {
