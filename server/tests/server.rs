@@ -207,6 +207,7 @@ fn a_client_that_disconnects_cancels_its_render_frees_the_slot_and_leaves_no_fil
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     wait_for(Duration::from_secs(5), || s.temp_entries().is_empty());
     assert_eq!(metric(&s, "cadence_renders_total{outcome=\"ok\"}"), 0.0);
+    assert_eq!(metric(&s, "cadence_http_requests_total{route=\"/generate\",status=\"499\"}"), 1.0);
 }
 
 #[test]
