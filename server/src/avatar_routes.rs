@@ -4,7 +4,6 @@
 use crate::avatars::{avatar_id, AvatarEntry};
 use crate::error::ApiError;
 use crate::generate::{lookup, rejected};
-use crate::linger;
 use crate::render_job;
 use crate::state::AppState;
 use crate::tempdirs;
@@ -17,7 +16,6 @@ use axum::Json;
 use cadence::render;
 
 pub async fn register(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
-    let req = linger::wrap(req, state.config.max_body_bytes.saturating_mul(2));
     let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
     if upload::body_kind(req.headers(), state.config.max_body_bytes).map_err(rejected(&state, "invalid"))?
         != BodyKind::Multipart

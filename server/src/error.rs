@@ -58,7 +58,7 @@ impl std::fmt::Display for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(status = self.status.as_u16(), code = self.code, "{}", self.message);
         } else {
             tracing::warn!(status = self.status.as_u16(), code = self.code, "{}", self.message);

@@ -7,7 +7,6 @@
 
 use crate::avatars;
 use crate::error::ApiError;
-use crate::linger;
 use crate::options::Settings;
 use crate::render_job::{self, AvatarInput, Job, Rendered};
 use crate::state::AppState;
@@ -40,7 +39,6 @@ pub fn rejected<'a>(state: &'a AppState, reason: &'static str) -> impl Fn(ApiErr
 
 pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
     let t_all = Instant::now();
-    let req = linger::wrap(req, state.config.max_body_bytes.saturating_mul(2));
     let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
     let kind = upload::body_kind(req.headers(), state.config.max_body_bytes).inspect_err(|e| {
         state.metrics.rejection(if e.status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "media_type" });
@@ -102,8 +100,7 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
         ApiError::internal(format!("the render thread failed: {e}"))
     })??;
     drop(guard);
-    timing.push(("total", ms(t_all), None));
-    Ok(response(rendered, stride, fps.hz(), timing))
+    Ok(response(rendered, stride, fps.hz(), timing, ms(t_all)))
 }
 
 fn count_invalid(state: &AppState, e: ApiError) -> ApiError {
@@ -184,7 +181,7 @@ fn header_text(s: &str) -> HeaderValue {
     HeaderValue::from_str(&clean).unwrap_or(HeaderValue::from_static("?"))
 }
 
-fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing) -> Response {
+fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing, total_ms: f64) -> Response {
     let rep = &r.report;
     let s = &rep.stages_ms;
     if r.engine_load_ms > 0.0 {
@@ -198,6 +195,7 @@ fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing) -> Re
         ("composite", s.composite_nv12 + s.expand + s.ease, None),
         ("encoder", s.encoder, None),
         ("render", rep.end_to_end_ms, None),
+        ("total", total_ms, None),
     ]);
     let server_timing: Vec<String> = timing
         .iter()

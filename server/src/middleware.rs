@@ -1,6 +1,7 @@
 //! Around every request: a request id (the client's `X-Request-Id` when it is a plain token,
 //! else a fresh one) on the response and on every log line of the request, the request counted
-//! by route and status, and the bearer token checked.
+//! by route and status, the body read to its end even when it is refused ([`crate::linger`]),
+//! and the bearer token checked.
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -22,19 +23,48 @@ fn client_id(req: &Request) -> Option<String> {
     ok.then(|| v.to_string())
 }
 
+/// The status a request is counted under when its client closed the connection before the
+/// answer (nginx's convention; the future is dropped, no status is ever sent).
+pub const CLIENT_CLOSED: u16 = 499;
+
+/// Counts and logs a request whose future is dropped before it answered.
+struct Unanswered {
+    state: AppState,
+    route: String,
+    span: tracing::Span,
+    started: Instant,
+    answered: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.state.metrics.request(&self.route, CLIENT_CLOSED);
+            let ms = format!("{:.1}", self.started.elapsed().as_secs_f64() * 1e3);
+            self.span.in_scope(|| tracing::warn!(ms, "the client closed the connection: its work is cancelled"));
+        }
+    }
+}
+
 pub async fn context(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let id = client_id(&req).unwrap_or_else(|| state.request_id());
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_string();
     let span = tracing::info_span!("request", id = %id, method = %req.method(), path = %req.uri().path());
     let t = Instant::now();
+    let mut pending = Unanswered { state: state.clone(), route, span: span.clone(), started: t, answered: false };
     let mut resp = next.run(req).instrument(span.clone()).await;
+    pending.answered = true;
     let status = resp.status().as_u16();
-    state.metrics.request(&route, status);
+    state.metrics.request(&pending.route, status);
     span.in_scope(|| tracing::info!(status, ms = format!("{:.1}", t.elapsed().as_secs_f64() * 1e3), "answered"));
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     resp
+}
+
+pub async fn linger(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    next.run(crate::linger::wrap(req, state.config.max_body_bytes.saturating_mul(2))).await
 }
 
 pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {

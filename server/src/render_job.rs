@@ -82,6 +82,10 @@ pub fn run(set: &EngineSet, metrics: &Metrics, job: Job) -> Result<Rendered, Api
 }
 
 fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Rendered> {
+    // Cancelled while it waited for its slot (a drain deadline passed).
+    if job.cancel.load(Ordering::SeqCst) {
+        return Err(Cancelled.into());
+    }
     let s = &job.settings;
     let (engines, engine_load_ms) = set.get(s.decoder)?;
     let opts = RenderOptions {

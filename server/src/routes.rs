@@ -35,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         }))
         .layer(body_limit)
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::linger))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::context))
         .with_state(state)
 }

@@ -85,6 +85,8 @@ pub async fn read_multipart(
             if up.file(file).is_some() {
                 return Err(ApiError::invalid("duplicate_field", format!("field '{name}' is given twice")));
             }
+            // A browser form whose file input was left empty sends an empty part without a name.
+            let unnamed = field.file_name().is_none_or(str::is_empty);
             let path = dir.join(file);
             let mut out = tokio::fs::File::create(&path).await.map_err(io_error)?;
             let mut n = 0usize;
@@ -97,6 +99,9 @@ pub async fn read_multipart(
             }
             out.flush().await.map_err(io_error)?;
             if n == 0 {
+                if unnamed {
+                    continue;
+                }
                 return Err(ApiError::invalid("empty_field", format!("field '{name}' is empty")));
             }
             up.files.push((file, path));

@@ -83,6 +83,10 @@ fn limits_refuse_before_any_engine_work() {
     let chunked = reqwest::blocking::Body::new(std::io::Cursor::new(big.into_bytes()));
     let r = c.post(s.url("/generate")).header("content-type", "application/json").body(chunked).send().unwrap();
     expect(r, 413, "payload_too_large");
+    // A multipart file of unknown length: counted while it streams to disk.
+    let streamed =
+        reqwest::blocking::multipart::Part::reader(std::io::Cursor::new(vec![7u8; 1_200_000])).file_name("a.wav");
+    expect(post(reqwest::blocking::multipart::Form::new().part("audio", streamed)), 413, "payload_too_large");
     // 415: neither multipart nor JSON.
     expect(
         c.post(s.url("/generate")).header("content-type", "text/plain").body("hi").send().unwrap(),
@@ -100,6 +104,7 @@ fn limits_refuse_before_any_engine_work() {
     expect(post(form(ok.clone(), &[("keyframes", "0,5,3")])), 422, "invalid_keyframes");
     expect(post(form(ok.clone(), &[("strides", "2")])), 422, "unknown_field");
     expect(post(reqwest::blocking::multipart::Form::new().text("stride", "2")), 422, "missing_field");
+    expect(post(form(Vec::new(), &[])), 422, "empty_field");
     let with_image = |img: Vec<u8>| form(ok.clone(), &[]).part("video", part(img, "a.png", "image/png"));
     expect(post(with_image(png(400, 300))), 422, "image_too_large");
     expect(post(with_image(png(129, 128))), 422, "invalid_image");
@@ -160,10 +165,19 @@ fn abandoned_render(s: &TestServer, client_timeout: Duration) -> std::thread::Jo
 }
 
 #[test]
-fn a_full_server_answers_429_with_retry_after() {
+fn a_request_waits_in_the_queue_and_beyond_it_429_with_retry_after() {
     let _r = render_lock();
-    let s = start(&["--slots", "1", "--queue", "0"]);
+    let s = start(&["--slots", "1", "--queue", "1"]);
     let long = abandoned_render(&s, Duration::from_secs(6));
+    // The queue has room for one: it waits for the slot.
+    let url = s.url("/generate");
+    let f = form(tone_wav(0.3), &[]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let queued = std::thread::spawn(move || {
+        let r = client().post(url).multipart(f).send().unwrap();
+        (r.status().as_u16(), header(&r, "server-timing").to_string())
+    });
+    wait_for(Duration::from_secs(10), || metric(&s, "cadence_queue_depth") == 1.0);
+    // Slot and queue full.
     let r = client().post(s.url("/generate")).multipart(form(tone_wav(0.3), &[])).send().unwrap();
     assert_eq!(r.status(), 429);
     let retry: u64 = header(&r, "retry-after").parse().unwrap();
@@ -171,7 +185,12 @@ fn a_full_server_answers_429_with_retry_after() {
     assert_eq!(error_code(r), "queue_full");
     assert_eq!(metric(&s, "cadence_rejections_total{reason=\"queue_full\"}"), 1.0);
     assert!(long.join().unwrap().is_err(), "the long render should still be running when its client gives up");
-    wait_for(Duration::from_secs(30), || metric(&s, "cadence_renders_running") == 0.0);
+    // The abandoned render frees the slot; the queued request gets it.
+    let (status, timing) = queued.join().unwrap();
+    assert_eq!(status, 200);
+    let queue_ms: f64 = timing.split("queue;dur=").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    assert!(queue_ms > 1000.0, "{timing}");
+    assert_eq!(metric(&s, "cadence_queue_depth"), 0.0);
 }
 
 #[test]
@@ -188,6 +207,7 @@ fn a_client_that_disconnects_cancels_its_render_frees_the_slot_and_leaves_no_fil
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     wait_for(Duration::from_secs(5), || s.temp_entries().is_empty());
     assert_eq!(metric(&s, "cadence_renders_total{outcome=\"ok\"}"), 0.0);
+    assert_eq!(metric(&s, "cadence_http_requests_total{route=\"/generate\",status=\"499\"}"), 1.0);
 }
 
 #[test]
@@ -275,7 +295,9 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
 #[test]
 fn metrics_parse_as_prometheus_text() {
     let s = start(&[]);
-    get(&s, "/healthz");
+    // A client's own request id comes back (and is the one in the log).
+    let r = client().get(s.url("/healthz")).header("x-request-id", "client-42").send().unwrap();
+    assert_eq!(header(&r, "x-request-id"), "client-42");
     get(&s, "/no/such/route");
     let r = get(&s, "/metrics");
     assert!(header(&r, "content-type").starts_with("text/plain; version=0.0.4"));
@@ -300,6 +322,10 @@ fn openapi_lists_every_route_and_the_router_serves_each() {
     let paths = doc["paths"].as_object().unwrap();
     let operations: usize = paths.values().map(|p| p.as_object().unwrap().len()).sum();
     assert_eq!(operations, cadence_server::openapi::ROUTES.len());
+    // The probes need no token; the rest may answer 401.
+    assert_eq!(doc["paths"]["/readyz"]["get"]["security"], serde_json::json!([]));
+    assert!(doc["paths"]["/generate"]["post"]["responses"]["401"].is_object());
+    assert!(doc["paths"]["/generate"]["post"]["requestBody"]["content"]["application/json"].is_object());
     let c = client();
     let id = "ab".repeat(32);
     for r in cadence_server::openapi::ROUTES {
@@ -375,4 +401,65 @@ fn shutdown_cancels_renders_that_outlive_the_drain_deadline() {
     server.stop().unwrap();
     assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
     assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 0);
+}
+
+/// The curl examples of server/README.md, run as written (with `--fail-with-body` added) against
+/// a server, in a directory holding the files they name.
+#[test]
+fn the_readme_curl_examples_work() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        // Counted and listed by scripts/test.sh; .ci/run installs curl.
+        skipped("the_readme_curl_examples_work", "no curl on PATH");
+        return;
+    }
+    let _r = render_lock();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let examples = readme.split("### Examples").nth(1).unwrap();
+    let block = examples.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let lines = block.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(block.contains("curl") && lines >= 10, "{block}");
+    let s = start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    // Three frames: the SD VAE example (full_vae) decodes slowly on the CPU.
+    std::fs::write(dir.path().join("speech.wav"), tone_wav(0.12)).unwrap();
+    std::fs::write(dir.path().join("portrait.png"), png(128, 128)).unwrap();
+    let script = format!(
+        "set -euo pipefail\ncurl() {{ command curl --fail-with-body \"$@\"; }}\n{}",
+        block.replace("http://127.0.0.1:8080", &s.url(""))
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("CADENCE_TOKEN", "not-checked-by-this-server")
+        .output()
+        .expect("bash and curl");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("x-inference-fps:"), "{stdout}");
+    assert_eq!(probe(&std::fs::read(dir.path().join("out.mp4")).unwrap()).width, 128);
+    // The examples registered an avatar, rendered it, and deleted it.
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 4.0);
+    assert_eq!(metric(&s, "cadence_avatars"), 0.0);
+}
+
+#[test]
+fn two_slots_render_two_requests_at_once_without_mixing_them() {
+    let _r = render_lock();
+    let s = start(&["--slots", "2", "--queue", "0"]);
+    let send = |seconds: f64| {
+        let url = s.url("/generate");
+        let f = form(tone_wav(seconds), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+        std::thread::spawn(move || {
+            let r = client().post(url).multipart(f).send().unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().unwrap().to_vec()
+        })
+    };
+    let (a, b) = (send(0.4), send(0.6));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!((probe(&a).frames, probe(&b).frames), (10, 15));
+    // The same request alone gives the same bytes: nothing leaked between the two renders.
+    assert!(send(0.4).join().unwrap() == a, "a render shared with another differs from the same render alone");
+    assert_eq!(metric(&s, "cadence_rejections_total{reason=\"queue_full\"}"), 0.0);
 }
