@@ -136,7 +136,10 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 
 /// The header and where the data start, once magic, version, sizes and checksum are checked.
 fn parse(bytes: &[u8]) -> Result<(Header, usize)> {
-    ensure!(bytes.len() >= 24 && &bytes[..16] == MAGIC, "not a prepared cadence avatar (`cadence avatar prepare` makes one)");
+    ensure!(
+        bytes.len() >= 24 && &bytes[..16] == MAGIC,
+        "not a prepared cadence avatar (`cadence avatar prepare` makes one)"
+    );
     let version = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
     ensure!(
         version == VERSION,
@@ -160,7 +163,10 @@ fn parse(bytes: &[u8]) -> Result<(Header, usize)> {
     let have = body.len() - 24 - header_len;
     ensure!(have >= want, "truncated: {have} bytes of data, the header describes {want}");
     ensure!(have == want, "corrupt: {have} bytes of data, the header describes {want}");
-    ensure!(Sha256::digest(body).as_slice() == &bytes[body.len()..], "corrupt: the checksum does not match the contents");
+    ensure!(
+        Sha256::digest(body).as_slice() == &bytes[body.len()..],
+        "corrupt: the checksum does not match the contents"
+    );
     Ok((header, 24 + header_len))
 }
 
