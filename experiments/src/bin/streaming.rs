@@ -29,9 +29,10 @@ struct Args {
     /// Render window in seconds.
     #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS)]
     window: f64,
-    /// Skip the whole-clip (one window) renders.
-    #[arg(long)]
-    no_whole: bool,
+    /// Whole-clip (one window) renders, for comparison, of the clips up to this many seconds
+    /// (they hold the whole clip's audio features: 77 KB per frame, 1.2 GB for 600 s).
+    #[arg(long, default_value_t = 60.0)]
+    whole_max_seconds: f64,
     /// Directory for the CSV and plot (default: results/).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -137,10 +138,12 @@ fn child(a: &Args, seconds: f64) -> Result<Row> {
     session.audio = cadence_media::Audio::from_samples_16k(speech_like(seconds));
     let window = if a.whole { None } else { cadence::pipeline::window_frames(a.window, session.opts.fps) };
     session.opts.window = window;
-    let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
+    // The render owns the clip's audio (no second copy of it in this process).
+    let audio = std::mem::replace(&mut session.audio, cadence_media::Audio::from_samples_16k(vec![0.0; 1]));
+    let Session { backend, engines, opts, img, face, encoder, .. } = &session;
     let encoder = encoder.context("the streaming experiment needs the video encoder")?;
     let t0 = Instant::now();
-    let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+    let prepared = render::prepare(engines, backend, audio, img, *face, opts)?;
     let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;
     let schedule = KeyframeSchedule::fixed_stride(prepared.frames, a.stride)?;
     let mut sink = Count(0);
@@ -202,12 +205,19 @@ fn main() -> Result<()> {
         Some(d) => experiments::paths::ensure_dir(d)?,
         None => experiments::paths::results_dir()?,
     };
+    // Provenance (commit and tree state at the start of the run) of the engines and inputs the
+    // children use; loading them is cheap next to the renders.
+    let session = Session::open(&a.session)?;
+    let mut prov = session.provenance();
+    drop(session);
+    prov.note("audio", "synthetic speech-like audio with pauses, generated in the run (speech_like)");
+    prov.note("sink", "fragmented MP4 into a byte counter; each render in its own process");
     // The children get this run's arguments (engines, encoder, avatar ...) and one clip each.
     let passthrough: Vec<String> = std::env::args().skip(1).collect();
     let mut rows = Vec::new();
     for &seconds in &a.lengths {
         for whole in [false, true] {
-            if whole && a.no_whole {
+            if whole && seconds > a.whole_max_seconds {
                 continue;
             }
             let mode = if whole { "whole clip" } else { "windowed" };
@@ -229,12 +239,6 @@ fn main() -> Result<()> {
             rows.push(row);
         }
     }
-    // Provenance of the engines and inputs the children used (loading them is cheap next to
-    // the renders).
-    let session = Session::open(&a.session)?;
-    let mut prov = session.provenance();
-    prov.note("audio", "synthetic speech-like audio with pauses, generated in the run (speech_like)");
-    prov.note("sink", "fragmented MP4 into a byte counter; each render in its own process");
     let windowed: Vec<&Row> = rows.iter().filter(|r| r.mode == "windowed").collect();
     let whole: Vec<&Row> = rows.iter().filter(|r| r.mode == "whole clip").collect();
     let mut verdicts = Vec::new();
