@@ -200,12 +200,15 @@ pub fn top_level_boxes(mp4: &[u8]) -> Vec<(String, usize, usize)> {
     boxes
 }
 
+/// For each read of a body: seconds since the start, and the bytes received so far.
+pub type Arrivals = Vec<(f64, usize)>;
+
+/// A transfer that broke off: the error, and the bytes that came before it.
+pub type CutOff = (std::io::Error, Vec<u8>);
+
 /// Reads a response body as it arrives: the bytes, and for each read the seconds since `t0`
 /// and the bytes received so far. A transfer that breaks off is the error, with what came.
-pub fn read_timed(
-    r: &mut reqwest::blocking::Response,
-    t0: Instant,
-) -> Result<(Vec<u8>, Vec<(f64, usize)>), (std::io::Error, Vec<u8>)> {
+pub fn read_timed(r: &mut reqwest::blocking::Response, t0: Instant) -> Result<(Vec<u8>, Arrivals), CutOff> {
     use std::io::Read;
     let (mut body, mut arrivals, mut buf) = (Vec::new(), Vec::new(), vec![0u8; 1 << 16]);
     loop {
