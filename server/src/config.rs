@@ -47,6 +47,11 @@ pub struct ServeArgs {
     /// On SIGTERM/SIGINT, how long in-flight renders may finish before they are cancelled.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     pub drain_seconds: f64,
+    /// Render in windows of this many seconds (as `cadence render --window`): a streamed
+    /// response's first segment waits for the first window, and memory is bounded by it. The
+    /// video is the same whatever the window; `0` renders the clip as one window.
+    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = parse_window_seconds)]
+    pub window: f64,
     /// Where cadence's kernels run (expansion, easing, compositing + NV12).
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
@@ -54,6 +59,13 @@ pub struct ServeArgs {
     /// on first use.
     #[command(flatten)]
     pub engines: EngineArgs,
+}
+
+fn parse_window_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a window length in seconds (0 to 3600; 0 = the whole clip)")),
+    }
 }
 
 /// The bundled anchor portrait (1080x1920), the avatar of a request that sends none.
@@ -72,6 +84,8 @@ pub struct Config {
     pub default_avatar: Vec<u8>,
     pub temp_root: PathBuf,
     pub drain: Duration,
+    /// Render window in seconds (0: the whole clip).
+    pub window_seconds: f64,
     pub backend: BackendChoice,
     pub engines: EngineArgs,
 }
@@ -100,6 +114,7 @@ impl ServeArgs {
             default_avatar,
             temp_root: self.temp_dir.unwrap_or_else(|| std::env::temp_dir().join("cadence-serve")),
             drain: Duration::from_secs_f64(self.drain_seconds),
+            window_seconds: self.window,
             backend: self.backend,
             engines: self.engines,
         })

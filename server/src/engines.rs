@@ -61,6 +61,14 @@ impl EngineSet {
         Ok((e, t.elapsed().as_secs_f64() * 1e3))
     }
 
+    /// The engines for `decoder` if they are loaded; never loads (never blocks for long).
+    pub fn if_loaded(&self, decoder: DecoderKind) -> Option<Arc<Engines>> {
+        if self.primary.decoder_kind == decoder {
+            return Some(self.primary.clone());
+        }
+        self.other.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub fn primary(&self) -> &Engines {
         &self.primary
     }

@@ -1,18 +1,23 @@
 //! `POST /generate`: the source's contract (multipart `audio`, `video`, `stride`, `decoder`) and
-//! its JSON variant, answered with the MP4 and the source's headers plus cadence's.
+//! its JSON variant, answered with the MP4 and the source's headers plus cadence's; with
+//! `?stream=fmp4`, a fragmented MP4 sent while it renders ([`crate::stream`]).
 //!
-//! Order of work: readiness, content type and declared length; the body streamed into the
-//! request's temporary directory; every field checked and the files decoded (all before any
-//! engine runs); a render slot (or the queue, or 429); the render on a blocking thread.
+//! Order of work: readiness, content type and declared length, the query; the body streamed
+//! into the request's temporary directory; every field checked and the files decoded (all before
+//! any engine runs); a render slot (or the queue, or 429); the render on a blocking thread.
 
+use crate::admission::Slot;
 use crate::avatars;
+use crate::engines::EngineSet;
 use crate::error::ApiError;
 use crate::options::Settings;
-use crate::render_job::{self, AvatarInput, Job, Rendered};
-use crate::state::AppState;
+use crate::render_job::{self, AvatarInput, Job, Rendered, Target};
+use crate::state::{AppState, CancelGuard};
+use crate::stream::{self, Chunk, Mode, SegmentSender, StreamBody};
 use crate::tempdirs;
 use crate::upload::{self, BodyKind, Upload};
 use crate::validate;
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +25,9 @@ use cadence::pipeline::RenderOptions;
 use cadence::{render, KeyframeSchedule};
 use cadence_media::Audio;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+use tokio::sync::mpsc;
 
 /// Server-Timing entries: (name, milliseconds, description).
 type Timing = Vec<(&'static str, f64, Option<&'static str>)>;
@@ -43,6 +50,7 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
     let kind = upload::body_kind(req.headers(), state.config.max_body_bytes).inspect_err(|e| {
         state.metrics.rejection(if e.status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "media_type" });
     })?;
+    let mode = stream::mode(req.uri().query()).map_err(rejected(&state, "invalid"))?;
     // From here a dropped future (the client went away) cancels whatever runs for it.
     let guard = state.track();
     let dir = tempdirs::request_dir(&state.config.temp_root)
@@ -80,15 +88,30 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
     let Checked { audio, avatar, schedule, settings } = checked;
     let stride = settings.stride;
     let fps = settings.fps;
+    let cancel = guard.flag();
+    let (target, pipe) = match mode {
+        Mode::Whole => (Target::File, None),
+        Mode::Fmp4 => {
+            let (tx, rx) = mpsc::channel(stream::CHANNEL_SEGMENTS);
+            let first_sent = Arc::new(OnceLock::new());
+            let sender = SegmentSender::new(tx.clone(), cancel.clone(), first_sent.clone());
+            (Target::Fragmented(Box::new(sender)), Some(Pipe { tx, rx, first_sent }))
+        }
+    };
     let job = Job {
         audio,
         avatar,
         schedule,
         settings,
         batch: state.config.engines.batch as usize,
-        cancel: guard.flag(),
+        cancel,
         dir,
+        target,
+        window_seconds: state.config.window_seconds,
     };
+    if let Some(pipe) = pipe {
+        return streamed(&state, set, slot, guard, job, pipe, timing, t_all).await;
+    }
     let st = state.clone();
     let rendered = tokio::task::spawn_blocking(move || {
         let _slot = slot;
@@ -101,6 +124,122 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
     })??;
     drop(guard);
     Ok(response(rendered, stride, fps.hz(), timing, ms(t_all)))
+}
+
+/// The channel between a streamed render and its response body.
+struct Pipe {
+    tx: mpsc::Sender<Chunk>,
+    rx: mpsc::Receiver<Chunk>,
+    /// When the render thread sent the first segment.
+    first_sent: Arc<OnceLock<Instant>>,
+}
+
+/// `stream=fmp4`: the render starts, and the response (headers, then the segments as they come)
+/// waits for its first segment, the init segment written at the first frame. A render that
+/// fails before it is still answered with its JSON error and status, and the `codecs` of the
+/// `Content-Type` are read from it. The statistics known only at the end go to the log (in the
+/// request's span, with its id) and to the metrics.
+#[allow(clippy::too_many_arguments)]
+async fn streamed(
+    state: &AppState,
+    set: Arc<EngineSet>,
+    slot: Slot,
+    guard: CancelGuard,
+    job: Job,
+    pipe: Pipe,
+    mut timing: Timing,
+    t_all: Instant,
+) -> Result<Response, ApiError> {
+    let Pipe { tx, mut rx, first_sent } = pipe;
+    let (stride, frames, decoder) = (job.settings.stride, job.schedule.n_frames(), job.settings.decoder);
+    let clip_fps = job.settings.fps.hz();
+    let (st, engines, span) = (state.clone(), set.clone(), tracing::Span::current());
+    let render = tokio::task::spawn_blocking(move || {
+        let _span = span.enter();
+        let result = render_job::run(&engines, &st.metrics, job);
+        drop(slot);
+        let first_byte_s = first_sent.get().map(|t| t.duration_since(t_all).as_secs_f64());
+        if let Some(s) = first_byte_s {
+            st.metrics.first_byte(s);
+        }
+        match &result {
+            Ok(r) => {
+                st.metrics.streamed("ok");
+                let rep = &r.report;
+                let ms1 = |v: Option<f64>| v.map(|v| format!("{v:.1}"));
+                tracing::info!(
+                    frames = rep.frames,
+                    fps = format!("{:.2}", rep.render_fps),
+                    realtime_factor = format!("{:.2}x", rep.render_fps / clip_fps),
+                    keyframes_evaluated = rep.unet_evaluations,
+                    bypassed_frames = rep.bypassed_frames,
+                    time_to_first_byte_ms = ms1(first_byte_s.map(|s| s * 1e3)),
+                    first_frame_ms = ms1(r.first_frame_ms),
+                    first_fragment_ms = ms1(r.first_fragment_ms),
+                    render_ms = format!("{:.1}", rep.end_to_end_ms),
+                    total_ms = format!("{:.1}", ms(t_all)),
+                    bytes = r.bytes,
+                    "streamed render done"
+                );
+                let _ = tx.blocking_send(Chunk::End);
+            }
+            Err(e) => {
+                st.metrics.streamed(if e.code == "cancelled" { "cancelled" } else { "failed" });
+                // Before the first segment the error is the response, and is logged as one.
+                if first_byte_s.is_some() {
+                    tracing::warn!(code = e.code, "the streamed render ended early, its body cut off: {}", e.message);
+                }
+                let _ = tx.blocking_send(Chunk::Error(e.message.clone()));
+            }
+        }
+        result.map(|_| ())
+    });
+    let first = match rx.recv().await {
+        Some(Chunk::Data(first)) => first,
+        _ => {
+            return Err(match render.await {
+                Ok(Err(e)) => e,
+                Ok(Ok(())) => ApiError::internal("the render ended without writing a stream"),
+                Err(e) => {
+                    state.metrics.render_outcome("failed");
+                    state.metrics.streamed("failed");
+                    ApiError::internal(format!("the render thread failed: {e}"))
+                }
+            });
+        }
+    };
+    // A render thread that dies after the first segment: the body ends with an error (the
+    // channel closes without its end), and the failure is counted here.
+    let st = state.clone();
+    tokio::spawn(async move {
+        if let Err(e) = render.await {
+            st.metrics.render_outcome("failed");
+            st.metrics.streamed("failed");
+            tracing::error!("the streamed render's thread failed: {e}");
+        }
+    });
+    let content_type = match stream::codecs(&first) {
+        Some(c) => header_text(&format!("video/mp4; codecs=\"{c}\"")),
+        None => HeaderValue::from_static("video/mp4"),
+    };
+    // The render runs with these engines: they are loaded by now.
+    let weights = set.if_loaded(decoder).map(|e| set.setup(&e).weights).unwrap_or_default();
+    timing.push(("first_byte", ms(t_all), None));
+    let h = |name: &'static str| HeaderName::from_static(name);
+    let headers = [
+        (header::CONTENT_TYPE, content_type),
+        (h("x-stride"), HeaderValue::from(stride)),
+        (h("x-frames"), HeaderValue::from(frames)),
+        (h("x-weights"), header_text(&weights)),
+        (h("server-timing"), header_text(&server_timing(&timing))),
+        // Proxies that buffer responses (nginx) pass this one through as it comes.
+        (h("x-accel-buffering"), HeaderValue::from_static("no")),
+    ];
+    let mut resp = Response::new(Body::new(StreamBody::new(guard, first, rx)));
+    for (name, value) in headers {
+        resp.headers_mut().insert(name, value);
+    }
+    Ok(resp)
 }
 
 fn count_invalid(state: &AppState, e: ApiError) -> ApiError {
@@ -181,6 +320,17 @@ fn header_text(s: &str) -> HeaderValue {
     HeaderValue::from_str(&clean).unwrap_or(HeaderValue::from_static("?"))
 }
 
+fn server_timing(timing: &Timing) -> String {
+    let entries: Vec<String> = timing
+        .iter()
+        .map(|(name, dur, desc)| match desc {
+            Some(d) => format!("{name};dur={dur:.1};desc=\"{d}\""),
+            None => format!("{name};dur={dur:.1}"),
+        })
+        .collect();
+    entries.join(", ")
+}
+
 fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing, total_ms: f64) -> Response {
     let rep = &r.report;
     let s = &rep.stages_ms;
@@ -197,13 +347,6 @@ fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing, total
         ("render", rep.end_to_end_ms, None),
         ("total", total_ms, None),
     ]);
-    let server_timing: Vec<String> = timing
-        .iter()
-        .map(|(name, dur, desc)| match desc {
-            Some(d) => format!("{name};dur={dur:.1};desc=\"{d}\""),
-            None => format!("{name};dur={dur:.1}"),
-        })
-        .collect();
     let h = |name: &'static str| HeaderName::from_static(name);
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("video/mp4")),
@@ -214,7 +357,7 @@ fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing, total
         (h("x-keyframes-evaluated"), HeaderValue::from(rep.unet_evaluations)),
         (h("x-bypassed-frames"), HeaderValue::from(rep.bypassed_frames)),
         (h("x-weights"), header_text(&rep.setup.weights)),
-        (h("server-timing"), header_text(&server_timing.join(", "))),
+        (h("server-timing"), header_text(&server_timing(&timing))),
     ];
     let mut resp = (StatusCode::OK, r.mp4).into_response();
     for (name, value) in headers {

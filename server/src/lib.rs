@@ -1,7 +1,8 @@
 //! cadence's render server, `cadence serve`: the source's `POST /generate` (multipart, and a JSON
 //! variant) on axum, with the engines loaded once and shared, avatars prepared once, render slots
-//! and a bounded queue, limits checked before any engine work, bearer-token auth, Prometheus
-//! metrics and an OpenAPI document. Stateless apart from the avatar cache (README.md).
+//! and a bounded queue, fragmented MP4 streamed while it renders (`?stream=fmp4`), limits checked
+//! before any engine work, bearer-token auth, Prometheus metrics and an OpenAPI document.
+//! Stateless apart from the avatar cache (README.md).
 
 pub mod admission;
 pub mod avatar_routes;
@@ -19,6 +20,7 @@ pub mod render_job;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod stream;
 pub mod tempdirs;
 pub mod upload;
 pub mod validate;

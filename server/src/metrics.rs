@@ -17,6 +17,21 @@ pub struct Metrics {
     render: Mutex<RenderSeries>,
     avatar_preparations: AtomicU64,
     avatar_cache_hits: AtomicU64,
+    streamed: Mutex<BTreeMap<&'static str, u64>>,
+    first_byte: Mutex<Histogram>,
+}
+
+/// Upper bounds (seconds) of the time-to-first-byte histogram's buckets: a streamed response's
+/// first segment waits for the upload, the queue, the avatar and the first render window.
+pub const FIRST_BYTE_BUCKETS: [f64; 12] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0];
+
+/// A Prometheus histogram over [`FIRST_BYTE_BUCKETS`]: counts per bucket (not cumulative; the
+/// text adds them up), their sum and count.
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; FIRST_BYTE_BUCKETS.len()],
+    sum: f64,
+    count: u64,
 }
 
 #[derive(Default)]
@@ -61,6 +76,22 @@ impl Metrics {
             r.engine_fps.insert(engine, fps);
         }
         r.mean_seconds = Some(r.mean_seconds.map_or(seconds, |m| 0.8 * m + 0.2 * seconds));
+    }
+
+    /// A streamed render (`stream=fmp4`) that ended: `outcome` is ok, failed or cancelled.
+    pub fn streamed(&self, outcome: &'static str) {
+        *self.streamed.lock().unwrap().entry(outcome).or_default() += 1;
+    }
+
+    /// A streamed response's time to first byte: from the request's arrival to its first
+    /// segment handed to the connection.
+    pub fn first_byte(&self, seconds: f64) {
+        let mut h = self.first_byte.lock().unwrap();
+        if let Some(i) = FIRST_BYTE_BUCKETS.iter().position(|&b| seconds <= b) {
+            h.counts[i] += 1;
+        }
+        h.sum += seconds;
+        h.count += 1;
     }
 
     pub fn avatar_prepared(&self) {
@@ -133,6 +164,31 @@ impl Metrics {
             "gauge",
             "Frames per second of each engine in the last render that ran it.",
             engine_fps.iter().map(|(e, f)| (labels(&[("engine", e)]), num(*f))).collect(),
+        );
+        let streamed = self.streamed.lock().unwrap().clone();
+        family(
+            "cadence_streamed_renders_total",
+            "counter",
+            "Streamed renders (stream=fmp4) that ended, by outcome (ok, failed, cancelled).",
+            streamed.iter().map(|(o, n)| (labels(&[("outcome", o)]), n.to_string())).collect(),
+        );
+        let (mut samples, name) = (Vec::new(), "cadence_time_to_first_byte_seconds");
+        {
+            let h = self.first_byte.lock().unwrap();
+            let mut cumulative = 0;
+            for (bound, n) in FIRST_BYTE_BUCKETS.iter().zip(h.counts) {
+                cumulative += n;
+                samples.push((format!("_bucket{}", labels(&[("le", &num(*bound))])), cumulative.to_string()));
+            }
+            samples.push((format!("_bucket{}", labels(&[("le", "+Inf")])), h.count.to_string()));
+            samples.push(("_sum".into(), num(h.sum)));
+            samples.push(("_count".into(), h.count.to_string()));
+        }
+        family(
+            name,
+            "histogram",
+            "Streamed responses: seconds from the request's arrival to its first segment sent.",
+            samples,
         );
         family("cadence_render_slots", "gauge", "Render slots.", plain(g.slots.to_string()));
         family("cadence_renders_running", "gauge", "Render slots in use.", plain(g.running.to_string()));

@@ -13,12 +13,12 @@ pub struct Route {
 }
 
 const RENDER_ERRORS: &[(u16, &str)] = &[
-    (200, "the MP4 (video/mp4) with X-Inference-FPS, X-Stride, X-Realtime-Factor, X-Frames, X-Keyframes-Evaluated, X-Bypassed-Frames, X-Weights, X-Request-Id and Server-Timing"),
+    (200, "the MP4 (video/mp4) with X-Inference-FPS, X-Stride, X-Realtime-Factor, X-Frames, X-Keyframes-Evaluated, X-Bypassed-Frames, X-Weights, X-Request-Id and Server-Timing; with stream=fmp4, a fragmented MP4 (video/mp4; codecs=...) in chunked transfer, sent segment by segment while it renders, with X-Stride, X-Frames, X-Weights, X-Request-Id and Server-Timing up to the first byte (a render that fails after the first byte cuts the body off)"),
     (400, "malformed body"),
     (404, "unknown avatar_id"),
     (413, "body or field over --max-body-mb"),
     (415, "not multipart/form-data or application/json"),
-    (422, "a field that cannot be rendered: corrupt or NaN audio, audio over --max-seconds, an image over --max-pixels, stride 0, a bad keyframe list, ..."),
+    (422, "a field that cannot be rendered (or a stream value other than fmp4): corrupt or NaN audio, audio over --max-seconds, an image over --max-pixels, stride 0, a bad keyframe list, ..."),
     (429, "render slots and queue full (Retry-After)"),
     (503, "loading, draining or cancelled at shutdown (Retry-After)"),
 ];
@@ -144,6 +144,11 @@ pub fn document() -> Value {
                 "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}]);
         }
         if r.path == "/generate" {
+            op["parameters"] = json!([{"name": "stream", "in": "query", "required": false,
+                "description": "fmp4: send a fragmented MP4 (an init segment, then one moof+mdat per 2 s GOP) while it \
+                    renders, in chunked transfer; the statistics known only at the end go to the server's log and \
+                    metrics. Absent: the whole MP4 after the render, with the statistics in its headers.",
+                "schema": {"type": "string", "enum": ["fmp4"]}}]);
             op["requestBody"] = json!({"required": true, "content": {
                 "multipart/form-data": {"schema": multipart_schema()},
                 "application/json": {"schema": json_schema()}}});

@@ -1,6 +1,7 @@
 //! One render, run on a blocking thread that holds a render slot: the avatar prepared (or taken
-//! from the cache), the audio encoded, then the CLI's own `render_clip` into the request's
-//! temporary directory. The MP4 comes back as bytes and the directory goes when the job drops.
+//! from the cache), the audio encoded, then the CLI's own `render_clip`, either into the
+//! request's temporary directory (the MP4 comes back as bytes) or as a fragmented MP4 into a
+//! writer (a streamed response). The directory goes when the job drops.
 
 use crate::avatars::AvatarEntry;
 use crate::engines::EngineSet;
@@ -13,6 +14,7 @@ use cadence::render::{self, PreparedAvatar};
 use cadence::report::RenderReport;
 use cadence::KeyframeSchedule;
 use cadence_media::{Audio, FaceBox, RgbImage};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,6 +27,15 @@ pub enum AvatarInput {
     Cached(Arc<AvatarEntry>),
 }
 
+/// Where a render's video goes.
+pub enum Target {
+    /// An MP4 in the request's directory, read back into [`Rendered::mp4`].
+    File,
+    /// A fragmented MP4 (init segment, then one fragment per GOP) written to this writer as it
+    /// renders; [`Rendered::mp4`] stays empty.
+    Fragmented(Box<dyn Write + Send>),
+}
+
 pub struct Job {
     pub audio: Audio,
     pub avatar: AvatarInput,
@@ -33,15 +44,25 @@ pub struct Job {
     pub batch: usize,
     pub cancel: Arc<AtomicBool>,
     pub dir: TempDir,
+    pub target: Target,
+    /// The render window in seconds (0: the clip as one window).
+    pub window_seconds: f64,
 }
 
 pub struct Rendered {
+    /// The MP4 ([`Target::File`]; empty for a fragmented target).
     pub mp4: Vec<u8>,
     pub report: RenderReport,
     /// Milliseconds spent loading the engines of a second decoder for this request.
     pub engine_load_ms: f64,
     pub avatar_ms: f64,
     pub avatar_cached: bool,
+    /// Milliseconds from the start of `render_clip` to the first frame encoded, and to the first
+    /// whole fragment (fragmented target only).
+    pub first_frame_ms: Option<f64>,
+    pub first_fragment_ms: Option<f64>,
+    /// Bytes of video written.
+    pub bytes: u64,
 }
 
 /// Prepares `entry` (or takes its preparation) for the decoder of `engines`; the flag says whether
@@ -72,7 +93,10 @@ pub fn run(set: &EngineSet, metrics: &Metrics, job: Job) -> Result<Rendered, Api
         }
         Err(e) if cancelled.load(Ordering::SeqCst) || e.chain().any(|c| c.is::<Cancelled>()) => {
             metrics.render_outcome("cancelled");
-            Err(ApiError::unavailable("cancelled", "the render was cancelled (the server is shutting down)"))
+            Err(ApiError::unavailable(
+                "cancelled",
+                "the render was cancelled (its client went away, or the server is shutting down)",
+            ))
         }
         Err(e) => {
             metrics.render_outcome("failed");
@@ -93,7 +117,7 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
         ramp: s.ramp,
         batch: job.batch,
         method: s.method,
-        window: cadence::pipeline::window_frames(cadence::pipeline::DEFAULT_WINDOW_SECONDS, s.fps),
+        window: cadence::pipeline::window_frames(job.window_seconds, s.fps),
         cancel: Some(job.cancel.clone()),
     };
     let t = Instant::now();
@@ -111,17 +135,21 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
         prepared.avatar_encoder_ms = avatar.avatar_encoder_ms;
         prepared.compositor_setup_ms = avatar.compositor_setup_ms;
     }
-    let target = job.dir.path().join("out.mp4");
-    let out = OutputPath::check(&target, Overwrite::Ask, &[])?;
-    let result = render::render_clip(
-        &engines,
-        &set.backend,
-        &opts,
-        &prepared,
-        &job.schedule,
-        render::Output::Mp4 { out: &out, encoder: s.encoder },
-        |_| {},
-    )?;
+    let path = job.dir.path().join("out.mp4");
+    let (result, mp4) = match job.target {
+        Target::File => {
+            let out = OutputPath::check(&path, Overwrite::Ask, &[])?;
+            let output = render::Output::Mp4 { out: &out, encoder: s.encoder };
+            let r = render::render_clip(&engines, &set.backend, &opts, &prepared, &job.schedule, output, |_| {})?;
+            (r, std::fs::read(&path)?)
+        }
+        Target::Fragmented(mut w) => {
+            let sink = render::Sink::Writer { out: &mut *w, name: "the response body" };
+            let output = render::Output::Fragmented { sink, encoder: s.encoder, pace: false };
+            let r = render::render_clip(&engines, &set.backend, &opts, &prepared, &job.schedule, output, |_| {})?;
+            (r, Vec::new())
+        }
+    };
     let report =
         RenderReport::new(set.setup(&engines), &prepared, &result.stats, result.video.as_ref(), s.fps, engine_load_ms);
     let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 / (ms * 1e-3) } else { f64::NAN };
@@ -133,6 +161,14 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
             ("decoder", per_s(result.stats.decoded_frames, result.stats.times.decoder_ms)),
         ],
     );
-    let mp4 = std::fs::read(&target)?;
-    Ok(Rendered { mp4, report, engine_load_ms, avatar_ms, avatar_cached })
+    Ok(Rendered {
+        mp4,
+        report,
+        engine_load_ms,
+        avatar_ms,
+        avatar_cached,
+        first_frame_ms: result.first_frame_ms,
+        first_fragment_ms: result.first_fragment_ms,
+        bytes: result.video.as_ref().map_or(0, |v| v.bytes),
+    })
 }

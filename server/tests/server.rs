@@ -1,6 +1,6 @@
-//! `cadence serve` over real HTTP: renders, limits, auth, admission, cancellation, avatars,
-//! metrics, the OpenAPI document and shutdown. Renders take a shared lock (two cores; several
-//! tests measure timing-dependent behaviour).
+//! `cadence serve` over real HTTP: renders, streamed renders, limits, auth, admission,
+//! cancellation, avatars, metrics, the OpenAPI document and shutdown. Renders take a shared lock
+//! (two cores; several tests measure timing-dependent behaviour).
 
 mod common;
 
@@ -255,6 +255,7 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
             && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     };
     let mut families: Vec<String> = Vec::new();
+    let mut histograms: Vec<String> = Vec::new();
     let mut samples = Vec::new();
     for line in text.lines().filter(|l| !l.is_empty()) {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -262,6 +263,9 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
             assert!(name_ok(name) && ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind), "{line}");
             assert!(!families.contains(&name.to_string()), "family {name} declared twice");
             families.push(name.to_string());
+            if kind == "histogram" {
+                histograms.push(name.to_string());
+            }
             continue;
         }
         if line.starts_with("# HELP ") {
@@ -280,7 +284,15 @@ fn parse_prometheus(text: &str) -> Vec<(String, String, f64)> {
             None => (series, ""),
         };
         assert!(name_ok(name), "{line}");
-        assert!(families.iter().any(|f| f == name), "{name} has no # TYPE before it");
+        // A histogram's samples are its family's name with _bucket (labelled le), _sum or _count.
+        let histogram = |suffix: &str| {
+            name.strip_suffix(suffix).is_some_and(|f| histograms.iter().any(|h| h == f))
+                && (suffix == "_bucket") == labels.contains("le=\"")
+        };
+        assert!(
+            families.iter().any(|f| f == name) || ["_bucket", "_sum", "_count"].into_iter().any(histogram),
+            "{name} has no # TYPE before it"
+        );
         if !labels.is_empty() {
             for pair in labels.split("\",").map(|p| p.trim_end_matches('"')) {
                 let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("bad label in {line}"));
@@ -312,6 +324,14 @@ fn metrics_parse_as_prometheus_text() {
     {
         assert!(find(family, "").is_some(), "{family}");
     }
+    // The time-to-first-byte histogram: cumulative buckets up to +Inf, which equals the count.
+    let ttfb = "cadence_time_to_first_byte_seconds";
+    let buckets: Vec<f64> =
+        samples.iter().filter(|(n, _, _)| *n == format!("{ttfb}_bucket")).map(|(_, _, v)| *v).collect();
+    assert!(buckets.len() >= 2 && buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+    assert_eq!(find(&format!("{ttfb}_bucket"), "le=\"+Inf\""), Some(0.0));
+    assert_eq!(find(&format!("{ttfb}_count"), ""), Some(0.0));
+    assert_eq!(find(&format!("{ttfb}_sum"), ""), Some(0.0));
 }
 
 #[test]
@@ -326,6 +346,9 @@ fn openapi_lists_every_route_and_the_router_serves_each() {
     assert_eq!(doc["paths"]["/readyz"]["get"]["security"], serde_json::json!([]));
     assert!(doc["paths"]["/generate"]["post"]["responses"]["401"].is_object());
     assert!(doc["paths"]["/generate"]["post"]["requestBody"]["content"]["application/json"].is_object());
+    let stream = &doc["paths"]["/generate"]["post"]["parameters"][0];
+    assert_eq!((&stream["name"], &stream["in"]), (&serde_json::json!("stream"), &serde_json::json!("query")));
+    assert_eq!(stream["schema"]["enum"], serde_json::json!(["fmp4"]));
     let c = client();
     let id = "ab".repeat(32);
     for r in cadence_server::openapi::ROUTES {
@@ -438,8 +461,10 @@ fn the_readme_curl_examples_work() {
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("x-inference-fps:"), "{stdout}");
     assert_eq!(probe(&std::fs::read(dir.path().join("out.mp4")).unwrap()).width, 128);
+    let live = cadence_media::Mp4Reader::open(dir.path().join("live.mp4")).unwrap();
+    assert!(live.is_fragmented() && live.video_samples().unwrap().samples.len() == 3, "the streamed example");
     // The examples registered an avatar, rendered it, and deleted it.
-    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 4.0);
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 5.0);
     assert_eq!(metric(&s, "cadence_avatars"), 0.0);
 }
 
@@ -462,4 +487,175 @@ fn two_slots_render_two_requests_at_once_without_mixing_them() {
     // The same request alone gives the same bytes: nothing leaked between the two renders.
     assert!(send(0.4).join().unwrap() == a, "a render shared with another differs from the same render alone");
     assert_eq!(metric(&s, "cadence_rejections_total{reason=\"queue_full\"}"), 0.0);
+}
+
+/// Writes a streamed body to a file and opens it with the media crate's reader.
+fn read_back(body: &[u8]) -> (tempfile::TempDir, cadence_media::Mp4Reader) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("live.mp4");
+    std::fs::write(&p, body).unwrap();
+    let r = cadence_media::Mp4Reader::open(&p).unwrap();
+    (dir, r)
+}
+
+/// `POST /generate?stream=fmp4`: the headers known before the render, chunked transfer, a body
+/// that is a fragmented MP4 with the clip's frames and audio, and its first byte and first whole
+/// fragment received well before the last byte (a route that buffered the whole MP4 fails that).
+#[test]
+fn a_streamed_render_sends_its_fragments_while_it_renders() {
+    let _r = render_lock();
+    let s = start(&["--window", "1"]);
+    let f = form(speech_clip(8.0), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let t0 = Instant::now();
+    let mut r = client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let ct = header(&r, "content-type").to_string();
+    assert!(ct.starts_with("video/mp4; codecs=\"avc1.") && ct.ends_with(", mp4a.40.2\""), "{ct}");
+    assert_eq!(header(&r, "transfer-encoding"), "chunked");
+    assert!(r.headers().get("content-length").is_none());
+    assert_eq!(header(&r, "x-stride"), "2");
+    let frames: usize = header(&r, "x-frames").parse().unwrap();
+    assert!((199..=201).contains(&frames), "{frames} frames for 8 s at 25 fps");
+    assert!(header(&r, "x-weights").starts_with("synthetic"));
+    assert!(!header(&r, "x-request-id").is_empty());
+    assert!(header(&r, "server-timing").contains("first_byte;dur="), "{}", header(&r, "server-timing"));
+    // Known only at the end: not in the headers.
+    assert!(r.headers().get("x-inference-fps").is_none());
+    let (body, arrivals) = read_timed(&mut r, t0).unwrap();
+
+    // Where the first fragment (moof + mdat) ends, and when the client had it.
+    let boxes = top_level_boxes(&body);
+    let kinds: Vec<&str> = boxes.iter().map(|b| b.0.as_str()).collect();
+    assert_eq!(&kinds[..4], ["ftyp", "moov", "moof", "mdat"], "{kinds:?}");
+    let first_fragment_end = boxes[3].2;
+    let t_first = arrivals[0].0;
+    let t_fragment = arrivals.iter().find(|a| a.1 >= first_fragment_end).unwrap().0;
+    let t_end = arrivals.last().unwrap().0;
+    eprintln!(
+        "streamed 8 s: first byte at {t_first:.2} s, first fragment at {t_fragment:.2} s, last byte at {t_end:.2} s \
+         ({} reads, {} bytes)",
+        arrivals.len(),
+        body.len()
+    );
+    // The first window (1 s) comes before the first byte, the first GOP (2 s) and the window
+    // holding its end before the first fragment; the render goes on for 8 s of video.
+    assert!(t_first <= 0.5 * t_end, "the first byte arrived at {t_first:.2} s of {t_end:.2} s: not streamed");
+    assert!(
+        t_fragment <= 0.75 * t_end,
+        "the first fragment arrived at {t_fragment:.2} s of {t_end:.2} s: not streamed"
+    );
+
+    let (_dir, mut mp4) = read_back(&body);
+    assert!(mp4.is_fragmented());
+    // One fragment per 2 s GOP.
+    assert_eq!((mp4.fragments(), mp4.video_samples().unwrap().samples.len()), (frames.div_ceil(50), frames));
+    assert!(mp4.audio_samples().unwrap().is_some(), "no audio track");
+    let video = mp4.decode_video().unwrap();
+    assert_eq!((video.width, video.height, video.frames.len()), (128, 128, frames));
+    let audio = mp4.decode_audio().unwrap().unwrap();
+    let seconds = audio.frames() as f64 / audio.sample_rate as f64;
+    assert!((seconds - 8.0).abs() < 0.2, "{seconds} s of audio");
+
+    wait_for(Duration::from_secs(5), || metric(&s, "cadence_streamed_renders_total{outcome=\"ok\"}") == 1.0);
+    assert_eq!(metric(&s, "cadence_renders_total{outcome=\"ok\"}"), 1.0);
+    assert_eq!(metric(&s, "cadence_time_to_first_byte_seconds_count"), 1.0);
+    let ttfb = metric(&s, "cadence_time_to_first_byte_seconds_sum");
+    assert!(ttfb > 0.0 && ttfb <= t_first, "time to first byte {ttfb} s, first byte read at {t_first} s");
+    assert_eq!(metric(&s, "cadence_renders_running"), 0.0);
+    wait_for(Duration::from_secs(5), || s.temp_entries().is_empty());
+}
+
+/// The JSON variant streams too (one fragment for a short clip).
+#[test]
+fn a_streamed_json_render_is_a_fragmented_mp4() {
+    let _r = render_lock();
+    let s = start(&[]);
+    let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
+    let body = serde_json::json!({"audio_b64": b64(tone_wav(0.4)), "avatar_b64": b64(png(128, 96)), "stride": 2});
+    let mut r = client()
+        .post(s.url("/generate?stream=fmp4"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(header(&r, "content-type").starts_with("video/mp4; codecs=\"avc1."));
+    assert_eq!((header(&r, "x-stride"), header(&r, "x-frames")), ("2", "10"));
+    let (body, _) = read_timed(&mut r, Instant::now()).unwrap();
+    let (_dir, mut mp4) = read_back(&body);
+    assert!(mp4.is_fragmented());
+    assert_eq!((mp4.fragments(), mp4.video_samples().unwrap().samples.len()), (1, 10));
+    assert_eq!(mp4.decode_video().unwrap().frames.len(), 10);
+    assert!(mp4.decode_audio().unwrap().is_some());
+}
+
+/// A client that closes the connection mid-stream cancels the render: the slot is free for the
+/// next request at once and the request's directory is gone.
+#[test]
+fn a_client_that_leaves_a_stream_cancels_its_render_and_frees_the_slot() {
+    let _r = render_lock();
+    let s = start(&["--slots", "1", "--queue", "0", "--window", "1"]);
+    let f = form(long_clip(), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let mut r = client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let mut first = [0u8; 4096];
+    assert!(std::io::Read::read(&mut r, &mut first).unwrap() > 0);
+    assert_eq!(metric(&s, "cadence_renders_running"), 1.0);
+    assert!(!s.temp_entries().is_empty(), "the render's directory exists while it runs");
+    let t = Instant::now();
+    drop(r);
+    wait_for(Duration::from_secs(20), || metric(&s, "cadence_streamed_renders_total{outcome=\"cancelled\"}") == 1.0);
+    eprintln!("the render stopped {:.2} s after the client left", t.elapsed().as_secs_f64());
+    assert_eq!(metric(&s, "cadence_renders_total{outcome=\"cancelled\"}"), 1.0);
+    assert_eq!(metric(&s, "cadence_renders_running"), 0.0);
+    wait_for(Duration::from_secs(5), || s.temp_entries().is_empty());
+    assert_eq!(metric(&s, "cadence_time_to_first_byte_seconds_count"), 1.0);
+    // The slot is free (with no queue, a busy slot would be 429).
+    let f = form(tone_wav(0.2), &[]).part("video", part(png(128, 128), "a.png", "image/png"));
+    assert_eq!(client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap().status(), 200);
+}
+
+/// A render that fails after the headers went out (here: cancelled by the drain deadline) cuts
+/// the body off: the client's read fails instead of ending on a well-formed, shorter MP4.
+#[test]
+fn a_stream_whose_render_fails_ends_in_a_broken_transfer() {
+    let _r = render_lock();
+    let mut s = start(&["--drain-seconds", "0.5", "--window", "1"]);
+    let f = form(long_clip(), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let mut r = client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let mut first = [0u8; 4096];
+    assert!(std::io::Read::read(&mut r, &mut first).unwrap() > 0);
+    s.server.shutdown();
+    let (e, rest) = match read_timed(&mut r, Instant::now()) {
+        Ok((body, _)) => panic!("the body ended as if it were complete, after {} more bytes", body.len()),
+        Err(cut) => cut,
+    };
+    eprintln!("the cut-off body: {e} after {} more bytes", rest.len());
+    let TestServer { server, temp } = s;
+    server.stop().unwrap();
+    assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn an_unknown_stream_value_is_refused_before_any_work() {
+    let s = start(&[]);
+    let c = client();
+    let multipart = |q: &str| c.post(s.url(&format!("/generate{q}"))).multipart(form(tone_wav(0.2), &[])).send();
+    let r = multipart("?stream=bogus").unwrap();
+    assert_eq!(r.status(), 422);
+    assert!(r.headers().contains_key("x-request-id"));
+    assert_eq!(error_code(r), "invalid_stream");
+    assert_eq!(error_code(multipart("?stream=fmp4&x=1").unwrap()), "unknown_parameter");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(tone_wav(0.2));
+    let r = c
+        .post(s.url("/generate?stream=mp4"))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({ "audio_b64": b64 }).to_string())
+        .send()
+        .unwrap();
+    assert_eq!((r.status().as_u16(), error_code(r).as_str()), (422, "invalid_stream"));
+    assert_eq!(metric(&s, "cadence_rejections_total{reason=\"invalid\"}"), 3.0);
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 0.0);
+    assert!(s.temp_entries().is_empty());
 }

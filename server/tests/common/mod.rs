@@ -105,6 +105,20 @@ pub fn long_clip() -> Vec<u8> {
     std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/assets/newscast_25s6.wav")).unwrap()
 }
 
+/// The first `seconds` of the long clip's speech, as a WAV of its own.
+pub fn speech_clip(seconds: f64) -> Vec<u8> {
+    let mut r = hound::WavReader::new(Cursor::new(long_clip())).unwrap();
+    let spec = r.spec();
+    let n = (seconds * spec.sample_rate as f64) as usize * spec.channels as usize;
+    let samples: Vec<i16> = r.samples::<i16>().take(n).map(Result::unwrap).collect();
+    assert_eq!(samples.len(), n, "the long clip is shorter than {seconds} s");
+    let mut buf = Cursor::new(Vec::new());
+    let mut w = hound::WavWriter::new(&mut buf, spec).unwrap();
+    samples.into_iter().for_each(|s| w.write_sample(s).unwrap());
+    w.finalize().unwrap();
+    buf.into_inner()
+}
+
 /// `seconds` of a warbling tone at 16 kHz (16-bit PCM mono).
 pub fn tone_wav(seconds: f64) -> Vec<u8> {
     let spec = hound::WavSpec {
@@ -170,6 +184,43 @@ pub fn probe(body: &[u8]) -> cadence_media::Mp4Info {
     let p = dir.path().join("out.mp4");
     std::fs::write(&p, body).unwrap();
     cadence_media::probe(&p).unwrap()
+}
+
+/// The top-level boxes of an MP4: (type, start, end) in bytes.
+pub fn top_level_boxes(mp4: &[u8]) -> Vec<(String, usize, usize)> {
+    let mut boxes = Vec::new();
+    let mut at = 0;
+    while at + 8 <= mp4.len() {
+        let size = u32::from_be_bytes(mp4[at..at + 4].try_into().unwrap()) as usize;
+        assert!(size >= 8 && at + size <= mp4.len(), "a box of {size} bytes at {at} of {}", mp4.len());
+        boxes.push((String::from_utf8_lossy(&mp4[at + 4..at + 8]).into_owned(), at, at + size));
+        at += size;
+    }
+    assert_eq!(at, mp4.len(), "bytes after the last box");
+    boxes
+}
+
+/// For each read of a body: seconds since the start, and the bytes received so far.
+pub type Arrivals = Vec<(f64, usize)>;
+
+/// A transfer that broke off: the error, and the bytes that came before it.
+pub type CutOff = (std::io::Error, Vec<u8>);
+
+/// Reads a response body as it arrives: the bytes, and for each read the seconds since `t0`
+/// and the bytes received so far. A transfer that breaks off is the error, with what came.
+pub fn read_timed(r: &mut reqwest::blocking::Response, t0: Instant) -> Result<(Vec<u8>, Arrivals), CutOff> {
+    use std::io::Read;
+    let (mut body, mut arrivals, mut buf) = (Vec::new(), Vec::new(), vec![0u8; 1 << 16]);
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return Ok((body, arrivals)),
+            Ok(n) => {
+                body.extend_from_slice(&buf[..n]);
+                arrivals.push((t0.elapsed().as_secs_f64(), body.len()));
+            }
+            Err(e) => return Err((e, body)),
+        }
+    }
 }
 
 pub fn header<'a>(r: &'a reqwest::blocking::Response, name: &str) -> &'a str {
