@@ -60,7 +60,7 @@ pub struct RenderArgs {
     /// Render in windows of this many seconds: each window's frames are encoded before the next
     /// window's UNet work, so memory is bounded by the window, not the clip. The video is the
     /// same whatever the window; `0` renders the clip as one window.
-    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = parse_window_seconds)]
+    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = cadence::args::parse_window_seconds)]
     pub window: f64,
     #[command(flatten)]
     pub engines: EngineArgs,
@@ -86,13 +86,6 @@ pub struct RenderArgs {
     /// Adaptive keyframe schedules and text to speech (docs/adaptive_keyframes.md).
     #[command(flatten)]
     pub schedule: ScheduleArgs,
-}
-
-fn parse_window_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && (0.0..=3600.0).contains(&v) => Ok(v),
-        _ => Err(format!("'{s}' is not a window length in seconds (0 to 3600; 0 = the whole clip)")),
-    }
 }
 
 pub fn run(a: RenderArgs) -> Result<()> {

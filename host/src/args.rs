@@ -111,6 +111,14 @@ pub fn parse_frame_rate(s: &str) -> std::result::Result<FrameRate, String> {
 }
 
 /// A positive, finite number of seconds.
+/// `--window`: a render window in seconds, 0 (the clip as one window) to an hour.
+pub fn parse_window_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a window length in seconds (0 to 3600; 0 = the whole clip)")),
+    }
+}
+
 pub fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),

@@ -193,6 +193,29 @@ fn windowed_render_is_byte_identical_to_the_whole_clip_on_every_device() {
     }
 }
 
+/// `clip` through the render loop on the CPU backend, with its own sink and progress callback.
+fn render_on_cpu(
+    engines: &Engines,
+    clip: &CheckClip,
+    compositor: &Compositor,
+    sink: impl FnMut(usize, &[u8]) -> anyhow::Result<()>,
+    progress: impl FnMut(usize),
+) -> anyhow::Result<cadence::pipeline::RenderStats> {
+    let CheckClip { opts, features, speech, schedule, avatar, .. } = clip;
+    cadence::pipeline::render_frames(
+        engines,
+        &Backend::Cpu,
+        opts,
+        features,
+        speech,
+        schedule,
+        avatar,
+        compositor,
+        sink,
+        progress,
+    )
+}
+
 /// A window's frames leave before the next window's UNet batches run (the point of windows),
 /// and with one window every UNet batch runs before the first frame. Read off the progress
 /// callback: 0 after each UNet batch, 1 after each frame handed to the sink.
@@ -204,19 +227,7 @@ fn windowed_render_hands_out_frames_before_the_clip_is_through_the_unet() {
     let order = |clip: &CheckClip| {
         let compositor = clip.compositor(&Backend::Cpu).unwrap();
         let mut events = Vec::new();
-        cadence::pipeline::render_frames(
-            &engines,
-            &Backend::Cpu,
-            &clip.opts,
-            &clip.features,
-            &clip.speech,
-            &clip.schedule,
-            &clip.avatar,
-            &compositor,
-            |_, _| Ok(()),
-            |e| events.push(e),
-        )
-        .unwrap();
+        render_on_cpu(&engines, clip, &compositor, |_, _| Ok(()), |e| events.push(e)).unwrap();
         let unet_batches = events.iter().filter(|&&e| e == 0).count();
         let before_first_frame = events.iter().take_while(|&&e| e == 0).count();
         (unet_batches, before_first_frame)
@@ -244,14 +255,9 @@ fn cancel_flag_stops_the_render_at_the_next_batch() {
     clip.opts.window = Some(8);
     let compositor = clip.compositor(&Backend::Cpu).unwrap();
     let mut seen = 0;
-    let err = cadence::pipeline::render_frames(
+    let err = render_on_cpu(
         &engines,
-        &Backend::Cpu,
-        &clip.opts,
-        &clip.features,
-        &clip.speech,
-        &clip.schedule,
-        &clip.avatar,
+        &clip,
         &compositor,
         |f, _| {
             seen += 1;

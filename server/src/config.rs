@@ -50,7 +50,7 @@ pub struct ServeArgs {
     /// Render in windows of this many seconds (as `cadence render --window`): a streamed
     /// response's first segment waits for the first window, and memory is bounded by it. The
     /// video is the same whatever the window; `0` renders the clip as one window.
-    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = parse_window_seconds)]
+    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = cadence::args::parse_window_seconds)]
     pub window: f64,
     /// Where cadence's kernels run (expansion, easing, compositing + NV12).
     #[arg(long, value_enum, default_value = "auto")]
@@ -59,13 +59,6 @@ pub struct ServeArgs {
     /// on first use.
     #[command(flatten)]
     pub engines: EngineArgs,
-}
-
-fn parse_window_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && (0.0..=3600.0).contains(&v) => Ok(v),
-        _ => Err(format!("'{s}' is not a window length in seconds (0 to 3600; 0 = the whole clip)")),
-    }
 }
 
 /// The bundled anchor portrait (1080x1920), the avatar of a request that sends none.
