@@ -58,7 +58,7 @@ pub struct RenderArgs {
     #[arg(long, default_value_t = 4)]
     pub ramp: u32,
     /// Render in windows of this many seconds: each window's frames are encoded before the next
-    /// window's UNet work, so memory is bounded by the window, not the clip. The video is the
+    /// window's UNet work, so the frames in flight are bounded by the window, not the clip. The video is the
     /// same whatever the window; `0` renders the clip as one window.
     #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = cadence::args::parse_window_seconds)]
     pub window: f64,

@@ -286,7 +286,7 @@ fn ms(t: Instant) -> f64 {
 /// The clip is rendered in windows of about `opts.window` frames ([`RenderOptions::window`]):
 /// each window's keyframes go through the UNet, its frames are expanded, eased, decoded and
 /// handed to the sink before the next window's UNet work starts, so the first frame leaves
-/// after one window's work and memory is bounded by a window, not by the clip. The output is
+/// after one window's work and the frames in flight are bounded by a window, not by the clip. The output is
 /// byte-identical whatever the window, because every engine call and every kernel sees exactly
 /// the inputs of the whole-clip render:
 /// - the UNet runs the same batches (consecutive keyframes that are not bypassed, `batch` at a

@@ -21,7 +21,7 @@ pub struct Prepared {
     pub audio: Audio,
     /// The audio encoder's windows for the whole clip, made before the render; `None` when the
     /// render is windowed ([`RenderOptions::window`]): it then encodes the audio as its windows
-    /// reach it, and memory stays bounded by the window. [`Self::whole_features`] makes them.
+    /// reach it, keeping only the encoder windows the next frames need. [`Self::whole_features`] makes them.
     pub features: Option<Batch>,
     pub speech: Vec<bool>,
     pub frames: usize,

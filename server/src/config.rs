@@ -48,7 +48,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     pub drain_seconds: f64,
     /// Render in windows of this many seconds (as `cadence render --window`): a streamed
-    /// response's first segment waits for the first window, and memory is bounded by it. The
+    /// response's first segment waits for the first window, and the frames in flight are bounded by it. The
     /// video is the same whatever the window; `0` renders the clip as one window.
     #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = cadence::args::parse_window_seconds)]
     pub window: f64,
