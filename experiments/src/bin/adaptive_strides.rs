@@ -437,6 +437,7 @@ fn dense_render(
     ensure!(opts.fps == cadence_media::FrameRate::whole(25), "the experiment runs at 25 fps");
     let samples = audio.samples_16k.clone();
     let prepared = render::prepare(engines, backend, audio, img, *face, opts)?;
+    let features = prepared.whole_features(engines, opts)?;
     let n = prepared.frames;
     let distance = speech_distance(&prepared.speech);
     let bypassed = bypassed_frames(&distance, opts.ramp);
@@ -445,14 +446,7 @@ fn dense_render(
     let batch = opts.batch.max(1);
     let bar = progress_bar(active.len() as u64, &format!("{name}: UNet (dense)"));
     let t = Instant::now();
-    let lat = unet_frames(
-        &engines.unet,
-        prepared.features.as_ref().expect("rendered as one window"),
-        &prepared.avatar,
-        &active,
-        batch,
-        |b| bar.inc(b as u64),
-    )?;
+    let lat = unet_frames(&engines.unet, &features, &prepared.avatar, &active, batch, |b| bar.inc(b as u64))?;
     let unet_ms_per_eval = t.elapsed().as_secs_f64() * 1e3 / active.len() as f64;
     bar.finish_and_clear();
     let rest = prepared.avatar.rest.clone();
@@ -500,7 +494,7 @@ fn dense_render(
         }
         fc.classes
     });
-    let window = prepared.features.as_ref().expect("rendered as one window").shape[1..].iter().product::<usize>();
+    let window = features.shape[1..].iter().product::<usize>();
     eprintln!(
         "adaptive_strides: {name}: {n} frames, {} not bypassed; UNet {unet_ms_per_eval:.1} ms/frame, decoder {decoder_ms_per_frame:.1} ms/frame",
         active.len()
@@ -516,7 +510,7 @@ fn dense_render(
         rgb,
         mouth,
         rest_mouth,
-        features: prepared.features.as_ref().expect("rendered as one window").data.clone(),
+        features: features.data.clone(),
         window,
         samples,
         alignment,

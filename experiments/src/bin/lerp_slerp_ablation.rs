@@ -479,6 +479,7 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let session = Session::open(&sa)?;
     let Session { backend, engines, opts, audio, img, face, .. } = &session;
     let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+    let features = prepared.whole_features(engines, opts)?;
     ensure!(
         prepared.frames >= args.start + n,
         "the audio gives {} frames, fewer than --start {} + --frames {n}",
@@ -496,14 +497,7 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let bar = progress_bar(n as u64, "UNet (every frame)");
     let t = Instant::now();
     let frames: Vec<usize> = (args.start..args.start + n).collect();
-    let dense = unet_frames(
-        &engines.unet,
-        prepared.features.as_ref().expect("rendered as one window"),
-        &prepared.avatar,
-        &frames,
-        batch,
-        |b| bar.inc(b as u64),
-    )?;
+    let dense = unet_frames(&engines.unet, &features, &prepared.avatar, &frames, batch, |b| bar.inc(b as u64))?;
     bar.finish_and_clear();
     let unet_s = t.elapsed().as_secs_f64();
     let mot = motion(&dense, n, &args.strides)?;
