@@ -180,18 +180,8 @@ impl<W: Write> FragmentedWriter<W> {
         self.audio_encode_s += t.elapsed().as_secs_f64();
         let has_audio = self.mux.has_audio();
         let bytes = self.mux.finish(tail)?;
-        let stats = VideoStats {
-            frames: self.mux.frames_written(),
-            bytes,
-            fragments: self.mux.fragments(),
-            encoder: self.enc.kind.name().to_string(),
-            encode_s: self.enc.encode_s,
-            audio_encode_s: self.audio_encode_s,
-            width: self.enc.width,
-            height: self.enc.height,
-            fps: self.enc.fps,
-            has_audio,
-        };
+        let stats =
+            self.enc.stats(self.mux.frames_written(), bytes, self.mux.fragments(), self.audio_encode_s, has_audio);
         Ok((stats, self.mux.into_inner()))
     }
 }

@@ -303,6 +303,29 @@ pub(crate) struct VideoEncoder {
 }
 
 impl VideoEncoder {
+    /// The statistics of a finished file or stream written from this encoder's output.
+    pub(crate) fn stats(
+        &self,
+        frames: u64,
+        bytes: u64,
+        fragments: u64,
+        audio_encode_s: f64,
+        has_audio: bool,
+    ) -> VideoStats {
+        VideoStats {
+            frames,
+            bytes,
+            fragments,
+            encoder: self.kind.name().to_string(),
+            encode_s: self.encode_s,
+            audio_encode_s,
+            width: self.width,
+            height: self.height,
+            fps: self.fps,
+            has_audio,
+        }
+    }
+
     /// `width` and `height` must be even, 16..=3840; `fps` in (0, 240].
     pub fn new(width: u32, height: u32, fps: FrameRate, encoder: EncoderKind) -> Result<Self> {
         if !width.is_multiple_of(2) || !height.is_multiple_of(2) {
@@ -438,18 +461,7 @@ impl VideoWriter {
         self.enc.flush(&mut self.mux)?;
         let frames = self.mux.frames();
         let bytes = self.mux.finish()?;
-        Ok(VideoStats {
-            frames,
-            bytes,
-            fragments: 0,
-            encoder: self.enc.kind.name().to_string(),
-            encode_s: self.enc.encode_s,
-            audio_encode_s: self.audio_encode_s,
-            width: self.enc.width,
-            height: self.enc.height,
-            fps: self.enc.fps,
-            has_audio: self.has_audio,
-        })
+        Ok(self.enc.stats(frames, bytes, 0, self.audio_encode_s, self.has_audio))
     }
 }
 
