@@ -346,87 +346,9 @@ pub fn signed_summary(values: &[f64]) -> Result<SignedSummary> {
     Ok(SignedSummary { mean, worst, count: values.len() })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Throughput projection (calibrate): frames/s of a render predicted from component costs.
-// ---------------------------------------------------------------------------------------------
-
-/// Component costs measured by `calibrate`, in milliseconds.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct ComponentCosts {
-    /// UNet, per evaluated keyframe (1000 / its throughput in frames/s).
-    pub unet_ms_per_frame: f64,
-    /// Decoder, per decoded frame.
-    pub decoder_ms_per_frame: f64,
-    /// Compositing fused with NV12, per output frame.
-    pub composite_nv12_ms_per_frame: f64,
-    /// Video encoder, per output frame (0 without an encoder).
-    pub encoder_ms_per_frame: f64,
-    /// Once per render: audio encoder on the clip plus avatar preparation.
-    pub fixed_ms_per_render: f64,
-}
-
-/// What one render at a given stride evaluates: known before rendering from the schedule and the
-/// voice activity (bypassed silence runs skip the UNet and the decoder).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct RenderCounts {
-    pub frames: usize,
-    pub unet_evaluations: usize,
-    pub decoded_frames: usize,
-}
-
-impl RenderCounts {
-    /// Counts from the keyframe list and the per-frame bypass flags (`bypassed[f]`: frame f is
-    /// deep enough in silence that the pipeline skips every network for it).
-    pub fn from_schedule(keys: &[u32], bypassed: &[bool]) -> Result<RenderCounts> {
-        ensure!(!bypassed.is_empty(), "a render has at least one frame");
-        ensure!(
-            keys.iter().all(|&k| (k as usize) < bypassed.len()),
-            "a keyframe lies outside the {} frames",
-            bypassed.len()
-        );
-        Ok(RenderCounts {
-            frames: bypassed.len(),
-            unet_evaluations: keys.iter().filter(|&&k| !bypassed[k as usize]).count(),
-            decoded_frames: bypassed.iter().filter(|&&b| !b).count(),
-        })
-    }
-
-    /// Dense speech (no bypass), as the source's /calibrate assumes.
-    pub fn without_bypass(frames: usize, keyframes: usize) -> RenderCounts {
-        RenderCounts { frames, unet_evaluations: keyframes, decoded_frames: frames }
-    }
-}
-
-/// The bypass rule of the pipeline's silence easing: a frame is bypassed when its distance to the
-/// nearest speech frame is at least `ramp` (its easing weight is 0); speech frames never are.
-pub fn bypassed_frames(distance_to_speech: &[u32], ramp: u32) -> Vec<bool> {
-    distance_to_speech.iter().map(|&d| d != 0 && d >= ramp).collect()
-}
-
-/// Projected wall time of one render in ms, the stages taken as serial (they are, on the CPU
-/// path): UNet x evaluations + decoder x decoded frames + (compositing + encoder) x frames +
-/// the keyframe expansion + the fixed per-render work.
-pub fn projected_render_ms(c: &ComponentCosts, n: &RenderCounts, expand_ms: f64) -> f64 {
-    c.unet_ms_per_frame * n.unet_evaluations as f64
-        + c.decoder_ms_per_frame * n.decoded_frames as f64
-        + (c.composite_nv12_ms_per_frame + c.encoder_ms_per_frame) * n.frames as f64
-        + expand_ms
-        + c.fixed_ms_per_render
-}
-
-/// Frames per second of a render of `frames` frames taking `ms`.
-pub fn fps(frames: usize, ms: f64) -> f64 {
-    frames as f64 / (ms * 1e-3)
-}
-
-/// Signed relative error of a projection, 100 (projected - measured) / measured: positive when the
-/// projection is optimistic.
-pub fn projection_error_pct(projected: f64, measured: f64) -> f64 {
-    100.0 * (projected - measured) / measured
-}
-
-/// The source's duty-cycle label: "100%", "50%", "33.3%" (one decimal, trailing ".0" dropped).
-pub fn duty_cycle_label(fraction: f64) -> String {
-    let s = format!("{:.1}", 100.0 * fraction);
-    format!("{}%", s.strip_suffix(".0").unwrap_or(&s))
-}
+// Throughput projection (calibrate): in the library, where the server's `POST /calibrate` uses it
+// too; the pipeline's bypass rule is the schedule module's.
+pub use cadence::calibrate::{
+    duty_cycle_label, fps, projected_render_ms, projection_error_pct, ComponentCosts, RenderCounts,
+};
+pub use cadence::schedule::bypassed_frames;
