@@ -57,6 +57,20 @@ impl Admission {
         Ok(Slot { _permit: permit })
     }
 
+    /// A slot, however long it takes: for jobs, which wait in the job table (bounded by
+    /// `--max-jobs`) rather than in the queue of requests. The semaphore is fair, so jobs and
+    /// `/generate` requests take the slots in the order they asked.
+    pub async fn wait(&self) -> Slot {
+        Slot { _permit: self.slots.clone().acquire_owned().await.expect("the semaphore is never closed") }
+    }
+
+    /// Every slot, once the renders holding them have finished (a calibration). Fair: renders
+    /// that ask later wait behind it.
+    pub async fn take_all(&self) -> Slot {
+        let n = u32::try_from(self.total).expect("slots fit in u32");
+        Slot { _permit: self.slots.clone().acquire_many_owned(n).await.expect("the semaphore is never closed") }
+    }
+
     pub fn slots(&self) -> usize {
         self.total
     }

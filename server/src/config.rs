@@ -44,6 +44,17 @@ pub struct ServeArgs {
     /// Parent of the per-request temporary directories [default: $TMPDIR/cadence-serve].
     #[arg(long)]
     pub temp_dir: Option<PathBuf>,
+    /// Where jobs' MP4s are kept until they expire [default: a temporary directory, removed at
+    /// exit]. One server per directory: files named like job ids found there at start are
+    /// removed (no job table holds them).
+    #[arg(long)]
+    pub jobs_dir: Option<PathBuf>,
+    /// Seconds a finished job (its record and its MP4) is kept.
+    #[arg(long, default_value = "3600", value_parser = parse_seconds)]
+    pub job_ttl_seconds: f64,
+    /// Records the job table holds (jobs and streamed renders, until they expire); beyond: 429.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_jobs: u32,
     /// On SIGTERM/SIGINT, how long in-flight renders may finish before they are cancelled.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     pub drain_seconds: f64,
@@ -77,6 +88,9 @@ pub struct Config {
     pub default_avatar: Vec<u8>,
     pub temp_root: PathBuf,
     pub drain: Duration,
+    pub jobs_dir: Option<PathBuf>,
+    pub job_ttl: Duration,
+    pub max_jobs: usize,
     /// Render window in seconds (0: the whole clip).
     pub window_seconds: f64,
     pub backend: BackendChoice,
@@ -107,6 +121,9 @@ impl ServeArgs {
             default_avatar,
             temp_root: self.temp_dir.unwrap_or_else(|| std::env::temp_dir().join("cadence-serve")),
             drain: Duration::from_secs_f64(self.drain_seconds),
+            jobs_dir: self.jobs_dir,
+            job_ttl: Duration::from_secs_f64(self.job_ttl_seconds),
+            max_jobs: self.max_jobs as usize,
             window_seconds: self.window,
             backend: self.backend,
             engines: self.engines,

@@ -10,9 +10,11 @@ use crate::admission::Slot;
 use crate::avatars;
 use crate::engines::EngineSet;
 use crate::error::ApiError;
+use crate::jobs::{JobError, JobKind, JobRecord};
 use crate::options::Settings;
-use crate::render_job::{self, AvatarInput, Job, Rendered, Target};
+use crate::render_job::{self, AvatarInput, Job, Progress, Rendered, Target};
 use crate::state::{AppState, CancelGuard};
+use crate::stats::{header_text, server_timing, FinalStats, Timing};
 use crate::stream::{self, Chunk, Mode, SegmentSender, StreamBody};
 use crate::tempdirs;
 use crate::upload::{self, BodyKind, Upload};
@@ -25,12 +27,11 @@ use cadence::pipeline::RenderOptions;
 use cadence::{render, KeyframeSchedule};
 use cadence_media::Audio;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
+use tempfile::TempDir;
 use tokio::sync::mpsc;
-
-/// Server-Timing entries: (name, milliseconds, description).
-type Timing = Vec<(&'static str, f64, Option<&'static str>)>;
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
@@ -44,13 +45,21 @@ pub fn rejected<'a>(state: &'a AppState, reason: &'static str) -> impl Fn(ApiErr
     }
 }
 
-pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
-    let t_all = Instant::now();
-    let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
+/// A request's body read and checked (before any engine work): what the render needs, the
+/// request's temporary directory, its cancel guard and the Server-Timing entries so far.
+pub struct Intake {
+    pub checked: Checked,
+    pub dir: TempDir,
+    pub guard: CancelGuard,
+    pub timing: Timing,
+}
+
+/// The body of a render request (`/generate`, `/v1/jobs`), multipart or JSON: streamed into a
+/// fresh temporary directory within the limits, then every field checked and the files decoded.
+pub async fn intake(state: &AppState, req: Request) -> Result<Intake, ApiError> {
     let kind = upload::body_kind(req.headers(), state.config.max_body_bytes).inspect_err(|e| {
         state.metrics.rejection(if e.status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "media_type" });
     })?;
-    let mode = stream::mode(req.uri().query()).map_err(rejected(&state, "invalid"))?;
     // From here a dropped future (the client went away) cancels whatever runs for it.
     let guard = state.track();
     let dir = tempdirs::request_dir(&state.config.temp_root)
@@ -62,7 +71,7 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
         }
         BodyKind::Json => upload::read_json(req, dir.path()).await,
     }
-    .map_err(|e| count_invalid(&state, e))?;
+    .map_err(|e| count_invalid(state, e))?;
     let mut timing: Timing = vec![("upload", ms(t), None)];
 
     let t = Instant::now();
@@ -70,8 +79,20 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
     let checked = tokio::task::spawn_blocking(move || check(&st, up, &dir_path))
         .await
         .map_err(|e| ApiError::internal(format!("checking the request: {e}")))?
-        .map_err(|e| count_invalid(&state, e))?;
+        .map_err(|e| count_invalid(state, e))?;
     timing.push(("validate", ms(t), None));
+    Ok(Intake { checked, dir, guard, timing })
+}
+
+pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
+    let t_all = Instant::now();
+    let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
+    let mode = stream::mode(req.uri().query()).map_err(rejected(&state, "invalid"))?;
+    if mode == Mode::Fmp4 {
+        // A streamed render's statistics go to a job record.
+        state.jobs.check_room().map_err(rejected(&state, "too_many_jobs"))?;
+    }
+    let Intake { checked, dir, guard, mut timing } = intake(&state, req).await?;
 
     let t = Instant::now();
     let slot = state.admission.admit().await.map_err(|q| {
@@ -85,33 +106,24 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
     })?;
     timing.push(("queue", ms(t), None));
 
-    let Checked { audio, avatar, schedule, settings } = checked;
-    let stride = settings.stride;
-    let fps = settings.fps;
+    let stride = checked.settings.stride;
+    let fps = checked.settings.fps;
     let cancel = guard.flag();
-    let (target, pipe) = match mode {
-        Mode::Whole => (Target::File, None),
-        Mode::Fmp4 => {
-            let (tx, rx) = mpsc::channel(stream::CHANNEL_SEGMENTS);
-            let first_sent = Arc::new(OnceLock::new());
-            let sender = SegmentSender::new(tx.clone(), cancel.clone(), first_sent.clone());
-            (Target::Fragmented(Box::new(sender)), Some(Pipe { tx, rx, first_sent }))
-        }
-    };
-    let job = Job {
-        audio,
-        avatar,
-        schedule,
-        settings,
-        batch: state.config.engines.batch as usize,
-        cancel,
-        dir,
-        target,
-        window_seconds: state.config.window_seconds,
-    };
-    if let Some(pipe) = pipe {
-        return streamed(&state, set, slot, guard, job, pipe, timing, t_all).await;
+    if mode == Mode::Fmp4 {
+        let record = state
+            .jobs
+            .create(JobKind::Stream, checked.schedule.n_frames(), cancel.clone())
+            .map_err(rejected(&state, "too_many_jobs"))?;
+        let (tx, rx) = mpsc::channel(stream::CHANNEL_SEGMENTS);
+        let first_sent = Arc::new(OnceLock::new());
+        let sender = SegmentSender::new(tx.clone(), cancel.clone(), first_sent.clone());
+        let rec = record.clone();
+        let progress: Progress = Box::new(move |n| rec.frame_done(n));
+        let job = checked.into_job(&state, cancel, dir, Target::Fragmented(Box::new(sender)), Some(progress));
+        let pipe = Pipe { tx, rx, first_sent };
+        return streamed(&state, set, slot, guard, job, pipe, record, timing, t_all).await;
     }
+    let job = checked.into_job(&state, cancel, dir, Target::File, None);
     let st = state.clone();
     let rendered = tokio::task::spawn_blocking(move || {
         let _slot = slot;
@@ -147,6 +159,7 @@ async fn streamed(
     guard: CancelGuard,
     job: Job,
     pipe: Pipe,
+    record: Arc<JobRecord>,
     mut timing: Timing,
     t_all: Instant,
 ) -> Result<Response, ApiError> {
@@ -154,10 +167,16 @@ async fn streamed(
     let (stride, frames, decoder) = (job.settings.stride, job.schedule.n_frames(), job.settings.decoder);
     let clip_fps = job.settings.fps.hz();
     let (st, engines, span) = (state.clone(), set.clone(), tracing::Span::current());
+    let (rec, pre_render) = (record.clone(), timing.clone());
     let render = tokio::task::spawn_blocking(move || {
         let _span = span.enter();
+        rec.set_running();
         let result = render_job::run(&engines, &st.metrics, job);
         drop(slot);
+        rec.finish(match &result {
+            Ok(r) => Ok(FinalStats::new(r, stride, clip_fps, pre_render, ms(t_all))),
+            Err(e) => Err(JobError { code: e.code, message: e.message.clone() }),
+        });
         let first_byte_s = first_sent.get().map(|t| t.duration_since(t_all).as_secs_f64());
         if let Some(s) = first_byte_s {
             st.metrics.first_byte(s);
@@ -179,6 +198,7 @@ async fn streamed(
                     render_ms = format!("{:.1}", rep.end_to_end_ms),
                     total_ms = format!("{:.1}", ms(t_all)),
                     bytes = r.bytes,
+                    job = %rec.id,
                     "streamed render done"
                 );
                 let _ = tx.blocking_send(Chunk::End);
@@ -203,6 +223,8 @@ async fn streamed(
                 Err(e) => {
                     state.metrics.render_outcome("failed");
                     state.metrics.streamed("failed");
+                    record
+                        .finish(Err(JobError { code: "internal", message: format!("the render thread failed: {e}") }));
                     ApiError::internal(format!("the render thread failed: {e}"))
                 }
             });
@@ -210,11 +232,12 @@ async fn streamed(
     };
     // A render thread that dies after the first segment: the body ends with an error (the
     // channel closes without its end), and the failure is counted here.
-    let st = state.clone();
+    let (st, rec) = (state.clone(), record.clone());
     tokio::spawn(async move {
         if let Err(e) = render.await {
             st.metrics.render_outcome("failed");
             st.metrics.streamed("failed");
+            rec.finish(Err(JobError { code: "internal", message: format!("the render thread failed: {e}") }));
             tracing::error!("the streamed render's thread failed: {e}");
         }
     });
@@ -232,6 +255,8 @@ async fn streamed(
         (h("x-frames"), HeaderValue::from(frames)),
         (h("x-weights"), header_text(&weights)),
         (h("server-timing"), header_text(&server_timing(&timing))),
+        // The final statistics, once the stream has ended: GET /v1/jobs/{id}.
+        (h("x-job-id"), header_text(&record.id)),
         // Proxies that buffer responses (nginx) pass this one through as it comes.
         (h("x-accel-buffering"), HeaderValue::from_static("no")),
     ];
@@ -259,6 +284,31 @@ pub struct Checked {
     pub avatar: AvatarInput,
     pub schedule: KeyframeSchedule,
     pub settings: Settings,
+}
+
+impl Checked {
+    /// The render of this request with the server's batch and window.
+    pub fn into_job(
+        self,
+        state: &AppState,
+        cancel: Arc<AtomicBool>,
+        dir: TempDir,
+        target: Target,
+        progress: Option<Progress>,
+    ) -> Job {
+        Job {
+            audio: self.audio,
+            avatar: self.avatar,
+            schedule: self.schedule,
+            settings: self.settings,
+            batch: state.config.engines.batch as usize,
+            cancel,
+            dir,
+            target,
+            window_seconds: state.config.window_seconds,
+            progress,
+        }
+    }
 }
 
 fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> {
@@ -314,53 +364,11 @@ pub fn lookup(state: &AppState, id: &str) -> Result<std::sync::Arc<avatars::Avat
     })
 }
 
-/// Header-safe text: anything but visible ASCII and spaces becomes '?'.
-fn header_text(s: &str) -> HeaderValue {
-    let clean: String = s.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect();
-    HeaderValue::from_str(&clean).unwrap_or(HeaderValue::from_static("?"))
-}
-
-fn server_timing(timing: &Timing) -> String {
-    let entries: Vec<String> = timing
-        .iter()
-        .map(|(name, dur, desc)| match desc {
-            Some(d) => format!("{name};dur={dur:.1};desc=\"{d}\""),
-            None => format!("{name};dur={dur:.1}"),
-        })
-        .collect();
-    entries.join(", ")
-}
-
-fn response(r: Rendered, stride: usize, clip_fps: f64, mut timing: Timing, total_ms: f64) -> Response {
-    let rep = &r.report;
-    let s = &rep.stages_ms;
-    if r.engine_load_ms > 0.0 {
-        timing.push(("engine_load", r.engine_load_ms, None));
-    }
-    timing.push(("avatar", r.avatar_ms, Some(if r.avatar_cached { "cached" } else { "prepared" })));
-    timing.extend([
-        ("audio_encoder", s.audio_encoder, None),
-        ("unet", s.unet, None),
-        ("decoder", s.decoder, None),
-        ("composite", s.composite_nv12 + s.expand + s.ease, None),
-        ("encoder", s.encoder, None),
-        ("render", rep.end_to_end_ms, None),
-        ("total", total_ms, None),
-    ]);
-    let h = |name: &'static str| HeaderName::from_static(name);
-    let headers = [
-        (header::CONTENT_TYPE, HeaderValue::from_static("video/mp4")),
-        (h("x-inference-fps"), header_text(&format!("{:.2}", rep.render_fps))),
-        (h("x-stride"), HeaderValue::from(stride)),
-        (h("x-realtime-factor"), header_text(&format!("{:.2}x", rep.render_fps / clip_fps))),
-        (h("x-frames"), HeaderValue::from(rep.frames)),
-        (h("x-keyframes-evaluated"), HeaderValue::from(rep.unet_evaluations)),
-        (h("x-bypassed-frames"), HeaderValue::from(rep.bypassed_frames)),
-        (h("x-weights"), header_text(&rep.setup.weights)),
-        (h("server-timing"), header_text(&server_timing(&timing))),
-    ];
+fn response(r: Rendered, stride: usize, clip_fps: f64, timing: Timing, total_ms: f64) -> Response {
+    let stats = FinalStats::new(&r, stride, clip_fps, timing, total_ms);
     let mut resp = (StatusCode::OK, r.mp4).into_response();
-    for (name, value) in headers {
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("video/mp4"));
+    for (name, value) in stats.headers() {
         resp.headers_mut().insert(name, value);
     }
     resp

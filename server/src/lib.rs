@@ -1,16 +1,20 @@
 //! cadence's render server, `cadence serve`: the source's `POST /generate` (multipart, and a JSON
 //! variant) on axum, with the engines loaded once and shared, avatars prepared once, render slots
 //! and a bounded queue, fragmented MP4 streamed while it renders (`?stream=fmp4`), limits checked
-//! before any engine work, bearer-token auth, Prometheus metrics and an OpenAPI document.
+//! before any engine work, jobs for long clips (`/v1/jobs`: progress, server-sent events, the
+//! result with HTTP ranges), bearer-token auth, Prometheus metrics and an OpenAPI document.
 //! Stateless apart from the avatar cache (README.md).
 
 pub mod admission;
 pub mod avatar_routes;
 pub mod avatars;
+pub mod calibration;
 pub mod config;
 pub mod engines;
 pub mod error;
 pub mod generate;
+pub mod job_routes;
+pub mod jobs;
 pub mod linger;
 pub mod metrics;
 pub mod middleware;
@@ -20,6 +24,7 @@ pub mod render_job;
 pub mod routes;
 pub mod serve;
 pub mod state;
+pub mod stats;
 pub mod stream;
 pub mod tempdirs;
 pub mod upload;

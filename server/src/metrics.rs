@@ -51,6 +51,8 @@ pub struct Gauges {
     pub running: usize,
     pub queued: usize,
     pub avatars: usize,
+    /// Records in the job table by state.
+    pub jobs: [(&'static str, usize); 5],
 }
 
 impl Metrics {
@@ -206,6 +208,12 @@ impl Metrics {
             plain(self.avatar_cache_hits.load(Ordering::Relaxed).to_string()),
         );
         family("cadence_avatars", "gauge", "Prepared avatars in the cache.", plain(g.avatars.to_string()));
+        family(
+            "cadence_jobs",
+            "gauge",
+            "Records in the job table (jobs and streamed renders), by state.",
+            g.jobs.iter().map(|(s, n)| (labels(&[("state", s)]), n.to_string())).collect(),
+        );
         family("cadence_ready", "gauge", "1 when the server accepts renders.", plain(u8::from(g.ready).to_string()));
         out
     }

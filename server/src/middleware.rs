@@ -14,8 +14,9 @@ use tracing::Instrument;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Routes open without the token: a load balancer's probes carry none.
-pub const OPEN_ROUTES: [&str; 2] = ["/healthz", "/readyz"];
+/// Routes open without the token: a load balancer's probes carry none, and the page holds no
+/// data (it asks for the token to send with its renders).
+pub const OPEN_ROUTES: [&str; 3] = ["/", "/healthz", "/readyz"];
 
 fn client_id(req: &Request) -> Option<String> {
     let v = req.headers().get(&REQUEST_ID)?.to_str().ok()?;

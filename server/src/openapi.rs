@@ -13,15 +13,17 @@ pub struct Route {
 }
 
 const RENDER_ERRORS: &[(u16, &str)] = &[
-    (200, "the MP4 (video/mp4) with X-Inference-FPS, X-Stride, X-Realtime-Factor, X-Frames, X-Keyframes-Evaluated, X-Bypassed-Frames, X-Weights, X-Request-Id and Server-Timing; with stream=fmp4, a fragmented MP4 (video/mp4; codecs=...) in chunked transfer, sent segment by segment while it renders, with X-Stride, X-Frames, X-Weights, X-Request-Id and Server-Timing up to the first byte (a render that fails after the first byte cuts the body off)"),
+    (200, "the MP4 (video/mp4) with X-Inference-FPS, X-Stride, X-Realtime-Factor, X-Frames, X-Keyframes-Evaluated, X-Bypassed-Frames, X-Weights, X-Request-Id and Server-Timing; with stream=fmp4, a fragmented MP4 (video/mp4; codecs=...) in chunked transfer, sent segment by segment while it renders, with X-Stride, X-Frames, X-Weights, X-Request-Id, X-Job-Id and Server-Timing up to the first byte (a render that fails after the first byte cuts the body off)"),
     (400, "malformed body"),
     (404, "unknown avatar_id"),
     (413, "body or field over --max-body-mb"),
     (415, "not multipart/form-data or application/json"),
     (422, "a field that cannot be rendered (or a stream value other than fmp4): corrupt or NaN audio, audio over --max-seconds, an image over --max-pixels, stride 0, a bad keyframe list, ..."),
-    (429, "render slots and queue full (Retry-After)"),
+    (429, "render slots and queue full, or (stream=fmp4) the job table full (Retry-After)"),
     (503, "loading, draining or cancelled at shutdown (Retry-After)"),
 ];
+
+const JOB_LOOKUP: &[(u16, &str)] = &[(200, "the job"), (400, "not a job id"), (404, "unknown or expired")];
 
 pub const ROUTES: &[Route] = &[
     Route {
@@ -55,6 +57,74 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/avatars/{id}",
         summary: "Forget a registered avatar",
         responses: &[(204, "removed"), (404, "unknown"), (422, "malformed id")],
+    },
+    Route {
+        method: "post",
+        path: "/v1/jobs",
+        summary: "Queue a render (the same bodies as /generate); answered at once with the job (Location: /v1/jobs/{id})",
+        responses: &[
+            (202, "the job, queued"),
+            (400, "malformed body"),
+            (404, "unknown avatar_id"),
+            (413, "body or field over --max-body-mb"),
+            (415, "not multipart/form-data or application/json"),
+            (422, "a field that cannot be rendered, or a query parameter"),
+            (429, "the job table is full (--max-jobs; Retry-After)"),
+            (503, "loading or draining (Retry-After)"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/v1/jobs/{id}",
+        summary: "A job or streamed render: state (queued, running, done, failed, cancelled), progress, frames_done, eta_seconds, and the final statistics",
+        responses: JOB_LOOKUP,
+    },
+    Route {
+        method: "delete",
+        path: "/v1/jobs/{id}",
+        summary: "Cancel a job that has not finished (202; its render stops at the next batch, its files are removed), or forget one that has (204)",
+        responses: &[(202, "cancelling"), (204, "forgotten"), (400, "not a job id"), (404, "unknown or expired")],
+    },
+    Route {
+        method: "get",
+        path: "/v1/jobs/{id}/result",
+        summary: "The MP4 of a finished job, with HTTP Range support",
+        responses: &[
+            (200, "the MP4 (video/mp4)"),
+            (206, "the requested range (Content-Range)"),
+            (400, "not a job id"),
+            (404, "unknown or expired, or a streamed render (nothing kept)"),
+            (409, "the job is not done"),
+            (416, "the range cannot be satisfied (Content-Range: bytes */size)"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/v1/jobs/{id}/events",
+        summary: "Server-sent events: 'progress' events with the job's JSON, then one named after the final state (done, failed, cancelled)",
+        responses: &[(200, "text/event-stream"), (400, "not a job id"), (404, "unknown or expired")],
+    },
+    Route {
+        method: "post",
+        path: "/calibrate",
+        summary: "Measure the engines (the source's JSON: benchmarks.musetalk.{unet, taesd, stride_projections.stride_1..3}), with a render per stride beside each projection, the hardware, backend, device, profile, weights and recommended_render_slots; holds every render slot while it runs. Query: frames (5..=250, default 50), runs (1..=5, default 3)",
+        responses: &[
+            (200, "the calibration (also GET /v1/calibration until the next)"),
+            (422, "frames or runs out of bounds, or another query parameter"),
+            (503, "loading, draining, or a calibration already running (Retry-After)"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/v1/calibration",
+        summary: "The last calibration's JSON",
+        responses: &[(200, "the calibration"), (404, "no calibration yet")],
+    },
+    Route {
+        method: "get",
+        path: "/",
+        summary: "A page for people: pick a WAV and a portrait (or an avatar id), stride and decoder, and watch the render play as it streams (no token needed for the page itself)",
+        responses: &[(200, "text/html")],
     },
     Route { method: "get", path: "/healthz", summary: "Liveness (no token needed)", responses: &[(200, "alive")] },
     Route {
@@ -140,15 +210,23 @@ pub fn document() -> Value {
             op["security"] = json!([]);
         }
         if r.path.contains("{id}") {
+            let pattern = if r.path.starts_with("/v1/jobs/") {
+                format!("^[0-9a-f]{{{}}}$", crate::jobs::ID_LEN)
+            } else {
+                "^[0-9a-f]{64}$".to_string()
+            };
             op["parameters"] = json!([{"name": "id", "in": "path", "required": true,
-                "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}]);
+                "schema": {"type": "string", "pattern": pattern}}]);
         }
         if r.path == "/generate" {
             op["parameters"] = json!([{"name": "stream", "in": "query", "required": false,
                 "description": "fmp4: send a fragmented MP4 (an init segment, then one moof+mdat per 2 s GOP) while it \
-                    renders, in chunked transfer; the statistics known only at the end go to the server's log and \
-                    metrics. Absent: the whole MP4 after the render, with the statistics in its headers.",
+                    renders, in chunked transfer; the statistics known only at the end go to the job record named by \
+                    the X-Job-Id header (GET /v1/jobs/{id}), the server's log and the metrics. Absent: the whole MP4 \
+                    after the render, with the statistics in its headers.",
                 "schema": {"type": "string", "enum": ["fmp4"]}}]);
+        }
+        if r.path == "/generate" || r.path == "/v1/jobs" {
             op["requestBody"] = json!({"required": true, "content": {
                 "multipart/form-data": {"schema": multipart_schema()},
                 "application/json": {"schema": json_schema()}}});

@@ -15,6 +15,7 @@ use cadence::report::RenderReport;
 use cadence::KeyframeSchedule;
 use cadence_media::{Audio, FaceBox, RgbImage};
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,10 +32,16 @@ pub enum AvatarInput {
 pub enum Target {
     /// An MP4 in the request's directory, read back into [`Rendered::mp4`].
     File,
+    /// An MP4 at this path (a job's result), written beside it and moved into place only when
+    /// complete; [`Rendered::mp4`] stays empty.
+    Keep(PathBuf),
     /// A fragmented MP4 (init segment, then one fragment per GOP) written to this writer as it
     /// renders; [`Rendered::mp4`] stays empty.
     Fragmented(Box<dyn Write + Send>),
 }
+
+/// Called with 1 for each frame written (a job's progress).
+pub type Progress = Box<dyn FnMut(usize) + Send>;
 
 pub struct Job {
     pub audio: Audio,
@@ -47,10 +54,11 @@ pub struct Job {
     pub target: Target,
     /// The render window in seconds (0: the clip as one window).
     pub window_seconds: f64,
+    pub progress: Option<Progress>,
 }
 
 pub struct Rendered {
-    /// The MP4 ([`Target::File`]; empty for a fragmented target).
+    /// The MP4 ([`Target::File`]; empty for the other targets).
     pub mp4: Vec<u8>,
     pub report: RenderReport,
     /// Milliseconds spent loading the engines of a second decoder for this request.
@@ -135,19 +143,28 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
         prepared.avatar_encoder_ms = avatar.avatar_encoder_ms;
         prepared.compositor_setup_ms = avatar.compositor_setup_ms;
     }
-    let path = job.dir.path().join("out.mp4");
+    let mut progress = job.progress.unwrap_or_else(|| Box::new(|_| {}));
+    // The pipeline also ticks 0 after each UNet batch; a job counts frames.
+    let progress = |n: usize| {
+        if n > 0 {
+            progress(n)
+        }
+    };
+    let clip = |output| render::render_clip(&engines, &set.backend, &opts, &prepared, &job.schedule, output, progress);
     let (result, mp4) = match job.target {
         Target::File => {
+            let path = job.dir.path().join("out.mp4");
             let out = OutputPath::check(&path, Overwrite::Ask, &[])?;
-            let output = render::Output::Mp4 { out: &out, encoder: s.encoder };
-            let r = render::render_clip(&engines, &set.backend, &opts, &prepared, &job.schedule, output, |_| {})?;
+            let r = clip(render::Output::Mp4 { out: &out, encoder: s.encoder })?;
             (r, std::fs::read(&path)?)
+        }
+        Target::Keep(path) => {
+            let out = OutputPath::check(&path, Overwrite::Ask, &[])?;
+            (clip(render::Output::Mp4 { out: &out, encoder: s.encoder })?, Vec::new())
         }
         Target::Fragmented(mut w) => {
             let sink = render::Sink::Writer { out: &mut *w, name: "the response body" };
-            let output = render::Output::Fragmented { sink, encoder: s.encoder, pace: false };
-            let r = render::render_clip(&engines, &set.backend, &opts, &prepared, &job.schedule, output, |_| {})?;
-            (r, Vec::new())
+            (clip(render::Output::Fragmented { sink, encoder: s.encoder, pace: false })?, Vec::new())
         }
     };
     let report =

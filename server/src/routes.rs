@@ -3,8 +3,10 @@
 
 use crate::avatar_routes;
 use crate::avatars::decoder_name;
+use crate::calibration;
 use crate::error::ApiError;
 use crate::generate::generate;
+use crate::job_routes;
 use crate::middleware;
 use crate::openapi;
 use crate::state::AppState;
@@ -23,6 +25,13 @@ pub fn router(state: AppState) -> Router {
         .route("/generate", post(generate))
         .route("/v1/avatars", post(avatar_routes::register))
         .route("/v1/avatars/{id}", get(avatar_routes::get).delete(avatar_routes::delete))
+        .route("/v1/jobs", post(job_routes::create))
+        .route("/v1/jobs/{id}", get(job_routes::get).delete(job_routes::delete))
+        .route("/v1/jobs/{id}/result", get(job_routes::result))
+        .route("/v1/jobs/{id}/events", get(job_routes::events))
+        .route("/calibrate", post(calibration::post))
+        .route("/v1/calibration", get(calibration::get))
+        .route("/", get(page))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/info", get(info))
@@ -38,6 +47,14 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::linger))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::context))
         .with_state(state)
+}
+
+/// The page for people: one file, no external assets (it renders with `stream=fmp4` and plays
+/// the stream with Media Source Extensions).
+pub const PAGE: &str = include_str!("page.html");
+
+async fn page() -> axum::response::Html<&'static str> {
+    axum::response::Html(PAGE)
 }
 
 async fn healthz() -> Json<serde_json::Value> {
@@ -77,6 +94,8 @@ async fn info(State(state): State<AppState>) -> Json<serde_json::Value> {
             "max_seconds": c.max_seconds,
             "max_pixels": c.max_pixels,
             "avatar_cache": c.avatar_cache,
+            "max_jobs": c.max_jobs,
+            "job_ttl_seconds": c.job_ttl.as_secs_f64(),
             "drain_seconds": c.drain.as_secs_f64(),
         },
         "auth": c.token.is_some(),

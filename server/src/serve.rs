@@ -70,8 +70,22 @@ pub async fn run(
         tracing::info!(swept, root = %config.temp_root.display(), "removed stale request directories");
     }
     let addr = listener.local_addr()?;
-    let state: AppState = Arc::new(ServerState::new(config));
-    tracing::info!(%addr, slots = state.config.slots, queue = state.config.queue, "listening on http://{addr}");
+    let state: AppState = Arc::new(ServerState::new(config)?);
+    tracing::info!(%addr, slots = state.config.slots, queue = state.config.queue, jobs = %state.jobs.dir().display(), "listening on http://{addr}");
+
+    // Finished jobs expire after the TTL (their records and files).
+    let st = Arc::downgrade(&state);
+    tokio::spawn(async move {
+        while let Some(state) = st.upgrade() {
+            let every = state.jobs.sweep_interval();
+            let expired = state.jobs.expire();
+            if expired > 0 {
+                tracing::info!(expired, "expired finished jobs");
+            }
+            drop(state);
+            tokio::time::sleep(every).await;
+        }
+    });
 
     let st = state.clone();
     tokio::task::spawn_blocking(move || {

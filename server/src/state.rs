@@ -6,6 +6,7 @@ use crate::avatars::AvatarCache;
 use crate::config::Config;
 use crate::engines::EngineSet;
 use crate::error::ApiError;
+use crate::jobs::JobTable;
 use crate::metrics::{Gauges, Metrics};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -27,6 +28,11 @@ pub struct ServerState {
     pub metrics: Metrics,
     pub admission: Admission,
     pub avatars: Mutex<AvatarCache>,
+    pub jobs: JobTable,
+    /// The last calibration's JSON (`GET /v1/calibration`).
+    pub calibration: Mutex<Option<serde_json::Value>>,
+    /// A calibration holds every slot: renders are refused and `/readyz` is 503 meanwhile.
+    calibrating: AtomicBool,
     engines: OnceLock<Arc<EngineSet>>,
     phase: AtomicU8,
     load_error: Mutex<Option<String>>,
@@ -39,11 +45,14 @@ pub struct ServerState {
 }
 
 impl ServerState {
-    pub fn new(config: Config) -> Self {
+    pub fn new(config: Config) -> anyhow::Result<Self> {
         let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let id_prefix = format!("{:x}{:06x}", std::process::id(), started.as_micros() as u64 & 0xff_ffff);
-        Self {
+        Ok(Self {
+            jobs: JobTable::new(config.jobs_dir.as_deref(), config.job_ttl, config.max_jobs)?,
             admission: Admission::new(config.slots, config.queue),
+            calibration: Mutex::new(None),
+            calibrating: AtomicBool::new(false),
             avatars: Mutex::new(AvatarCache::new(config.avatar_cache)),
             config,
             metrics: Metrics::default(),
@@ -54,7 +63,7 @@ impl ServerState {
             inflight_done: Notify::new(),
             next_id: AtomicU64::new(0),
             id_prefix,
-        }
+        })
     }
 
     pub fn phase(&self) -> Phase {
@@ -87,6 +96,16 @@ impl ServerState {
         self.phase.store(Phase::Draining as u8, Ordering::SeqCst);
     }
 
+    /// Marks a calibration as running (or ended); false when `on` and one already runs.
+    pub fn set_calibrating(&self, on: bool) -> bool {
+        if on {
+            self.calibrating.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        } else {
+            self.calibrating.store(false, Ordering::SeqCst);
+            true
+        }
+    }
+
     pub fn engines(&self) -> Option<&Arc<EngineSet>> {
         self.engines.get()
     }
@@ -94,6 +113,10 @@ impl ServerState {
     /// The engines, when the server takes renders (503 otherwise).
     pub fn ready_engines(&self) -> Result<Arc<EngineSet>, ApiError> {
         match (self.phase(), self.engines.get()) {
+            (Phase::Ready, Some(_)) if self.calibrating.load(Ordering::SeqCst) => Err(ApiError::unavailable(
+                "calibrating",
+                "a calibration holds every render slot (POST /calibrate); renders resume when it ends",
+            )),
             (Phase::Ready, Some(e)) => Ok(e.clone()),
             (Phase::Draining, _) => Err(ApiError::unavailable("draining", "the server is shutting down")),
             (Phase::Failed, _) => Err(ApiError::unavailable(
@@ -139,6 +162,7 @@ impl ServerState {
             running: self.admission.running(),
             queued: self.admission.queued(),
             avatars: self.avatars.lock().unwrap().len(),
+            jobs: self.jobs.counts().map(|(s, n)| (s.name(), n)),
         }
     }
 

@@ -255,7 +255,7 @@ mod tests {
     #[tokio::test]
     async fn the_body_ends_cleanly_only_on_end() {
         use http_body_util::BodyExt;
-        let state = std::sync::Arc::new(crate::state::ServerState::new(test_config()));
+        let state = std::sync::Arc::new(crate::state::ServerState::new(test_config()).unwrap());
         for (last, ok) in [(Some(Chunk::End), true), (Some(Chunk::Error("boom".into())), false), (None, false)] {
             let (tx, rx) = mpsc::channel(4);
             tx.send(Chunk::Data(Bytes::from_static(b"two"))).await.unwrap();

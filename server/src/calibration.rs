@@ -1,0 +1,192 @@
+//! `POST /calibrate` and `GET /v1/calibration`: the calibrate experiment's measurement
+//! ([`cadence::calibrate::calibrate`]) run inside the server on the engines it serves with, the
+//! source's JSON shape plus the hardware, backend, device, profile, weights and
+//! `recommended_render_slots`, cached until the next calibration.
+//!
+//! A calibration takes every render slot (it waits for the renders in flight, and renders that
+//! arrive meanwhile are refused with 503 `calibrating`, as `/readyz` is), so that nothing else
+//! shares the engines while they are timed.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::Uri;
+use axum::Json;
+use cadence::calibrate::{calibrate, CalibrateSetup};
+use cadence::pipeline::RenderOptions;
+use cadence::render;
+use cadence_media::EncoderKind;
+use std::time::Instant;
+
+/// The clip the validating renders use: the experiments' 25.6 s newscast (speech with pauses).
+const CLIP: &[u8] = include_bytes!("../../experiments/assets/newscast_25s6.wav");
+
+/// Defaults and bounds of a request's `frames` (validating render length at 25 fps) and `runs`
+/// (timed runs per component benchmark). The defaults are the experiment's.
+pub const FRAMES: (usize, std::ops::RangeInclusive<usize>) = (50, 5..=250);
+pub const RUNS: (usize, std::ops::RangeInclusive<usize>) = (3, 1..=5);
+const STRIDES: [usize; 3] = [1, 2, 3];
+/// Frames of the encoder benchmark: the experiment's 25, or fewer for a shorter run.
+const ENCODER_FRAMES: usize = 25;
+
+/// `frames` and `runs` from the query string, within their bounds (422 otherwise).
+pub fn parse_query(query: Option<&str>) -> Result<(usize, usize), ApiError> {
+    let (mut frames, mut runs) = (None, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (slot, bounds) = match k {
+            "frames" => (&mut frames, &FRAMES.1),
+            "runs" => (&mut runs, &RUNS.1),
+            _ => {
+                return Err(ApiError::invalid(
+                    "unknown_parameter",
+                    format!("unknown query parameter '{}' (frames, runs)", k.chars().take(40).collect::<String>()),
+                ))
+            }
+        };
+        if slot.is_some() {
+            return Err(ApiError::invalid("duplicate_parameter", format!("the query parameter '{k}' is given twice")));
+        }
+        match v.parse::<usize>() {
+            Ok(n) if bounds.contains(&n) => *slot = Some(n),
+            _ => {
+                let shown: String = v.chars().take(20).collect();
+                return Err(ApiError::invalid(
+                    "invalid_parameter",
+                    format!("{k}: '{shown}': expected an integer in {}..={}", bounds.start(), bounds.end()),
+                ));
+            }
+        }
+    }
+    Ok((frames.unwrap_or(FRAMES.0), runs.unwrap_or(RUNS.0)))
+}
+
+/// Clears the calibrating flag when the calibration ends, however it ends.
+struct Calibrating(AppState);
+
+impl Drop for Calibrating {
+    fn drop(&mut self) {
+        self.0.set_calibrating(false);
+    }
+}
+
+pub async fn post(State(state): State<AppState>, uri: Uri) -> Result<Json<serde_json::Value>, ApiError> {
+    let (frames, runs) = parse_query(uri.query()).inspect_err(|_| state.metrics.rejection("invalid"))?;
+    let set = state.ready_engines()?;
+    if !state.set_calibrating(true) {
+        return Err(ApiError::unavailable("calibrating", "a calibration is running"));
+    }
+    let flag = Calibrating(state.clone());
+    let t = Instant::now();
+    // Every slot: the renders in flight finish first, new ones are refused meanwhile.
+    let slots = state.admission.take_all().await;
+    let waited_ms = t.elapsed().as_secs_f64() * 1e3;
+    tracing::info!(frames, runs, waited_ms = format!("{waited_ms:.0}"), "calibrating");
+    let st = state.clone();
+    // The thread owns the slots and the flag: a client that leaves does not end the calibration
+    // early (its result is still cached), and the server stays unready until it ends.
+    let json = tokio::task::spawn_blocking(move || {
+        let _held = (slots, flag);
+        measure(&st, &set, frames, runs)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the calibration thread failed: {e}")))?
+    .map_err(|e| ApiError::internal(format!("the calibration failed: {e:#}")))?;
+    *state.calibration.lock().unwrap() = Some(json.clone());
+    Ok(Json(json))
+}
+
+pub async fn get(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    state
+        .calibration
+        .lock()
+        .unwrap()
+        .clone()
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("no_calibration", "no calibration yet (POST /calibrate runs one)"))
+}
+
+fn measure(
+    state: &AppState,
+    set: &crate::engines::EngineSet,
+    frames: usize,
+    runs: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let t = Instant::now();
+    let engines = set.primary();
+    let opts = RenderOptions { batch: state.config.engines.batch as usize, ..RenderOptions::default() };
+    // The inputs go through the CLI's loaders, from files in a directory of the calibration's own.
+    let scratch = crate::tempdirs::request_dir(&state.config.temp_root)?;
+    let (clip, avatar) = (scratch.path().join("clip.wav"), scratch.path().join("avatar"));
+    std::fs::write(&clip, CLIP)?;
+    std::fs::write(&avatar, &state.config.default_avatar)?;
+    let whole = render::load_audio(&clip, f64::INFINITY)?;
+    let keep = (frames as f64 / opts.fps.hz() * cadence_media::TARGET_RATE as f64).round() as usize;
+    let audio = cadence_media::Audio::from_samples_16k(whole.samples_16k[..keep.min(whole.samples_16k.len())].to_vec());
+    let img = render::load_avatar(&avatar)?;
+    let face = render::face_box(&img, None)?;
+    let setup = CalibrateSetup {
+        engines,
+        backend: &set.backend,
+        opts: &opts,
+        audio: &audio,
+        img: &img,
+        face,
+        encoder: Some(EncoderKind::OpenH264),
+        strides: &STRIDES,
+        runs,
+        encoder_frames: frames.min(ENCODER_FRAMES),
+        scratch: scratch.path(),
+    };
+    let cal = calibrate(&setup, &mut |_| {})?;
+    let rendered = setup_json(set);
+    Ok(serde_json::json!({
+        "benchmarks": {"musetalk": cal.musetalk_json(engines)},
+        "hardware": {"cpu": cadence::hardware::cpu_model(), "logical_cpus": cadence::hardware::logical_cpus()},
+        "backend": rendered.backend,
+        "device": rendered.engine_device,
+        "engines": rendered.engines,
+        "profile": rendered.profile,
+        "weights": rendered.weights,
+        "recommended_render_slots": 1,
+        "recommended_render_slots_basis": "one per engine device: one render already keeps the device busy (on the CPU, candle's thread pool uses every core), so renders in parallel split it; parallel throughput is not measured by this calibration",
+        "calibration": {
+            "frames": frames,
+            "runs": runs,
+            "strides": STRIDES,
+            "encoder": "openh264",
+            "encoder_frames": frames.min(ENCODER_FRAMES),
+            "input": format!("newscast_25s6.wav (first {frames} frames) + the default avatar {}x{}", img.width(), img.height()),
+            "count_mismatch": cal.count_mismatch,
+            "seconds": t.elapsed().as_secs_f64(),
+        },
+    }))
+}
+
+fn setup_json(set: &crate::engines::EngineSet) -> cadence::report::RenderSetup {
+    set.setup(set.primary())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_and_runs_within_their_bounds() {
+        assert_eq!(parse_query(None).unwrap(), (50, 3));
+        assert_eq!(parse_query(Some("frames=10&runs=1")).unwrap(), (10, 1));
+        assert_eq!(parse_query(Some("frames=250")).unwrap(), (250, 3));
+        for (q, code) in [
+            ("frames=4", "invalid_parameter"),
+            ("frames=251", "invalid_parameter"),
+            ("runs=0", "invalid_parameter"),
+            ("runs=6", "invalid_parameter"),
+            ("runs=x", "invalid_parameter"),
+            ("frames=10&frames=10", "duplicate_parameter"),
+            ("strides=1", "unknown_parameter"),
+        ] {
+            let e = parse_query(Some(q)).unwrap_err();
+            assert_eq!((e.status.as_u16(), e.code), (422, code), "{q}");
+        }
+    }
+}
