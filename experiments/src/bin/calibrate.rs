@@ -8,7 +8,6 @@
 
 use anyhow::{Context, Result};
 use cadence::calibrate::{calibrate, check_parameters, CalibrateSetup, Step};
-use cadence_engines::Engine;
 use clap::Parser;
 use experiments::session::{Session, SessionArgs};
 use experiments::OutDir;
