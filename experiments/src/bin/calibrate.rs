@@ -149,9 +149,9 @@ fn run(mut a: Args) -> Result<()> {
         .iter()
         .map(|x| (0.5 + 0.2 * x).clamp(0.0, 1.0))
         .collect::<Vec<f32>>();
-    let mut frame = vec![0u8; prepared.compositor.frame_bytes()];
+    let mut frame = vec![0u8; prepared.compositors[0].frame_bytes()];
     let comp_ms = cadence::bench::median(&cadence::bench::time_host(2, 9, || {
-        prepared.compositor.compose(
+        prepared.compositors[0].compose(
             &crop,
             cadence::pipeline::FACE_SIDE,
             cadence::pipeline::FACE_SIDE,
