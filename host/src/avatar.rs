@@ -206,7 +206,7 @@ fn sequence_size(files: &[PathBuf]) -> Result<(u32, u32)> {
         );
     }
     ensure!(
-        w % 2 == 0 && h % 2 == 0,
+        w.is_multiple_of(2) && h.is_multiple_of(2),
         "{}: the avatar is {w}x{h}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)",
         files[0].display()
     );

@@ -50,7 +50,7 @@ pub fn avatar_video_info(path: impl AsRef<Path>) -> Result<AvatarVideoInfo> {
 }
 
 fn check_sides(w: u32, h: u32) -> std::result::Result<(), String> {
-    if w % 2 != 0 || h % 2 != 0 {
+    if !w.is_multiple_of(2) || !h.is_multiple_of(2) {
         return Err(format!(
             "the video is {w}x{h}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)"
         ));
@@ -132,7 +132,7 @@ pub fn for_each_avatar_frame(
 /// back with) BT.709: the avatar's background must round-trip with the matrix it was encoded
 /// with.
 pub fn nv12_to_rgb(nv12: &[u8], w: usize, h: usize, out: &mut Vec<u8>) {
-    assert!(w % 2 == 0 && h % 2 == 0 && nv12.len() == w * h * 3 / 2, "NV12 of {w}x{h}");
+    assert!(w.is_multiple_of(2) && h.is_multiple_of(2) && nv12.len() == w * h * 3 / 2, "NV12 of {w}x{h}");
     const KR: f32 = 0.2126;
     const KB: f32 = 0.0722;
     const KG: f32 = 1.0 - KR - KB;
