@@ -3,6 +3,7 @@
 
 use anyhow::{ensure, Result};
 use cadence::args::{parse_face_box, EngineArgs};
+use cadence::avatar::AvatarSource;
 use cadence::output::{OutputPath, Overwrite};
 use cadence::{avatar_file, render, Backend, BackendChoice};
 use cadence_media::FaceBox;
@@ -18,15 +19,16 @@ pub struct AvatarArgs {
 #[derive(Subcommand)]
 enum AvatarCommand {
     /// Crop, encode (reference, masked and rest latents, the rest frame decoded) and build the
-    /// compositor's tables for a portrait, and write them to a `.cadence-avatar` file (with a
-    /// format version and a checksum). The latents belong to the engines that made them: render
-    /// it with the same --profile, --decoder and --models.
+    /// compositor's tables for a portrait, or for every frame of a video avatar, and write them
+    /// to a `.cadence-avatar` file (with a format version and a checksum). The latents belong to
+    /// the engines that made them: render it with the same --profile, --decoder and --models.
     Prepare(PrepareArgs),
 }
 
 #[derive(Args)]
 struct PrepareArgs {
-    /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height).
+    /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height), or a video
+    /// avatar: an H.264 MP4 or a directory of numbered PNG/JPEG frames (as `render --avatar`).
     image: PathBuf,
     /// The prepared avatar (its name must end in .cadence-avatar). Not replaced without --force.
     #[arg(short, long)]
@@ -34,6 +36,9 @@ struct PrepareArgs {
     /// Face box in the image as x,y,w,h (default: a centred square of half the shorter side).
     #[arg(long, value_parser = parse_face_box)]
     face_box: Option<FaceBox>,
+    /// A video avatar's face boxes, one x,y,w,h line per avatar frame (as `render --face-boxes`).
+    #[arg(long, conflicts_with = "face_box")]
+    face_boxes: Option<PathBuf>,
     #[command(flatten)]
     engines: EngineArgs,
     /// Where the compositor's tables are computed (they are the same on every backend).
@@ -57,23 +62,28 @@ fn prepare(a: PrepareArgs) -> Result<()> {
         a.output.display(),
         avatar_file::EXTENSION
     );
-    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &[a.image.as_path()])?;
-    let img = render::load_avatar(&a.image)?;
-    let face = render::face_box(&img, a.face_box)?;
+    let inputs: Vec<&std::path::Path> =
+        [Some(a.image.as_path()), a.face_boxes.as_deref()].into_iter().flatten().collect();
+    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &inputs)?;
+    let source = AvatarSource::open(&a.image, a.face_box, a.face_boxes.as_deref())?;
     let (device, profile) = a.engines.device()?;
     let backend = Backend::for_engines(a.backend, &device.device)?;
     let engines = a.engines.load(&device, profile)?;
-    let prepared = render::prepare_avatar_image(&engines, &backend, &img, face)?;
+    let prepared = render::prepare_avatar_source(&engines, &backend, &source)?;
     avatar_file::save(&prepared, &engines, &out)?;
+    let face = source.faces[0];
     eprintln!(
-        "cadence: wrote {} ({}x{} frame, face box {},{},{},{}; {} profile, {:?} decoder, weights {}; {:.0} ms of preparation)",
+        "cadence: wrote {} ({} frame{} of {}x{}, face box {},{},{},{}{}; {} profile, {:?} decoder, weights {}; {:.0} ms of preparation)",
         a.output.display(),
-        img.width(),
-        img.height(),
+        source.frames(),
+        if source.frames() == 1 { "" } else { "s" },
+        source.width,
+        source.height,
         face.x,
         face.y,
         face.w,
         face.h,
+        if source.frames() > 1 { " in the first" } else { "" },
         engines.profile,
         engines.decoder_kind,
         engines.weights_summary(),

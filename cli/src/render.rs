@@ -2,6 +2,7 @@
 
 use anyhow::{ensure, Result};
 use cadence::args::{parse_face_box, parse_frame_rate, parse_seconds, EncoderArg, EngineArgs};
+use cadence::avatar::AvatarSource;
 use cadence::output::{OutputPath, Overwrite};
 use cadence::pipeline::RenderOptions;
 use cadence::report::{RenderReport, RenderSetup};
@@ -19,8 +20,10 @@ pub struct RenderArgs {
     #[arg(long, required_unless_present_any = ["text", "text_file"])]
     pub audio: Option<PathBuf>,
     /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height): it is the
-    /// video frame. Or a prepared avatar (`cadence avatar prepare`, a .cadence-avatar file),
-    /// which skips the avatar's preparation.
+    /// video frame. Or a video avatar: an H.264 MP4 (constant frame rate), or a directory of
+    /// numbered PNG/JPEG frames (sorted by name, one size), shown forward then backward, one
+    /// avatar frame per output frame. Or a prepared avatar (`cadence avatar prepare`, a
+    /// .cadence-avatar file), which skips the avatar's preparation.
     #[arg(long)]
     pub avatar: PathBuf,
     /// Output MP4. Not replaced without --force (and never if it is one of the inputs); nothing
@@ -50,6 +53,10 @@ pub struct RenderArgs {
     /// half the shorter side.
     #[arg(long, value_parser = parse_face_box)]
     pub face_box: Option<FaceBox>,
+    /// A video avatar's face boxes, one per avatar frame: a text file with one x,y,w,h line
+    /// per frame, in order (blank lines and lines starting with # are skipped).
+    #[arg(long, conflicts_with = "face_box")]
+    pub face_boxes: Option<PathBuf>,
     /// Video frame rate: 25, 30, 29.97 (= 30000/1001), 50, 59.94 ...; the video has
     /// ceil(audio seconds x fps) frames.
     #[arg(long, default_value = "25", value_parser = parse_frame_rate)]
@@ -92,7 +99,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     // Everything that can be checked from the arguments and the input files comes first: the
     // engines take seconds to gigabytes to load.
     let inputs: Vec<&std::path::Path> =
-        [&a.audio, &a.schedule.phonemes, &a.schedule.calibration, &a.schedule.text_file]
+        [&a.audio, &a.schedule.phonemes, &a.schedule.calibration, &a.schedule.text_file, &a.face_boxes]
             .into_iter()
             .flatten()
             .map(|p| p.as_path())
@@ -125,15 +132,17 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
     let calibration = a.schedule.calibration()?;
     let audio = input.audio;
-    // A prepared avatar (checked now: version, size, checksum) or an image to prepare.
-    let image = if cadence::avatar_file::is_avatar_file(&a.avatar) {
-        ensure!(a.face_box.is_none(), "--face-box: a prepared avatar has its face box already");
+    // A prepared avatar (checked now: version, size, checksum) or an image, video or image
+    // sequence to prepare (checked now: sizes, frame rate, frame count, face boxes).
+    let source = if cadence::avatar_file::is_avatar_file(&a.avatar) {
+        ensure!(
+            a.face_box.is_none() && a.face_boxes.is_none(),
+            "--face-box/--face-boxes: a prepared avatar has its face boxes already"
+        );
         cadence::avatar_file::check(&a.avatar)?;
         None
     } else {
-        let img = render::load_avatar(&a.avatar)?;
-        let face = render::face_box(&img, a.face_box)?;
-        Some((img, face))
+        Some(AvatarSource::open(&a.avatar, a.face_box, a.face_boxes.as_deref())?)
     };
     let frames = render::video_frames(&audio, &opts);
     ensure!(frames > 0, "{}: the audio is too short for one video frame", input.source);
@@ -145,8 +154,12 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let t0 = Instant::now();
     let engines = a.engines.load(&engine_device, profile)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let prepared = match &image {
-        Some((img, face)) => render::prepare(&engines, &backend, audio, img, *face, &opts)?,
+    let prepared = match &source {
+        Some(source) => {
+            let t = Instant::now();
+            let avatar = render::prepare_avatar_source(&engines, &backend, source)?;
+            render::prepare_with_new_avatar(&engines, audio, &avatar, &opts, t)?
+        }
         None => {
             let t = Instant::now();
             let avatar = cadence::avatar_file::load(&a.avatar, &engines, &backend)?;

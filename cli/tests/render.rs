@@ -120,8 +120,10 @@ fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
     assert!(bypassed.len() >= 40, "the pause should be detected: {} bypassed", bypassed.len());
     // The rest frame composited from scratch: every bypassed frame is exactly it (the render loop
     // composites the first frame of a bypassed run and reuses it for the others).
-    let mut rest = vec![0u8; prepared.compositor.frame_bytes()];
-    prepared.compositor.compose_frame(&prepared.avatar.rest_rgb, 256, 256, engines.decoder_range(), &mut rest).unwrap();
+    let mut rest = vec![0u8; prepared.compositors[0].frame_bytes()];
+    prepared.compositors[0]
+        .compose_frame(&prepared.avatar[0].rest_rgb, 256, 256, engines.decoder_range(), &mut rest)
+        .unwrap();
     for &i in &bypassed {
         assert!(frames[i] == rest, "bypassed frame {i} differs from the rest frame");
     }

@@ -1,6 +1,7 @@
-//! Prepared avatars on disk (`.cadence-avatar`): what [`render::prepare_avatar_image`] computes
-//! once per avatar (the image encoder's reference and masked latents, the rest latent and its
-//! decoded crop, the compositor's tables), so that `render --avatar FILE` skips it.
+//! Prepared avatars on disk (`.cadence-avatar`): what [`crate::render::prepare_avatar_source`]
+//! computes once per avatar frame (the image encoder's reference and masked latents, the rest
+//! latent and its decoded crop, the compositor's face box and tables), so that `render --avatar
+//! FILE` skips it. A still image is one frame, a video avatar one per frame.
 //!
 //! Layout (little-endian):
 //!
@@ -9,8 +10,8 @@
 //! | 16 | magic `cadence-avatar\n\0` |
 //! | 4 | format version ([`VERSION`]) |
 //! | 4 | header length H |
-//! | H | header, JSON ([`Header`]): frame and face box, compositor settings, the engines the latents belong to, section sizes |
-//! | ... | sections in header order: f32 or u8 arrays |
+//! | H | header, JSON ([`Header`]): frame size, per avatar frame its face box and feather, the colour matrix, the engines the latents belong to, section sizes |
+//! | ... | sections in header order (`frame<i>.<name>`, per avatar frame in order): f32 or u8 arrays |
 //! | 32 | SHA-256 of everything before it |
 //!
 //! The latents are only meaningful for the engines that made them: the header names the
@@ -27,21 +28,22 @@ use std::sync::Arc;
 
 const MAGIC: &[u8; 16] = b"cadence-avatar\n\0";
 /// The version this cadence writes and reads; a file of another version is refused (prepare
-/// it again).
-pub const VERSION: u32 = 1;
+/// it again). Version 2 holds any number of avatar frames (version 1 held one).
+pub const VERSION: u32 = 2;
 /// The extension `render --avatar` recognises.
 pub const EXTENSION: &str = "cadence-avatar";
-/// Files larger than this are refused before reading (a 3840x3840 frame with its tables is
-/// about 110 MB).
-const MAX_BYTES: u64 = 512 << 20;
-const HEADER_MAX: usize = 64 << 10;
+/// Files larger than this are refused before reading: an avatar's per-frame data in a render
+/// are at most [`crate::avatar::MAX_AVATAR_BYTES`], and the file holds the same arrays.
+const MAX_BYTES: u64 = crate::avatar::MAX_AVATAR_BYTES + (1 << 20);
+const HEADER_MAX: usize = 1 << 20;
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
 struct Header {
     width: usize,
     height: usize,
-    face: [u32; 4],
-    feather: f32,
+    /// Per avatar frame: the face box (x, y, w, h) and the compositor's feather.
+    faces: Vec<[u32; 4]>,
+    feathers: Vec<f32>,
     matrix: ColorMatrix,
     profile: String,
     decoder: String,
@@ -61,49 +63,58 @@ pub fn save(avatar: &PreparedAvatar, engines: &Engines, out: &crate::output::Out
     out.write(|w| Ok(std::io::Write::write_all(w, &bytes)?))
 }
 
+/// The names of one avatar frame's f32 sections, in file order (then its `background_nv12`).
+const F32_SECTIONS: [&str; 8] =
+    ["alpha", "background_r", "background_g", "background_b", "reference", "masked", "rest", "rest_rgb"];
+
+fn section_name(frame: usize, name: &str) -> String {
+    format!("frame{frame}.{name}")
+}
+
 /// The file's bytes for `avatar`.
 pub fn encode(avatar: &PreparedAvatar, engines: &Engines) -> Result<Vec<u8>> {
-    let c = &avatar.compositor;
-    let t = c.tables();
-    let a = &avatar.avatar;
-    let f32s: [(&str, &[f32]); 8] = [
-        ("alpha", &t.alpha),
-        ("background_r", &t.background_term[0]),
-        ("background_g", &t.background_term[1]),
-        ("background_b", &t.background_term[2]),
-        ("reference", &a.reference),
-        ("masked", &a.masked),
-        ("rest", &a.rest),
-        ("rest_rgb", &a.rest_rgb),
-    ];
-    let mut sections: Vec<(String, String, usize)> =
-        f32s.iter().map(|(n, v)| (n.to_string(), "f32".to_string(), v.len())).collect();
-    sections.push(("background_nv12".into(), "u8".into(), t.background_nv12.len()));
+    let first = avatar.compositors.first().context("an avatar without frames")?;
+    ensure!(avatar.avatar.len() == avatar.compositors.len(), "the avatar's latents and compositors differ in number");
+    let mut sections: Vec<(String, String, usize)> = Vec::new();
+    let mut data = Vec::new();
+    for (i, (c, a)) in avatar.compositors.iter().zip(avatar.avatar.iter()).enumerate() {
+        let t = c.tables();
+        let f32s: [&[f32]; 8] = [
+            &t.alpha,
+            &t.background_term[0],
+            &t.background_term[1],
+            &t.background_term[2],
+            &a.reference,
+            &a.masked,
+            &a.rest,
+            &a.rest_rgb,
+        ];
+        for (name, v) in F32_SECTIONS.iter().zip(f32s) {
+            sections.push((section_name(i, name), "f32".into(), v.len()));
+            data.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        }
+        sections.push((section_name(i, "background_nv12"), "u8".into(), t.background_nv12.len()));
+        data.extend_from_slice(&t.background_nv12);
+    }
     let (profile, decoder, weights) = engines_identity(engines);
-    let f = avatar.face;
     let header = Header {
-        width: c.width,
-        height: c.height,
-        face: [f.x, f.y, f.w, f.h],
-        feather: c.feather,
-        matrix: c.matrix,
+        width: first.width,
+        height: first.height,
+        faces: avatar.compositors.iter().map(|c| [c.face.x, c.face.y, c.face.w, c.face.h]).collect(),
+        feathers: avatar.compositors.iter().map(|c| c.feather).collect(),
+        matrix: first.matrix,
         profile,
         decoder,
         weights,
         sections,
     };
     let header = serde_json::to_vec(&header)?;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(24 + header.len() + data.len() + 32);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&(header.len() as u32).to_le_bytes());
     out.extend_from_slice(&header);
-    for (_, v) in f32s {
-        for x in v {
-            out.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-    out.extend_from_slice(&t.background_nv12);
+    out.extend_from_slice(&data);
     let digest = Sha256::digest(&out);
     out.extend_from_slice(&digest);
     Ok(out)
@@ -183,9 +194,22 @@ pub fn decode(bytes: &[u8], engines: &Engines, backend: &Backend) -> Result<Prep
             header.weights
         );
     }
+    let frames = header.faces.len();
+    ensure!(
+        (1..=crate::avatar::MAX_AVATAR_FRAMES).contains(&frames) && header.feathers.len() == frames,
+        "corrupt: {frames} face boxes and {} feathers",
+        header.feathers.len()
+    );
+    ensure!(
+        (16..=cadence_media::MAX_FRAME_SIDE as usize).contains(&header.width)
+            && (16..=cadence_media::MAX_FRAME_SIDE as usize).contains(&header.height),
+        "corrupt: a {}x{} frame",
+        header.width,
+        header.height
+    );
     let mut at = data;
     let mut f32s = std::collections::HashMap::new();
-    let mut nv12 = None;
+    let mut nv12s = std::collections::HashMap::new();
     for (name, ty, n) in &header.sections {
         match ty.as_str() {
             "f32" => {
@@ -196,8 +220,8 @@ pub fn decode(bytes: &[u8], engines: &Engines, backend: &Backend) -> Result<Prep
                 at += 4 * n;
                 f32s.insert(name.clone(), v);
             }
-            "u8" if name == "background_nv12" => {
-                nv12 = Some(body[at..at + n].to_vec());
+            "u8" if name.ends_with(".background_nv12") => {
+                nv12s.insert(name.clone(), body[at..at + n].to_vec());
                 at += n;
             }
             _ => bail!("corrupt: unknown section {name} of type {ty}"),
@@ -212,34 +236,36 @@ pub fn decode(bytes: &[u8], engines: &Engines, backend: &Backend) -> Result<Prep
         Ok(v)
     };
     let crop = 3 * FACE_SIDE * FACE_SIDE;
-    let avatar = AvatarLatents {
-        reference: take("reference", Some(LATENT_DIM))?,
-        masked: take("masked", Some(LATENT_DIM))?,
-        rest: take("rest", Some(LATENT_DIM))?,
-        rest_rgb: take("rest_rgb", Some(crop))?,
-    };
-    let [x, y, w, h] = header.face;
-    let face = FaceBox { x, y, w, h };
-    let tables = CompositorTables {
-        alpha: take("alpha", None)?,
-        background_term: [take("background_r", None)?, take("background_g", None)?, take("background_b", None)?],
-        background_nv12: nv12.context("corrupt: no background_nv12 section")?,
-    };
-    ensure!(
-        (16..=cadence_media::MAX_FRAME_SIDE as usize).contains(&header.width)
-            && (16..=cadence_media::MAX_FRAME_SIDE as usize).contains(&header.height),
-        "corrupt: a {}x{} frame",
-        header.width,
-        header.height
-    );
-    ensure!(header.feather.is_finite() && header.feather >= 0.0, "corrupt: feather {}", header.feather);
-    let compositor =
-        Compositor::from_tables(backend, header.width, header.height, face, header.feather, header.matrix, tables)
-            .context("corrupt")?;
+    let (mut avatar, mut compositors) = (Vec::with_capacity(frames), Vec::with_capacity(frames));
+    for (i, (&[x, y, w, h], &feather)) in header.faces.iter().zip(&header.feathers).enumerate() {
+        let name = |s: &str| section_name(i, s);
+        avatar.push(AvatarLatents {
+            reference: take(&name("reference"), Some(LATENT_DIM))?,
+            masked: take(&name("masked"), Some(LATENT_DIM))?,
+            rest: take(&name("rest"), Some(LATENT_DIM))?,
+            rest_rgb: take(&name("rest_rgb"), Some(crop))?,
+        });
+        let tables = CompositorTables {
+            alpha: take(&name("alpha"), None)?,
+            background_term: [
+                take(&name("background_r"), None)?,
+                take(&name("background_g"), None)?,
+                take(&name("background_b"), None)?,
+            ],
+            background_nv12: nv12s
+                .remove(&name("background_nv12"))
+                .with_context(|| format!("corrupt: no {} section", name("background_nv12")))?,
+        };
+        ensure!(feather.is_finite() && feather >= 0.0, "corrupt: feather {feather}");
+        let face = FaceBox { x, y, w, h };
+        compositors.push(
+            Compositor::from_tables(backend, header.width, header.height, face, feather, header.matrix, tables)
+                .context("corrupt")?,
+        );
+    }
     Ok(PreparedAvatar {
         avatar: Arc::new(avatar),
-        compositor: Arc::new(compositor),
-        face,
+        compositors: Arc::new(compositors),
         avatar_encoder_ms: 0.0,
         compositor_setup_ms: 0.0,
     })

@@ -237,9 +237,9 @@ pub fn calibrate(c: &CalibrateSetup, progress: &mut dyn FnMut(Step)) -> Result<C
         .iter()
         .map(|x| (0.5 + 0.2 * x).clamp(0.0, 1.0))
         .collect::<Vec<f32>>();
-    let mut frame = vec![0u8; prepared.compositor.frame_bytes()];
+    let mut frame = vec![0u8; prepared.compositors[0].frame_bytes()];
     let comp_ms = crate::bench::median(&crate::bench::time_host(2, 9, || {
-        prepared.compositor.compose(&crop, side, side, RgbRange::Unit, &mut frame)
+        prepared.compositors[0].compose(&crop, side, side, RgbRange::Unit, &mut frame)
     }));
     progress(Step::Component("video encoder"));
     let enc_ms = match c.encoder {

@@ -82,8 +82,8 @@ impl CheckClip {
                 &self.features,
                 &self.speech,
                 &self.schedule,
-                &self.avatar,
-                &compositor,
+                std::slice::from_ref(&self.avatar),
+                std::slice::from_ref(&compositor),
                 sink,
                 |_| {},
             )

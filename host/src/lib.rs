@@ -3,6 +3,7 @@
 //! package `cadence-cli`) is its CLI.
 
 pub mod args;
+pub mod avatar;
 pub mod avatar_file;
 pub mod backend;
 pub mod bench;

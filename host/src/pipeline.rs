@@ -141,7 +141,8 @@ impl Engines {
     }
 }
 
-/// The avatar's latents, computed once per render.
+/// One avatar frame's latents, computed once per avatar (a still image has one frame, a video
+/// avatar one per frame: output frame k uses avatar frame [`cycle_index`]`(k, frames)`).
 pub struct AvatarLatents {
     /// The full face crop encoded.
     pub reference: Vec<f32>,
@@ -181,6 +182,20 @@ fn unet_input(masked: &[f32], reference: &[f32], batch: usize) -> Batch {
         data.extend_from_slice(reference);
     }
     Batch { shape: vec![batch, 8, 32, 32], data }
+}
+
+/// The avatar frame output frame `k` shows, for an avatar of `frames` frames: MuseTalk's cycle
+/// (`frame_list_cycle = frame_list + frame_list[::-1]` in its `inference.py` and
+/// `realtime_inference.py`), the frames forward then backward, each end shown twice:
+/// 0, 1, .., n-1, n-1, .., 1, 0, 0, 1, ... A still image (one frame) is frame 0 throughout.
+pub fn cycle_index(k: usize, frames: usize) -> usize {
+    assert!(frames > 0, "an avatar has at least one frame");
+    let i = k % (2 * frames);
+    if i < frames {
+        i
+    } else {
+        2 * frames - 1 - i
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -304,8 +319,8 @@ pub fn render_frames(
     features: &dyn FrameFeatures,
     speech: &[bool],
     schedule: &KeyframeSchedule,
-    avatar: &AvatarLatents,
-    compositor: &Compositor,
+    avatar: &[AvatarLatents],
+    compositors: &[Compositor],
     mut sink: impl FnMut(usize, &[u8]) -> Result<()>,
     mut progress: impl FnMut(usize),
 ) -> Result<RenderStats> {
@@ -318,6 +333,19 @@ pub fn render_frames(
     );
     ensure!(opts.batch > 0, "batch size must be at least 1");
     ensure!(opts.window != Some(0), "the render window must hold at least one frame");
+    ensure!(
+        !avatar.is_empty() && avatar.len() == compositors.len(),
+        "the avatar has {} frames of latents and {} compositors",
+        avatar.len(),
+        compositors.len()
+    );
+    // Output frame k shows avatar frame `of(k)`: its reference latent for the UNet, its rest
+    // latent for the easing, its compositor (background and face box).
+    let of = |k: usize| cycle_index(k, avatar.len());
+    ensure!(
+        compositors.iter().all(|c| (c.width, c.height) == (compositors[0].width, compositors[0].height)),
+        "the avatar's frames differ in size"
+    );
     let (win, dim_a) = features.frame_shape();
 
     // Silence: distance to speech -> easing weight; weight 0 frames bypass every network.
@@ -332,13 +360,21 @@ pub fn render_frames(
 
     let dev = &engines.device;
     let residency = resident::residency(backend, dev);
-    let b_max = opts.batch.min(evaluate.len()).max(1);
-    let unet_latents = unet_input(&avatar.masked, &avatar.reference, b_max).into_tensor(dev)?;
-    let rest = Tensor::from_slice(&avatar.rest, (1, 4, 32, 32), dev)?;
+    // A still avatar's UNet input is the same for every keyframe: made once, narrowed per batch.
+    let still_latents = match avatar {
+        [a] => Some(unet_input(&a.masked, &a.reference, opts.batch.min(evaluate.len()).max(1)).into_tensor(dev)?),
+        _ => None,
+    };
+    let rest_latents: Vec<Tensor> =
+        avatar.iter().map(|a| Tensor::from_slice(&a.rest, (1, 4, 32, 32), dev)).collect::<candle_core::Result<_>>()?;
     let range = engines.decoder_range();
-    let rest_rgb = Tensor::from_slice(&avatar.rest_rgb, (1, 3, FACE_SIDE, FACE_SIDE), dev)?;
-    // One frame buffer for the whole render: outside the face box it keeps the background.
-    let mut frame_nv12 = FrameBuffer::new(compositor);
+    let rest_rgb: Vec<Tensor> = avatar
+        .iter()
+        .map(|a| Tensor::from_slice(&a.rest_rgb, (1, 3, FACE_SIDE, FACE_SIDE), dev))
+        .collect::<candle_core::Result<_>>()?;
+    // One frame buffer for the whole render: outside the face box it keeps the background (of
+    // the avatar frame it was last composited with).
+    let mut frame_nv12 = FrameBuffer::new(&compositors[0]);
 
     // Keyframe latents from the UNet (bypassed keyframes are the rest latent), kept from the
     // current window's first keyframe on.
@@ -376,7 +412,19 @@ pub fn render_frames(
             audio_ms += ms(t_audio);
             ensure!(audio.len() == b * win * dim_a, "the audio features of {b} frames have {} values", audio.len());
             let audio = Tensor::from_vec(audio, (b, win, dim_a), dev)?;
-            let out = engines.unet.predict_tensor(&unet_latents.narrow(0, 0, b)?, &audio)?;
+            let latents = match &still_latents {
+                Some(t) => t.narrow(0, 0, b)?,
+                None => {
+                    let mut data = Vec::with_capacity(b * 2 * LATENT_DIM);
+                    for &f in &frames {
+                        let a = &avatar[of(f)];
+                        data.extend_from_slice(&a.masked);
+                        data.extend_from_slice(&a.reference);
+                    }
+                    Tensor::from_vec(data, (b, 8, 32, 32), dev)?
+                }
+            };
+            let out = engines.unet.predict_tensor(&latents, &audio)?;
             ensure!(out.dims() == [b, 4, 32, 32], "the UNet returned shape {:?}", out.dims());
             for (i, &j) in chunk.iter().enumerate() {
                 key_latents[j] = Some(out.narrow(0, i, 1)?);
@@ -384,8 +432,9 @@ pub fn render_frames(
             next_batch += 1;
             progress(0);
         }
-        let window_keys: Vec<Tensor> =
-            (first_key..=last_key).map(|j| key_latents[j].clone().unwrap_or_else(|| rest.clone())).collect();
+        let window_keys: Vec<Tensor> = (first_key..=last_key)
+            .map(|j| key_latents[j].clone().unwrap_or_else(|| rest_latents[of(keys[j] as usize)].clone()))
+            .collect();
         let window_keys = Tensor::cat(&window_keys, 0)?;
         // Wait for the device so that stage times are the stages' and not their launches'.
         dev.synchronize()?;
@@ -398,10 +447,19 @@ pub fn render_frames(
         let span = if is_last { n - base } else { end + 1 - base };
         let sub_keys: Vec<usize> = (first_key..=last_key).map(|j| keys[j] as usize - base).collect();
         let sub = KeyframeSchedule::explicit(span, &sub_keys)?;
+        // The easing target: the still avatar's rest latent, or each frame's avatar frame's.
+        let rest_per_frame: Vec<f32>;
+        let rest: &[f32] = match avatar {
+            [a] => &a.rest,
+            _ => {
+                rest_per_frame = (base..base + span).flat_map(|f| avatar[of(f)].rest.iter().copied()).collect();
+                &rest_per_frame
+            }
+        };
         let infill = resident::Infill {
             schedule: &sub,
             method: opts.method,
-            rest: &avatar.rest,
+            rest,
             distance: &distance[base..base + span],
             ramp: opts.ramp,
         };
@@ -448,11 +506,13 @@ pub fn render_frames(
             };
             for (i, frame) in (f..g).enumerate() {
                 let t = Instant::now();
+                let a = of(frame);
                 match &rgb {
-                    Some(crops) => frame_nv12.compose(backend, compositor, crops, i, range)?,
-                    // Inside a run of bypassed frames the buffer already holds the rest frame.
-                    None if frame > 0 && bypassed[frame - 1] => {}
-                    None => frame_nv12.compose(backend, compositor, &rest_rgb, 0, range)?,
+                    Some(crops) => frame_nv12.compose(backend, compositors, a, crops, i, range)?,
+                    // Inside a run of bypassed frames showing the same avatar frame, the buffer
+                    // already holds its rest frame.
+                    None if frame > 0 && bypassed[frame - 1] && of(frame - 1) == a => {}
+                    None => frame_nv12.compose(backend, compositors, a, &rest_rgb[a], 0, range)?,
                 }
                 times.composite_nv12_ms += ms(t);
                 let t = Instant::now();

@@ -25,10 +25,10 @@ pub struct Prepared {
     pub features: Option<Batch>,
     pub speech: Vec<bool>,
     pub frames: usize,
-    /// Shared with the [`PreparedAvatar`] it came from (a server renders one avatar many times).
-    pub avatar: Arc<AvatarLatents>,
-    pub compositor: Arc<Compositor>,
-    pub face: FaceBox,
+    /// Per avatar frame (one for a still image), shared with the [`PreparedAvatar`] it came
+    /// from (a server renders one avatar many times).
+    pub avatar: Arc<Vec<AvatarLatents>>,
+    pub compositors: Arc<Vec<Compositor>>,
     /// Time of the audio encoder (whisper) on the whole clip.
     pub audio_encoder_ms: f64,
     /// Time of the avatar's image encoder (reference and rest latents, with the crop).
@@ -68,7 +68,7 @@ impl Prepared {
             &self.speech,
             schedule,
             &self.avatar,
-            &self.compositor,
+            &self.compositors,
             sink,
             progress,
         )
@@ -105,16 +105,9 @@ pub fn load_avatar(path: &Path) -> Result<RgbImage> {
     Ok(img)
 }
 
-/// The face box for an avatar: the given one (validated) or the default centred box, moved to
-/// even coordinates and sizes (NV12 chroma blocks are 2x2).
+/// The face box for an avatar image ([`crate::avatar::face_box_in`] its size).
 pub fn face_box(img: &RgbImage, given: Option<FaceBox>) -> Result<FaceBox> {
-    let (w, h) = (img.width(), img.height());
-    let b = given.unwrap_or_else(|| FaceBox::centered(w, h));
-    b.validate(w, h)?;
-    let even = |v: u32| v & !1;
-    let f = FaceBox { x: even(b.x), y: even(b.y), w: even(b.w), h: even(b.h) };
-    ensure!(f.w >= 16 && f.h >= 16, "face box {f:?} is too small (at least 16x16 pixels)");
-    Ok(f)
+    crate::avatar::face_box_in(img.width(), img.height(), given)
 }
 
 /// Frames of video for `audio` at the render's frame rate: ceil(seconds x fps).
@@ -131,13 +124,13 @@ pub fn fixed_schedule(frames: usize, keyframes: Option<&str>, stride: usize) -> 
     })
 }
 
-/// The avatar's share of a preparation: the crop, the image encoder's latents, the rest latent
-/// and the compositor's tables. None of it depends on the audio, so a server prepares an avatar
-/// once and renders it many times.
+/// The avatar's share of a preparation, per avatar frame (one for a still image): the crop, the
+/// image encoder's latents, the rest latent and its decoded frame, and the compositor (its
+/// face box and tables, with that frame as the background). None of it depends on the audio,
+/// so a server prepares an avatar once and renders it many times.
 pub struct PreparedAvatar {
-    pub avatar: Arc<AvatarLatents>,
-    pub compositor: Arc<Compositor>,
-    pub face: FaceBox,
+    pub avatar: Arc<Vec<AvatarLatents>>,
+    pub compositors: Arc<Vec<Compositor>>,
     /// Time of the image encoder (reference and rest latents, with the crop).
     pub avatar_encoder_ms: f64,
     /// Time of the compositor's tables and the background's NV12.
@@ -151,23 +144,53 @@ pub fn prepare_avatar_image(
     img: &RgbImage,
     face: FaceBox,
 ) -> Result<PreparedAvatar> {
+    let mut p = empty_avatar();
+    prepare_avatar_frame(engines, backend, img, face, &mut p)?;
+    Ok(p)
+}
+
+/// Prepares every frame of `source` (see [`PreparedAvatar`]), decoding one frame at a time.
+pub fn prepare_avatar_source(
+    engines: &Engines,
+    backend: &Backend,
+    source: &crate::avatar::AvatarSource,
+) -> Result<PreparedAvatar> {
+    let mut p = empty_avatar();
+    source.for_each_frame(|i, img| prepare_avatar_frame(engines, backend, img, source.faces[i], &mut p))?;
+    ensure!(p.avatar.len() == source.frames(), "{} avatar frames prepared of {}", p.avatar.len(), source.frames());
+    Ok(p)
+}
+
+fn empty_avatar() -> PreparedAvatar {
+    PreparedAvatar {
+        avatar: Arc::new(Vec::new()),
+        compositors: Arc::new(Vec::new()),
+        avatar_encoder_ms: 0.0,
+        compositor_setup_ms: 0.0,
+    }
+}
+
+/// Adds one avatar frame to `p`: `img` with its face box `face`.
+fn prepare_avatar_frame(
+    engines: &Engines,
+    backend: &Backend,
+    img: &RgbImage,
+    face: FaceBox,
+    p: &mut PreparedAvatar,
+) -> Result<()> {
     let (w, h) = (img.width() as usize, img.height() as usize);
     ensure!(w % 2 == 0 && h % 2 == 0, "the avatar is {w}x{h}: its width and height must be even (see load_avatar)");
     let t = Instant::now();
     let crop = cadence_media::crop_to_planar(img, &face, pipeline::FACE_SIDE as u32)?;
-    let avatar = pipeline::prepare_avatar(engines, &crop)?;
-    let avatar_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
+    let latents = pipeline::prepare_avatar(engines, &crop)?;
+    p.avatar_encoder_ms += t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let compositor =
         Compositor::new(backend, img.as_raw(), w, h, face, (face.w.min(face.h) / 8) as f32, ColorMatrix::Bt709)?;
-    let compositor_setup_ms = t.elapsed().as_secs_f64() * 1e3;
-    Ok(PreparedAvatar {
-        avatar: Arc::new(avatar),
-        compositor: Arc::new(compositor),
-        face,
-        avatar_encoder_ms,
-        compositor_setup_ms,
-    })
+    p.compositor_setup_ms += t.elapsed().as_secs_f64() * 1e3;
+    Arc::get_mut(&mut p.avatar).expect("not shared yet").push(latents);
+    Arc::get_mut(&mut p.compositors).expect("not shared yet").push(compositor);
+    Ok(())
 }
 
 pub fn prepare(
@@ -183,10 +206,22 @@ pub fn prepare(
     ensure!(video_frames(&audio, opts) > 0, "the audio is too short for one video frame");
     let t_all = Instant::now();
     let avatar = prepare_avatar_image(engines, backend, img, face)?;
-    let mut prepared = prepare_with_avatar(engines, audio, &avatar, opts)?;
+    prepare_with_new_avatar(engines, audio, &avatar, opts, t_all)
+}
+
+/// [`prepare_with_avatar`] for an avatar prepared for this render alone (since `started`): its
+/// times are part of this render's preparation.
+pub fn prepare_with_new_avatar(
+    engines: &Engines,
+    audio: Audio,
+    avatar: &PreparedAvatar,
+    opts: &RenderOptions,
+    started: Instant,
+) -> Result<Prepared> {
+    let mut prepared = prepare_with_avatar(engines, audio, avatar, opts)?;
     prepared.avatar_encoder_ms = avatar.avatar_encoder_ms;
     prepared.compositor_setup_ms = avatar.compositor_setup_ms;
-    prepared.prepare_other_ms = t_all.elapsed().as_secs_f64() * 1e3
+    prepared.prepare_other_ms = started.elapsed().as_secs_f64() * 1e3
         - prepared.audio_encoder_ms
         - avatar.avatar_encoder_ms
         - avatar.compositor_setup_ms;
@@ -221,8 +256,7 @@ pub fn prepare_with_avatar(
         speech,
         frames,
         avatar: avatar.avatar.clone(),
-        compositor: avatar.compositor.clone(),
-        face: avatar.face,
+        compositors: avatar.compositors.clone(),
         audio_encoder_ms,
         avatar_encoder_ms: 0.0,
         compositor_setup_ms: 0.0,
@@ -286,7 +320,7 @@ pub fn render_clip(
         schedule.n_frames(),
         prepared.frames
     );
-    let c = &prepared.compositor;
+    let c = &prepared.compositors[0];
     let (w, h) = (c.width as u32, c.height as u32);
     let t0 = Instant::now();
     let mut first_frame_ms = None;

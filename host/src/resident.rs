@@ -61,7 +61,8 @@ pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Resu
 pub struct Infill<'a> {
     pub schedule: &'a KeyframeSchedule,
     pub method: Method,
-    /// The rest latent (one frame) easing blends toward.
+    /// The rest latent easing blends toward: one frame's (a still avatar), or one per frame of
+    /// the schedule (a video avatar: each frame's avatar frame's rest latent).
     pub rest: &'a [f32],
     /// Per frame, the distance to the nearest speech frame.
     pub distance: &'a [u32],
@@ -73,9 +74,17 @@ pub struct Infill<'a> {
 /// (n_frames, ..keys' frame shape) and the two stage times in ms.
 pub fn expand_eased(backend: &Backend, keys: &Tensor, infill: &Infill) -> Result<(Tensor, f64, f64)> {
     let Infill { schedule, method, rest, distance, ramp } = *infill;
-    let dim = rest.len();
+    ensure!(schedule.count() > 0, "no keyframes");
+    let dim = keys.elem_count() / schedule.count();
+    let per_frame = rest.len() != dim;
     ensure!(
-        keys.elem_count() == schedule.count() * dim,
+        !per_frame || rest.len() == schedule.n_frames() * dim,
+        "{} rest values: one frame ({dim}) or one per frame ({} x {dim}) expected",
+        rest.len(),
+        schedule.n_frames()
+    );
+    ensure!(
+        dim > 0 && keys.elem_count() == schedule.count() * dim,
         "{} keyframe values, the schedule needs {} x {dim}",
         keys.elem_count(),
         schedule.count()
@@ -88,24 +97,35 @@ pub fn expand_eased(backend: &Backend, keys: &Tensor, infill: &Infill) -> Result
     );
     let mut shape = keys.dims().to_vec();
     shape[0] = schedule.n_frames();
+    // Per-frame rest latents (video avatars) are eased frame by frame on the host: the easing
+    // kernel takes one rest latent.
     #[cfg(feature = "engines-cuda")]
-    if let Some(cuda) = device_backend(backend, keys.device()) {
+    if let (Some(cuda), false) = (device_backend(backend, keys.device()), per_frame) {
         return on_gpu::expand_eased(cuda, keys, infill, &shape);
     }
     let t = std::time::Instant::now();
     let mut frames = with_host_f32(keys, |k| backend.expand(k, schedule, dim, method))?;
     let expand_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = std::time::Instant::now();
-    backend.ease(&mut frames, rest, distance, ramp)?;
+    if per_frame {
+        for ((frame, rest), d) in frames.chunks_exact_mut(dim).zip(rest.chunks_exact(dim)).zip(distance.chunks(1)) {
+            backend.ease(frame, rest, d, ramp)?;
+        }
+    } else {
+        backend.ease(&mut frames, rest, distance, ramp)?;
+    }
     let ease_ms = t.elapsed().as_secs_f64() * 1e3;
     Ok((Tensor::from_vec(frames, shape, keys.device())?, expand_ms, ease_ms))
 }
 
 /// The NV12 frame a render writes into, kept for the whole render: only the face box is
-/// rewritten per frame, the rest keeps the background. `host` is what the encoder reads; on the
-/// device-resident path a GPU twin is composited into and copied to `host` once per frame.
+/// rewritten per frame, the rest keeps the background (reset when the frame is composited with
+/// another compositor, i.e. another frame of a video avatar). `host` is what the encoder reads;
+/// on the device-resident path a GPU twin is composited into and copied to `host` once per frame.
 pub struct FrameBuffer {
     host: Vec<u8>,
+    /// The index of the compositor whose background the buffer holds.
+    background_of: usize,
     #[cfg(feature = "engines-cuda")]
     device: Option<cudarc::driver::CudaSlice<u8>>,
 }
@@ -114,6 +134,7 @@ impl FrameBuffer {
     pub fn new(compositor: &Compositor) -> Self {
         Self {
             host: compositor.background_nv12().to_vec(),
+            background_of: 0,
             #[cfg(feature = "engines-cuda")]
             device: None,
         }
@@ -123,16 +144,26 @@ impl FrameBuffer {
         &self.host
     }
 
-    /// Composites crop `i` of `crops` (B, 3, H, W) into the frame and converts the face box to
-    /// NV12, on the GPU when the crops are there and the backend shares their stream.
+    /// Composites crop `i` of `crops` (B, 3, H, W) into the frame with `compositors[which]` and
+    /// converts the face box to NV12, on the GPU when the crops are there and the backend shares
+    /// their stream. The buffer starts as `compositors[0]`'s background.
     pub fn compose(
         &mut self,
         backend: &Backend,
-        compositor: &Compositor,
+        compositors: &[Compositor],
+        which: usize,
         crops: &Tensor,
         i: usize,
         range: RgbRange,
     ) -> Result<()> {
+        let compositor = &compositors[which];
+        if which != self.background_of {
+            self.host.copy_from_slice(compositor.background_nv12());
+            // The device twin is made again from this compositor's background on first use.
+            #[cfg(feature = "engines-cuda")]
+            let _ = self.device.take();
+            self.background_of = which;
+        }
         let (b, c, ch, cw) = crops.dims4().context("decoded crops must be (batch, 3, height, width)")?;
         ensure!(c == 3 && i < b, "crop {i} of a batch of shape {:?}", crops.dims());
         let crop = crops.narrow(0, i, 1)?;

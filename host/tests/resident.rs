@@ -209,8 +209,8 @@ fn render_on_cpu(
         features,
         speech,
         schedule,
-        avatar,
-        compositor,
+        std::slice::from_ref(avatar),
+        std::slice::from_ref(compositor),
         sink,
         progress,
     )

@@ -33,6 +33,27 @@ pub fn load_image(path: impl AsRef<Path>) -> Result<RgbImage> {
     decode_image(&bytes).map_err(err)
 }
 
+/// A PNG's or JPEG's width and height from its header alone (the file size and the sides
+/// checked as [`load_image`] does), without decoding the pixels.
+pub fn image_size(path: impl AsRef<Path>) -> Result<(u32, u32)> {
+    let path = path.as_ref();
+    let err = |detail: String| MediaError::Image { path: path.display().to_string(), detail };
+    let len = std::fs::metadata(path).map_err(|e| io_err(path, e))?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(err(format!("{len} bytes is larger than any avatar image cadence reads ({MAX_FILE_BYTES})")));
+    }
+    let reader = image::ImageReader::open(path).map_err(|e| io_err(path, e))?;
+    let reader = reader.with_guessed_format().map_err(|e| io_err(path, e))?;
+    match reader.format() {
+        Some(image::ImageFormat::Png | image::ImageFormat::Jpeg) => {}
+        Some(other) => return Err(err(format!("{other:?} images are not supported (PNG or JPEG)"))),
+        None => return Err(err("not a PNG or JPEG image".into())),
+    }
+    let (w, h) = reader.into_dimensions().map_err(|e| err(format!("unreadable image ({e})")))?;
+    check_size(w, h).map_err(err)?;
+    Ok((w, h))
+}
+
 /// Decodes a PNG or JPEG held in memory (see [`load_image`]); the error is the detail only.
 pub fn decode_image(bytes: &[u8]) -> std::result::Result<RgbImage, String> {
     // The format is judged from the content only (not the file name's extension).

@@ -52,9 +52,17 @@
 //!   H.264 frame as NV12, decoded by OpenH264), [`Mp4Reader::for_each_video_frame`] (one frame in
 //!   memory at a time), [`Mp4Reader::decode_audio`]`() -> Result<Option<DecodedAudio>>` (AAC by
 //!   FDK AAC, edit list applied). The sample tables are checked against the file before use.
+//!
+//! ## Avatar videos ([`avatar_video`])
+//! - [`avatar_video_info`]`(path) -> Result<AvatarVideoInfo>`: the container checked before any
+//!   decoding (a video track in H.264, even sides in 64..=3840, a constant frame rate; a
+//!   variable rate is refused with the rates found), with the frame count.
+//! - [`for_each_avatar_frame`]`(path, &info, f)`: every frame decoded and converted to RGB
+//!   (BT.709 limited range), one frame in memory at a time.
 
 pub mod aac;
 pub mod audio;
+pub mod avatar_video;
 pub mod demux;
 pub mod error;
 #[cfg(feature = "ffmpeg")]
@@ -69,10 +77,11 @@ pub mod video;
 pub mod wav;
 
 pub use audio::{load_wav, wav_duration, Audio, AudioFormat, AudioTrack, TARGET_RATE};
+pub use avatar_video::{avatar_video_info, for_each_avatar_frame, AvatarVideoInfo};
 pub use demux::{DecodedAudio, DecodedVideo, Mp4Reader};
 pub use error::{MediaError, Result};
 pub use fmp4::{FragmentedWriter, SegmentQueue};
-pub use image::{crop_to_planar, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
+pub use image::{crop_to_planar, image_size, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
 pub use probe::{probe, Mp4Info};
 pub use vad::{frame_count, voice_activity, voice_activity_with, VadConfig};
 pub use video::{idr_period, EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};

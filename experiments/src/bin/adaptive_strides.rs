@@ -446,10 +446,10 @@ fn dense_render(
     let batch = opts.batch.max(1);
     let bar = progress_bar(active.len() as u64, &format!("{name}: UNet (dense)"));
     let t = Instant::now();
-    let lat = unet_frames(&engines.unet, &features, &prepared.avatar, &active, batch, |b| bar.inc(b as u64))?;
+    let lat = unet_frames(&engines.unet, &features, &prepared.avatar[0], &active, batch, |b| bar.inc(b as u64))?;
     let unet_ms_per_eval = t.elapsed().as_secs_f64() * 1e3 / active.len() as f64;
     bar.finish_and_clear();
-    let rest = prepared.avatar.rest.clone();
+    let rest = prepared.avatar[0].rest.clone();
     let mut raw = Vec::with_capacity(n * LATENT_DIM);
     let mut j = 0;
     for &b in &bypassed {
@@ -474,7 +474,7 @@ fn dense_render(
     let decoder_ms_per_frame = t.elapsed().as_secs_f64() * 1e3 / active.len() as f64;
     bar.finish_and_clear();
     let (lo, hi) = engines.decoder.output_range();
-    let rest_rgb: Vec<f32> = prepared.avatar.rest_rgb.iter().map(|v| v.clamp(lo, hi)).collect();
+    let rest_rgb: Vec<f32> = prepared.avatar[0].rest_rgb.iter().map(|v| v.clamp(lo, hi)).collect();
     let shape = ImageShape::rgb(FACE_SIDE, FACE_SIDE);
     let rest_mouth = metrics::crop(&rest_rgb, shape, MOUTH)?;
     let mut mouth = Vec::with_capacity(n * rest_mouth.len());

@@ -497,7 +497,7 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     let bar = progress_bar(n as u64, "UNet (every frame)");
     let t = Instant::now();
     let frames: Vec<usize> = (args.start..args.start + n).collect();
-    let dense = unet_frames(&engines.unet, &features, &prepared.avatar, &frames, batch, |b| bar.inc(b as u64))?;
+    let dense = unet_frames(&engines.unet, &features, &prepared.avatar[0], &frames, batch, |b| bar.inc(b as u64))?;
     bar.finish_and_clear();
     let unet_s = t.elapsed().as_secs_f64();
     let mot = motion(&dense, n, &args.strides)?;
