@@ -214,8 +214,9 @@ pub fn bench(a: EngineBenchArgs) -> Result<()> {
     let mm2 = matmul_probe(&dev, 2048, 5)?;
     let rate = 0.5 * (mm + mm2);
     println!(
-        "cpu: {} | engine device {engine_device} | profile {profile} | weights {label}",
-        cadence::hardware::cpu_model()
+        "cpu: {} | cpu loops {} | engine device {engine_device} | profile {profile} | weights {label}",
+        cadence::hardware::cpu_model(),
+        cadence_engines::isa::describe()
     );
     println!("matmul 2048^3 f32 (before/after): {mm:.1} / {mm2:.1} GFLOP/s");
     println!(

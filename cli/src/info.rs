@@ -35,6 +35,7 @@ pub fn info() -> Result<()> {
         );
     }
     println!("cpu: {} ({} logical CPUs)", cadence::hardware::cpu_model(), cadence::hardware::logical_cpus());
+    println!("cpu loops: {} (host kernels: {:?})", cadence_engines::isa::describe(), cadence::cpu::isa());
     let backend = Backend::select(BackendChoice::Auto)?;
     println!("backend (auto): {}", backend.describe());
     Ok(())

@@ -67,7 +67,8 @@ fn main() {
             eprintln!("cadence: warning: {e:#}; an interrupted run may leave a temporary file beside its output");
         }
     }
-    let result = match cli.command {
+    // A bad CADENCE_MAX_ISA is an error before any work (not a panic in the first CPU loop).
+    let result = cadence_engines::isa::check_env().map_err(anyhow::Error::from).and_then(|()| match cli.command {
         Command::Ptx(a) => info::ptx(a),
         Command::Expand(a) => expand::run(a),
         Command::Info => info::info(),
@@ -79,7 +80,7 @@ fn main() {
         Command::Bench(a) => bench::run(a),
         Command::GpuCheck(a) => gpu_check::run(a),
         Command::Serve(a) => cadence_server::serve(*a),
-    };
+    });
     if let Err(e) = result {
         eprintln!("cadence: error: {e:#}");
         std::process::exit(1);

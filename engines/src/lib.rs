@@ -51,8 +51,10 @@ pub mod cpu_conv;
 pub mod device;
 pub mod error;
 mod flops;
+pub mod isa;
 pub mod models_dir;
 pub mod sd_vae;
+pub mod sd_vae_cpu;
 mod simd;
 pub mod taesd;
 pub mod torch_write;
@@ -62,6 +64,7 @@ pub mod unet;
 pub mod unet_cpu;
 pub mod weights;
 pub mod whisper;
+pub mod whisper_cpu;
 
 /// One latent frame of MuseTalk: 4 channels x 32 x 32, the UNet's output and the decoders' input
 /// (and the element count the expansion kernels work on per frame).

@@ -1,6 +1,8 @@
 //! Stable Diffusion VAE (sd-vae-ft-mse), via candle-transformers' `AutoEncoderKL`.
 //!
-//! Decoder: latents are divided by 0.18215 and decoded; output nominally in [-1, 1].
+//! Decoder: latents are divided by 0.18215 and decoded; output nominally in [-1, 1]. On the CPU
+//! the decoder runs cadence's NHWC forward of the same network ([`crate::sd_vae_cpu`]), tested
+//! against candle's.
 //! Encoder: the posterior mean times 0.18215 (MuseTalk's `get_latents_for_unet` convention).
 //!
 //! candle's `DiagonalGaussianDistribution` keeps its mean private and only offers `sample()`. We
@@ -9,6 +11,7 @@
 //! and `sample()` returns `mean + 0 * noise = mean` bit-exactly. The log-variance is never used.
 
 use crate::flops::{attention_flops, index_after, weight_flops};
+use crate::sd_vae_cpu::SdVaeDecoderCpu;
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
     Batch, Device, Engine, EngineError, EngineInfo, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, Runtime,
@@ -86,6 +89,8 @@ pub(crate) fn synthetic_weights(profile: Profile, seed: u64) -> Result<HashMap<S
 pub struct SdVae {
     info: EngineInfo,
     vae: AutoEncoderKL,
+    /// The decoder's CPU fast path (None for the encoder and on other devices).
+    fast: Option<SdVaeDecoderCpu>,
     device: Device,
 }
 
@@ -105,6 +110,11 @@ impl SdVae {
         if kind == ModelKind::SdVaeEncoder {
             zero_logvar(&mut tensors)?;
         }
+        let fast = if kind == ModelKind::SdVaeDecoder && device.is_cpu() {
+            Some(SdVaeDecoderCpu::for_profile(&tensors, profile)?)
+        } else {
+            None
+        };
         let vae = weights::build_from_tensors(tensors, device, kind.name(), |vb| build(vb, profile))?;
         let half = if kind == ModelKind::SdVaeDecoder {
             ["decoder.", "post_quant_conv."]
@@ -125,9 +135,10 @@ impl SdVae {
                 weights: weights.label(),
                 num_params,
                 flops_per_frame: flops,
-                runtime: Runtime::Candle,
+                runtime: if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle },
             },
             vae,
+            fast,
             device: device.clone(),
         })
     }
@@ -197,16 +208,39 @@ impl Engine for SdVae {
     }
 }
 
+impl SdVae {
+    /// The decoder through candle's `AutoEncoderKL` (used on CUDA; on the CPU it is the
+    /// reference the fast path is tested against).
+    pub fn decode_candle(&self, latents: &Batch) -> Result<Batch> {
+        if self.info.model != ModelKind::SdVaeDecoder {
+            return Err(EngineError::BadInput("this SD VAE engine is an encoder; use encode()".into()));
+        }
+        latents.expect("SD VAE decoder input", &[None, Some(4), None, None])?;
+        let x = latents.to_tensor(&self.device)?;
+        Batch::from_tensor(&self.vae.decode(&(x / SCALING_FACTOR)?)?)
+    }
+}
+
 impl LatentDecoder for SdVae {
     fn decode(&self, latents: &Batch) -> Result<Batch> {
         if self.info.model != ModelKind::SdVaeDecoder {
             return Err(EngineError::BadInput("this SD VAE engine is an encoder; use encode()".into()));
         }
         latents.expect("SD VAE decoder input", &[None, Some(4), None, None])?;
-        Batch::from_tensor(&self.decode_tensor(&latents.to_tensor(&self.device)?)?)
+        match &self.fast {
+            Some(net) => {
+                let (n, h, w) = (latents.shape[0], latents.shape[2], latents.shape[3]);
+                let (data, (oh, ow)) = net.forward(&latents.data, n, (h, w));
+                Batch::new(vec![n, IMAGE_CHANNELS, oh, ow], data)
+            }
+            None => self.decode_candle(latents),
+        }
     }
     /// Candle on the engine's device: on a GPU the tensors never leave it.
     fn decode_tensor(&self, latents: &Tensor) -> Result<Tensor> {
+        if self.fast.is_some() {
+            return crate::decode_through_host(self, latents);
+        }
         if self.info.model != ModelKind::SdVaeDecoder {
             return Err(EngineError::BadInput("this SD VAE engine is an encoder; use encode()".into()));
         }

@@ -1,8 +1,10 @@
-//! Runtime choice between baseline x86-64 and AVX2 builds of the CPU paths' hot loops.
+//! Run-time choice between the baseline x86-64, AVX2 and AVX-512 builds of the CPU paths' hot
+//! loops, at the level [`crate::isa::active`] returns (the CPU's best, capped by
+//! `CADENCE_MAX_ISA`).
 
-/// Defines `fn $name` that runs its body compiled for AVX2 when the CPU has it (checked once and
-/// cached by std), else for the baseline x86-64. Same code and operation order (reductions use
-/// explicit 8-lane partial sums, multiplies and adds are never fused), so both give identical bits.
+/// Defines `fn $name` that runs its body compiled for the active [`crate::isa::Isa`] level. Same
+/// code and operation order at every level (reductions use explicit 8-lane partial sums,
+/// multiplies and adds are never fused), so all give identical bits.
 macro_rules! simd_fn {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($a:ident: $t:ty),*) $(-> $r:ty)? $body:block) => {
         $(#[$m])*
@@ -17,9 +19,17 @@ macro_rules! simd_fn {
                 unsafe fn avx2($($a: $t),*) $(-> $r)? {
                     imp($($a),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    return unsafe { avx2($($a),*) };
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx512($($a: $t),*) $(-> $r)? {
+                    imp($($a),*)
+                }
+                match $crate::isa::active() {
+                    // SAFETY: active() never exceeds what the CPU supports (isa::detected).
+                    $crate::isa::Isa::Avx512 => return unsafe { avx512($($a),*) },
+                    // SAFETY: as above.
+                    $crate::isa::Isa::Avx2 => return unsafe { avx2($($a),*) },
+                    $crate::isa::Isa::Baseline => {}
                 }
             }
             imp($($a),*)

@@ -23,36 +23,34 @@ use crate::unet::AUDIO_DIM;
 type CResult<T> = candle_core::Result<T>;
 
 /// Looks weights up by diffusers name.
-struct Weights<'a>(&'a HashMap<String, Tensor>);
+pub(crate) struct Weights<'a>(pub(crate) &'a HashMap<String, Tensor>);
 
 impl Weights<'_> {
-    fn get(&self, name: &str) -> CResult<(Vec<usize>, Vec<f32>)> {
-        let t = self
-            .0
-            .get(name)
-            .ok_or_else(|| candle_core::Error::Msg(format!("UNet CPU path: missing tensor `{name}`")))?;
+    pub(crate) fn get(&self, name: &str) -> CResult<(Vec<usize>, Vec<f32>)> {
+        let t =
+            self.0.get(name).ok_or_else(|| candle_core::Error::Msg(format!("CPU path: missing tensor `{name}`")))?;
         let v = t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
         Ok((t.dims().to_vec(), v))
     }
-    fn vec(&self, name: &str) -> CResult<Vec<f32>> {
+    pub(crate) fn vec(&self, name: &str) -> CResult<Vec<f32>> {
         Ok(self.get(name)?.1)
     }
-    fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.0.contains_key(name)
     }
 }
 
 /// y = x W^T + b on row-major (rows x din) activations; W stored transposed (din x dout).
-struct Linear {
-    din: usize,
-    dout: usize,
+pub(crate) struct Linear {
+    pub(crate) din: usize,
+    pub(crate) dout: usize,
     wt: Vec<f32>,
     bias: Option<Vec<f32>>,
 }
 
 impl Linear {
     /// From a (dout, din) linear weight or a (dout, din, 1, 1) 1x1 convolution.
-    fn load(w: &Weights, prefix: &str, bias: bool) -> CResult<Linear> {
+    pub(crate) fn load(w: &Weights, prefix: &str, bias: bool) -> CResult<Linear> {
         let (dims, v) = w.get(&format!("{prefix}.weight"))?;
         let (dout, din) = (dims[0], v.len() / dims[0]);
         let mut wt = vec![0f32; din * dout];
@@ -66,7 +64,7 @@ impl Linear {
     }
 
     /// dst (rows x dout) = x (rows x din) W^T + bias (+ residual), one thread.
-    fn apply(&self, x: &[f32], dst: &mut [f32], residual: Option<&[f32]>) {
+    pub(crate) fn apply(&self, x: &[f32], dst: &mut [f32], residual: Option<&[f32]>) {
         let rows = x.len() / self.din;
         debug_assert_eq!(dst.len(), rows * self.dout);
         // SAFETY: dst is rows x dout, x rows x din, wt din x dout, all row-major and disjoint.
@@ -90,7 +88,7 @@ impl Linear {
     }
 
     /// As [`Linear::apply`] over all rows, in parallel chunks.
-    fn forward(&self, x: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+    pub(crate) fn forward(&self, x: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         let rows = x.len() / self.din;
         let mut out = vec![0f32; rows * self.dout];
         out.par_chunks_mut(ROWS * self.dout).zip(x.par_chunks(ROWS * self.din)).enumerate().for_each(
@@ -104,13 +102,13 @@ impl Linear {
 }
 
 /// Rows per parallel task in token-wise layers.
-const ROWS: usize = 128;
+pub(crate) const ROWS: usize = 128;
 
 /// e^x without libm, branch-free so that the loops below vectorize: libm's scalar expf/tanhf took
 /// a fifth of the UNet's time. Cephes' range reduction and degree-6 polynomial (relative error
 /// about 1e-7); inputs are clamped to [-87, 88], where the result stays a normal f32.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
@@ -199,7 +197,7 @@ simd_fn! {
     }
 }
 
-struct GroupNorm {
+pub(crate) struct GroupNorm {
     groups: usize,
     eps: f64,
     gamma: Vec<f32>,
@@ -207,7 +205,7 @@ struct GroupNorm {
 }
 
 impl GroupNorm {
-    fn load(w: &Weights, prefix: &str, groups: usize, eps: f64) -> CResult<GroupNorm> {
+    pub(crate) fn load(w: &Weights, prefix: &str, groups: usize, eps: f64) -> CResult<GroupNorm> {
         let gamma = w.vec(&format!("{prefix}.weight"))?;
         if gamma.len() % groups != 0 {
             candle_core::bail!("{prefix}: {groups} groups do not divide {} channels", gamma.len());
@@ -216,7 +214,7 @@ impl GroupNorm {
     }
 
     /// GroupNorm (two-pass statistics in f64 per image and group), then SiLU if `act`.
-    fn forward(&self, x: &Nhwc, act: bool) -> Nhwc {
+    pub(crate) fn forward(&self, x: &Nhwc, act: bool) -> Nhwc {
         let c = x.c;
         let cg = c / self.groups;
         let img = x.h * x.w * c;
@@ -252,16 +250,16 @@ impl GroupNorm {
 }
 
 /// LayerNorm over the channels of each token.
-struct LayerNorm {
+pub(crate) struct LayerNorm {
     gamma: Vec<f32>,
     beta: Vec<f32>,
 }
 
 impl LayerNorm {
-    fn load(w: &Weights, prefix: &str) -> CResult<LayerNorm> {
+    pub(crate) fn load(w: &Weights, prefix: &str) -> CResult<LayerNorm> {
         Ok(LayerNorm { gamma: w.vec(&format!("{prefix}.weight"))?, beta: w.vec(&format!("{prefix}.bias"))? })
     }
-    fn forward(&self, x: &[f32]) -> Vec<f32> {
+    pub(crate) fn forward(&self, x: &[f32]) -> Vec<f32> {
         const EPS: f32 = 1e-5;
         let c = self.gamma.len();
         let mut out = vec![0f32; x.len()];
@@ -287,7 +285,7 @@ thread_local! {
 /// Queries per attention task (scores 64 x 1024 f32 = 256 KB, cache-resident).
 const QUERY_BLOCK: usize = 64;
 
-struct Attention {
+pub(crate) struct Attention {
     heads: usize,
     q: Linear,
     k: Linear,
@@ -296,19 +294,30 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(w: &Weights, prefix: &str, heads: usize) -> CResult<Attention> {
+    /// `to_q`, `to_k`, `to_v` (with their biases where the weights have them: the VAE's, not
+    /// the UNet's) and `to_out.0` under `prefix`.
+    pub(crate) fn load(w: &Weights, prefix: &str, heads: usize) -> CResult<Attention> {
+        let proj = |name: &str| {
+            let p = format!("{prefix}.{name}");
+            Linear::load(w, &p, w.has(&format!("{p}.bias")))
+        };
         Ok(Attention {
             heads,
-            q: Linear::load(w, &format!("{prefix}.to_q"), false)?,
-            k: Linear::load(w, &format!("{prefix}.to_k"), false)?,
-            v: Linear::load(w, &format!("{prefix}.to_v"), false)?,
+            q: proj("to_q")?,
+            k: proj("to_k")?,
+            v: proj("to_v")?,
             out: Linear::load(w, &format!("{prefix}.to_out.0"), true)?,
         })
     }
 
     /// residual + to_out(softmax(q k^T / sqrt(d)) v) for `batch` images of `tokens` query rows;
     /// keys and values from `context` (batch x ctx_tokens rows) or from `x` itself.
-    fn forward(&self, x: &[f32], batch: usize, context: Option<&[f32]>, residual: &[f32]) -> Vec<f32> {
+    /// From its projections (query, key, value, output) and head count.
+    pub(crate) fn from_parts(heads: usize, q: Linear, k: Linear, v: Linear, out: Linear) -> Attention {
+        Attention { heads, q, k, v, out }
+    }
+
+    pub(crate) fn forward(&self, x: &[f32], batch: usize, context: Option<&[f32]>, residual: &[f32]) -> Vec<f32> {
         let inner = self.q.dout;
         let d = inner / self.heads;
         let scale = 1.0 / (d as f32).sqrt();
@@ -443,16 +452,16 @@ impl SpatialTransformer {
     }
 }
 
-struct Resnet {
+pub(crate) struct Resnet {
     norm1: GroupNorm,
-    /// conv1 with the (constant) timestep projection folded into its bias.
+    /// conv1 with the (constant) timestep projection, if any, folded into its bias.
     conv1: PackedConv,
     norm2: GroupNorm,
     conv2: PackedConv,
     shortcut: Option<Linear>,
 }
 
-fn conv(w: &Weights, prefix: &str, stride: usize, extra_bias: Option<&[f32]>) -> CResult<PackedConv> {
+pub(crate) fn conv(w: &Weights, prefix: &str, stride: usize, extra_bias: Option<&[f32]>) -> CResult<PackedConv> {
     let (dims, v) = w.get(&format!("{prefix}.weight"))?;
     if dims.len() != 4 || dims[2] != 3 || dims[3] != 3 {
         candle_core::bail!("{prefix}.weight: expected a 3x3 convolution, got {dims:?}");
@@ -465,15 +474,29 @@ fn conv(w: &Weights, prefix: &str, stride: usize, extra_bias: Option<&[f32]>) ->
 }
 
 impl Resnet {
-    fn load(w: &Weights, prefix: &str, groups: usize, temb_silu: &[f32]) -> CResult<Resnet> {
-        let temb = Linear::load(w, &format!("{prefix}.time_emb_proj"), true)?;
-        let mut t = vec![0f32; temb.dout];
-        temb.apply(temb_silu, &mut t, None);
+    /// `temb_silu`: silu(time embedding) for the UNet's resnets (projected by their
+    /// `time_emb_proj`); None for the VAE's, which have none.
+    pub(crate) fn load(
+        w: &Weights,
+        prefix: &str,
+        groups: usize,
+        eps: f64,
+        temb_silu: Option<&[f32]>,
+    ) -> CResult<Resnet> {
+        let t = match temb_silu {
+            Some(temb_silu) => {
+                let temb = Linear::load(w, &format!("{prefix}.time_emb_proj"), true)?;
+                let mut t = vec![0f32; temb.dout];
+                temb.apply(temb_silu, &mut t, None);
+                Some(t)
+            }
+            None => None,
+        };
         let shortcut_name = format!("{prefix}.conv_shortcut");
         Ok(Resnet {
-            norm1: GroupNorm::load(w, &format!("{prefix}.norm1"), groups, 1e-5)?,
-            conv1: conv(w, &format!("{prefix}.conv1"), 1, Some(&t))?,
-            norm2: GroupNorm::load(w, &format!("{prefix}.norm2"), groups, 1e-5)?,
+            norm1: GroupNorm::load(w, &format!("{prefix}.norm1"), groups, eps)?,
+            conv1: conv(w, &format!("{prefix}.conv1"), 1, t.as_deref())?,
+            norm2: GroupNorm::load(w, &format!("{prefix}.norm2"), groups, eps)?,
             conv2: conv(w, &format!("{prefix}.conv2"), 1, None)?,
             shortcut: if w.has(&format!("{shortcut_name}.weight")) {
                 Some(Linear::load(w, &shortcut_name, true)?)
@@ -483,7 +506,7 @@ impl Resnet {
         })
     }
 
-    fn forward(&self, x: &Nhwc) -> Nhwc {
+    pub(crate) fn forward(&self, x: &Nhwc) -> Nhwc {
         let h = cpu_conv::conv3x3(&self.norm1.forward(x, true), &self.conv1, false, None, false);
         let h = self.norm2.forward(&h, true);
         match &self.shortcut {
@@ -561,7 +584,7 @@ impl UnetCpu {
 
         let layer = |prefix: &str, i: usize, with_attn: bool| -> CResult<Layer> {
             Ok(Layer {
-                resnet: Resnet::load(&w, &format!("{prefix}.resnets.{i}"), groups, &temb)?,
+                resnet: Resnet::load(&w, &format!("{prefix}.resnets.{i}"), groups, 1e-5, Some(&temb))?,
                 attention: if with_attn {
                     Some(SpatialTransformer::load(&w, &format!("{prefix}.attentions.{i}"), groups, heads)?)
                 } else {
@@ -589,9 +612,9 @@ impl UnetCpu {
             conv_in: conv(&w, "conv_in", 1, None)?,
             down,
             mid: (
-                Resnet::load(&w, "mid_block.resnets.0", groups, &temb)?,
+                Resnet::load(&w, "mid_block.resnets.0", groups, 1e-5, Some(&temb))?,
                 SpatialTransformer::load(&w, "mid_block.attentions.0", groups, heads)?,
-                Resnet::load(&w, "mid_block.resnets.1", groups, &temb)?,
+                Resnet::load(&w, "mid_block.resnets.1", groups, 1e-5, Some(&temb))?,
             ),
             up,
             norm_out: GroupNorm::load(&w, "conv_norm_out", groups, 1e-5)?,

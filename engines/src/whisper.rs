@@ -25,6 +25,7 @@
 //! timestamps (no text decoder here); for audio up to 30 s both give the same single window.
 
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
+use crate::whisper_cpu::WhisperEncoderCpu;
 use crate::{
     AudioEncoder, Batch, Device, Engine, EngineError, EngineInfo, ModelKind, Profile, Result, Runtime, WeightsSource,
 };
@@ -140,15 +141,17 @@ struct Layer {
     ln2: LayerNorm,
 }
 
-struct Encoder {
+pub(crate) struct Encoder {
     conv1: Conv1d,
     conv2: Conv1d,
     layers: Vec<Layer>,
     d: usize,
     heads: usize,
+    /// The same network on cadence's CPU kernels (set on the CPU; [`crate::whisper_cpu`]).
+    fast: Option<WhisperEncoderCpu>,
 }
 
-fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Encoder> {
+pub(crate) fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Encoder> {
     let _ = profile; // whisper-tiny is cheap enough on CPU: both profiles use its full size
     let d = D_MODEL;
     let c1 = Conv1dConfig { padding: 1, stride: 1, ..Default::default() };
@@ -172,11 +175,11 @@ fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Encoder> {
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    Ok(Encoder { conv1, conv2, layers, d, heads: N_HEADS })
+    Ok(Encoder { conv1, conv2, layers, d, heads: N_HEADS, fast: None })
 }
 
 /// Whisper's sinusoidal position table (length, channels): [sin | cos] halves.
-fn sinusoids(length: usize, channels: usize) -> Vec<f32> {
+pub(crate) fn sinusoids(length: usize, channels: usize) -> Vec<f32> {
     let inc = (10000f64).ln() / (channels / 2 - 1) as f64;
     let mut out = vec![0f32; length * channels];
     for t in 0..length {
@@ -190,8 +193,24 @@ fn sinusoids(length: usize, channels: usize) -> Vec<f32> {
 }
 
 impl Encoder {
-    /// mel (B, 80, 3000) -> hidden states (B, T=1500, 5, d).
+    /// mel (B, 80, 3000) -> hidden states (B, T=1500, 5, d), on the CPU through the fast path.
     fn hidden_states(&self, mel: &Tensor) -> candle_core::Result<Tensor> {
+        let Some(fast) = self.fast.as_ref().filter(|_| mel.device().is_cpu()) else {
+            return self.hidden_states_candle(mel);
+        };
+        let (b, _, frames) = mel.dims3()?;
+        let images = (0..b)
+            .map(|i| {
+                let hs = fast.hidden_states(&mel.get(i)?.flatten_all()?.to_vec1::<f32>()?, frames);
+                let t = hs.len() / (N_HIDDEN * self.d);
+                Tensor::from_vec(hs, (t, N_HIDDEN, self.d), mel.device())
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Tensor::stack(&images, 0)
+    }
+
+    /// [`Self::hidden_states`] through candle's layers (the reference of the fast path).
+    pub(crate) fn hidden_states_candle(&self, mel: &Tensor) -> candle_core::Result<Tensor> {
         let x = self.conv1.forward(mel)?.gelu_erf()?;
         let x = self.conv2.forward(&x)?.gelu_erf()?;
         let mut x = x.transpose(1, 2)?.contiguous()?; // (B, T, d)
@@ -287,7 +306,10 @@ impl WhisperAudio {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<WhisperAudio> {
         let table = param_table(profile)?;
         let tensors = crate::obtain_tensors(ModelKind::WhisperTiny, profile, &table, weights, &init_rule, device)?;
-        let enc = weights::build_from_tensors(tensors, device, "whisper-tiny", |vb| build(vb, profile))?;
+        let fast = if device.is_cpu() { Some(WhisperEncoderCpu::new(&tensors, N_LAYERS, N_HEADS)?) } else { None };
+        let runtime = if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle };
+        let mut enc = weights::build_from_tensors(tensors, device, "whisper-tiny", |vb| build(vb, profile))?;
+        enc.fast = fast;
         let t = (WINDOW_FRAMES / 2) as f64;
         let flops_window = crate::flops::weight_flops(&table, |name| {
             Some(if name.starts_with("conv1") { WINDOW_FRAMES as f64 } else { t })
@@ -300,7 +322,7 @@ impl WhisperAudio {
                 num_params: table.num_params(),
                 // One 30 s window's FLOPs spread over its 750 video frames at 25 fps.
                 flops_per_frame: flops_window / 750.0,
-                runtime: Runtime::Candle,
+                runtime,
             },
             enc,
             device: device.clone(),

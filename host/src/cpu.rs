@@ -7,8 +7,9 @@
 //!   C library's `memcpy` ([`Elem::copy_bits`]): glibc 2.36 copies 16 KB with `rep movsb`,
 //!   which on this AMD EPYC runs 4-16x slower when the destination is misaligned relative to
 //!   the source, so the speed depended on where the allocator put the buffers.
-//! - The binary targets baseline x86-64 (SSE2), so the hot loops are compiled twice, as they
-//!   are and with AVX + FMA + F16C, and the version is chosen at run time ([`isa`]). Both run
+//! - The binary targets baseline x86-64 (SSE2), so the hot loops are compiled three times, as
+//!   they are, with AVX + FMA + F16C and with AVX-512, and the version is chosen at run time
+//!   ([`isa`], capped by `CADENCE_MAX_ISA`, see `cadence_engines::isa`). All run
 //!   the same operations in the same order: plain multiplies and adds are never contracted
 //!   into fused ones (Rust does not contract), and the shared math's explicit `mul_add` is
 //!   correctly rounded either way (an instruction, or compiler-builtins' `fmaf`), so the
@@ -34,60 +35,76 @@ const BLOCK: usize = 1024;
 // ---------------------------------------------------------------------------------------------
 // Instruction-set choice
 
-/// Which compiled version of the hot loops runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which compiled version of the hot loops runs (lowest first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Isa {
     /// What the build targets (x86-64: SSE2).
     Baseline,
     /// x86-64 with AVX, FMA and F16C, detected at run time.
     Avx,
+    /// The same plus AVX-512 F, BW, DQ and VL.
+    Avx512,
 }
 
-const ISA_UNKNOWN: u8 = 0;
-const ISA_BASELINE: u8 = 1;
-const ISA_AVX: u8 = 2;
+const ISA_UNKNOWN: u8 = u8::MAX;
 static ISA: AtomicU8 = AtomicU8::new(ISA_UNKNOWN);
 
-fn avx_supported() -> bool {
+fn supported(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx")
+        let avx = std::arch::is_x86_feature_detected!("avx")
             && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
+            && std::arch::is_x86_feature_detected!("f16c");
+        match isa {
+            Isa::Baseline => true,
+            Isa::Avx => avx,
+            Isa::Avx512 => avx && cadence_engines::isa::Isa::Avx512.supported(),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        false
+        isa == Isa::Baseline
     }
 }
 
-/// The version in use: the best this CPU supports, unless [`set_isa`] chose one.
+/// The highest version `CADENCE_MAX_ISA` allows (the engines' [`cadence_engines::isa`] reads
+/// it): `avx2` allows [`Isa::Avx`]; unset, every version.
+fn allowed(isa: Isa) -> bool {
+    use cadence_engines::isa::{env_cap, Isa as Level};
+    let cap = env_cap().unwrap_or_else(|e| panic!("{e}"));
+    match (isa, cap) {
+        (_, None) | (Isa::Baseline, _) | (_, Some(Level::Avx512)) => true,
+        (Isa::Avx, Some(l)) => l >= Level::Avx2,
+        (Isa::Avx512, Some(_)) => false,
+    }
+}
+
+const VERSIONS: [Isa; 3] = [Isa::Baseline, Isa::Avx, Isa::Avx512];
+
+/// The version in use: the best this CPU supports and `CADENCE_MAX_ISA` allows, unless
+/// [`set_isa`] chose one.
 #[inline]
 pub fn isa() -> Isa {
     match ISA.load(Ordering::Relaxed) {
-        ISA_BASELINE => Isa::Baseline,
-        ISA_AVX => Isa::Avx,
-        _ => {
-            let v = if avx_supported() { ISA_AVX } else { ISA_BASELINE };
-            ISA.store(v, Ordering::Relaxed);
-            if v == ISA_AVX {
-                Isa::Avx
-            } else {
-                Isa::Baseline
-            }
+        ISA_UNKNOWN => {
+            let v = VERSIONS.into_iter().rev().find(|&i| supported(i) && allowed(i)).unwrap_or(Isa::Baseline);
+            ISA.store(v as u8, Ordering::Relaxed);
+            v
         }
+        i => VERSIONS[i as usize],
     }
 }
 
-/// Forces a version (`None`: detect again). Fails for [`Isa::Avx`] on a CPU without it. For
-/// tests and benchmarks: the results are the same either way, only the speed differs.
+/// Forces a version (`None`: detect again). Fails for a version this CPU lacks or
+/// `CADENCE_MAX_ISA` forbids. For tests and benchmarks: the results are the same either way,
+/// only the speed differs.
 pub fn set_isa(choice: Option<Isa>) -> anyhow::Result<()> {
     let v = match choice {
         None => ISA_UNKNOWN,
-        Some(Isa::Baseline) => ISA_BASELINE,
-        Some(Isa::Avx) => {
-            anyhow::ensure!(avx_supported(), "this CPU lacks AVX, FMA or F16C");
-            ISA_AVX
+        Some(i) => {
+            anyhow::ensure!(supported(i), "this CPU cannot run the {i:?} version");
+            anyhow::ensure!(allowed(i), "CADENCE_MAX_ISA forbids the {i:?} version");
+            i as u8
         }
     };
     ISA.store(v, Ordering::Relaxed);
@@ -109,9 +126,17 @@ macro_rules! multiversion {
                 fn avx<T: Elem>($($a: $t),*) $(-> $r)? {
                     $body::<T>($($a),*)
                 }
-                if $crate::cpu::isa() == $crate::cpu::Isa::Avx {
-                    // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
-                    return unsafe { avx::<T>($($a),*) };
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx,fma,f16c")]
+                #[allow(clippy::too_many_arguments)]
+                fn avx512<T: Elem>($($a: $t),*) $(-> $r)? {
+                    $body::<T>($($a),*)
+                }
+                match $crate::cpu::isa() {
+                    // SAFETY: isa() returns a version only where the CPU has its features.
+                    $crate::cpu::Isa::Avx512 => return unsafe { avx512::<T>($($a),*) },
+                    // SAFETY: as above.
+                    $crate::cpu::Isa::Avx => return unsafe { avx::<T>($($a),*) },
+                    $crate::cpu::Isa::Baseline => {}
                 }
             }
             $body::<T>($($a),*)
@@ -128,9 +153,17 @@ macro_rules! multiversion {
                 fn avx($($a: $t),*) $(-> $r)? {
                     $body($($a),*)
                 }
-                if $crate::cpu::isa() == $crate::cpu::Isa::Avx {
-                    // SAFETY: isa() returns Avx only where the CPU has AVX, FMA and F16C.
-                    return unsafe { avx($($a),*) };
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx,fma,f16c")]
+                #[allow(clippy::too_many_arguments)]
+                fn avx512($($a: $t),*) $(-> $r)? {
+                    $body($($a),*)
+                }
+                match $crate::cpu::isa() {
+                    // SAFETY: isa() returns a version only where the CPU has its features.
+                    $crate::cpu::Isa::Avx512 => return unsafe { avx512($($a),*) },
+                    // SAFETY: as above.
+                    $crate::cpu::Isa::Avx => return unsafe { avx($($a),*) },
+                    $crate::cpu::Isa::Baseline => {}
                 }
             }
             $body($($a),*)
@@ -275,8 +308,8 @@ fn interval_body<T: Elem>(
     s: &mut Scratch,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if let (Some(a), Some(b), true) = (T::as_f16(a), T::as_f16(b), isa() == Isa::Avx) {
-        // SAFETY: isa() is Avx only where the CPU has AVX, FMA and F16C.
+    if let (Some(a), Some(b), true) = (T::as_f16(a), T::as_f16(b), isa() >= Isa::Avx) {
+        // SAFETY: isa() is Avx or above only where the CPU has AVX, FMA and F16C.
         return unsafe { f16_avx::interval(a, b, method, k0, k1, first, T::as_f16_mut(frames).expect("f16 storage")) };
     }
     let (af, bf) = (wide(a, &mut s.a), wide(b, &mut s.b));
@@ -290,7 +323,7 @@ fn interval_body<T: Elem>(
 #[inline(always)]
 fn row_body<T: Elem>(a: &[T], b: &[T], alpha: f32, method: Method, out: &mut [T], s: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
-    if let (Some(a), Some(b), true) = (T::as_f16(a), T::as_f16(b), isa() == Isa::Avx) {
+    if let (Some(a), Some(b), true) = (T::as_f16(a), T::as_f16(b), isa() >= Isa::Avx) {
         // SAFETY: as in interval_body.
         return unsafe { f16_avx::row(a, b, alpha, method, T::as_f16_mut(out).expect("f16 storage")) };
     }
@@ -310,7 +343,7 @@ fn ease_body<T: Elem>(f: &mut [T], rest: &[T], w: f32, s: &mut Scratch) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if let (Some(r), true) = (T::as_f16(rest), isa() == Isa::Avx) {
+    if let (Some(r), true) = (T::as_f16(rest), isa() >= Isa::Avx) {
         // SAFETY: as in interval_body.
         return unsafe { f16_avx::ease(T::as_f16_mut(f).expect("f16 storage"), r, w) };
     }

@@ -56,20 +56,26 @@ fn run_all<T: Elem>(dim: usize, seed: u64) -> Vec<u32> {
 #[test]
 fn avx_and_baseline_versions_agree_bit_for_bit() {
     // The only test in this file that switches versions (others would merely run either).
-    let avx = cpu::set_isa(Some(Isa::Avx)).is_ok();
+    // Every version this CPU can run (and CADENCE_MAX_ISA allows) against the baseline.
+    let versions: Vec<Isa> = [Isa::Avx, Isa::Avx512].into_iter().filter(|&i| cpu::set_isa(Some(i)).is_ok()).collect();
     cpu::set_isa(None).unwrap();
-    if !avx {
+    if !versions.contains(&Isa::Avx512) {
+        common::skipped("avx_and_baseline_versions_agree_bit_for_bit (AVX-512)", "no AVX-512 on this CPU (or capped)");
+    }
+    if versions.is_empty() {
         common::skipped("avx_and_baseline_versions_agree_bit_for_bit", "no AVX+FMA+F16C on this CPU");
         return;
     }
     for dim in [1usize, 15, 17, 1000, 1029, 4096, 4099] {
         cpu::set_isa(Some(Isa::Baseline)).unwrap();
         let (b32, b16) = (run_all::<f32>(dim, dim as u64), run_all::<f16>(dim, dim as u64));
-        cpu::set_isa(Some(Isa::Avx)).unwrap();
-        let (a32, a16) = (run_all::<f32>(dim, dim as u64), run_all::<f16>(dim, dim as u64));
-        cpu::set_isa(None).unwrap();
-        assert!(b32 == a32, "f32, dim {dim}: the AVX version differs from the baseline");
-        assert!(b16 == a16, "f16, dim {dim}: the AVX version differs from the baseline");
+        for &v in &versions {
+            cpu::set_isa(Some(v)).unwrap();
+            let (a32, a16) = (run_all::<f32>(dim, dim as u64), run_all::<f16>(dim, dim as u64));
+            cpu::set_isa(None).unwrap();
+            assert!(b32 == a32, "f32, dim {dim}: the {v:?} version differs from the baseline");
+            assert!(b16 == a16, "f16, dim {dim}: the {v:?} version differs from the baseline");
+        }
     }
 }
 

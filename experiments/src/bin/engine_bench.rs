@@ -71,6 +71,7 @@ fn row(r: BenchResult, engine: &dyn Engine, matmul: f64) -> Row {
 
 fn main() -> Result<()> {
     let a = Args::parse();
+    cadence_engines::isa::check_env()?;
     ensure!(a.batch > 0 && a.vae_batch > 0 && a.runs > 0, "--batch, --vae-batch and --runs must be positive");
     let out_dir = match a.out {
         Some(d) => d,
@@ -105,6 +106,7 @@ fn main() -> Result<()> {
         profile.to_string(),
         format!("synthetic(seed={DEFAULT_SEED})"),
     );
+    prov.note("cpu_loops", cadence_engines::isa::describe());
     prov.note("matmul_probe", format!("candle f32 2048^3 matmul, median of 5: {mm_before:.1} GFLOP/s before the engines, {mm_after:.1} after; pct_of_matmul uses their mean"));
     prov.note("method", "median of --runs timed calls after one warm-up; GFLOP/s from each engine's analytic FLOP count (2 per multiply-add); whisper: 25.6 s of audio per call, frames = video frames at 25 fps");
     prov.note("load_average", format!("{load_start} at start, {} at end (1/5/15 min)", load_average()));
