@@ -6,6 +6,7 @@ pub mod args;
 pub mod avatar_file;
 pub mod backend;
 pub mod bench;
+pub mod clip_audio;
 pub mod composite;
 pub mod cpu;
 pub mod cuda;
