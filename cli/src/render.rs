@@ -3,6 +3,7 @@
 use anyhow::{ensure, Result};
 use cadence::args::{parse_face_box, parse_frame_rate, parse_seconds, EncoderArg, EngineArgs};
 use cadence::avatar::AvatarSource;
+use cadence::clip_audio::{ClipAudio, StreamedAudio};
 use cadence::output::{OutputPath, Overwrite};
 use cadence::pipeline::RenderOptions;
 use cadence::report::{RenderReport, RenderSetup};
@@ -128,10 +129,18 @@ pub fn run(a: RenderArgs) -> Result<()> {
         window: cadence::pipeline::window_frames(a.window, a.fps),
         cancel: None,
     };
-    // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment.
-    let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
+    // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment. A
+    // windowed render to a fragmented MP4 reads the WAV as it goes (memory flat in the clip's
+    // length) unless the options analyse the whole clip first.
+    let streamed = fragmented && opts.window.is_some() && !a.schedule.needs_whole_audio();
+    let (audio, alignment, source): (ClipAudio, _, _) = match a.audio.as_deref() {
+        Some(path) if streamed => (StreamedAudio::open(path, a.max_seconds)?.into(), None, path.display().to_string()),
+        _ => {
+            let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
+            (input.audio.into(), input.alignment, input.source)
+        }
+    };
     let calibration = a.schedule.calibration()?;
-    let audio = input.audio;
     // A prepared avatar (checked now: version, size, checksum) or an image, video or image
     // sequence to prepare (checked now: sizes, frame rate, frame count, face boxes).
     let source = if cadence::avatar_file::is_avatar_file(&a.avatar) {
@@ -144,8 +153,8 @@ pub fn run(a: RenderArgs) -> Result<()> {
     } else {
         Some(AvatarSource::open(&a.avatar, a.face_box, a.face_boxes.as_deref())?)
     };
-    let frames = render::video_frames(&audio, &opts);
-    ensure!(frames > 0, "{}: the audio is too short for one video frame", input.source);
+    let frames = audio.video_frames(opts.fps.hz());
+    ensure!(frames > 0, "{source}: the audio is too short for one video frame");
     let stride = stride.unwrap_or(DEFAULT_STRIDE);
     // The pipeline's own schedule when --schedule is not given (checked before the engines load).
     let (fixed, legacy) = render::fixed_schedule(frames, a.keyframes.as_deref(), stride)?;
@@ -172,7 +181,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let planned = a.schedule.plan(
         a.stride.map(|k| k as usize),
         &prepared,
-        input.alignment.as_ref(),
+        alignment.as_ref(),
         calibration.as_ref(),
         &engines,
         &opts,
@@ -210,7 +219,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     if a.json {
         let mut v = serde_json::to_value(&report)?;
         v["output"] = serde_json::json!(a.output);
-        v["audio"] = serde_json::json!(input.source);
+        v["audio"] = serde_json::json!(source);
         v["schedule"] = schedule_summary;
         v["fragmented"] = serde_json::json!(fragmented);
         v["first_frame_ms"] = serde_json::json!(result.first_frame_ms);

@@ -68,6 +68,15 @@ fn windows_and_fragmented_output_carry_the_same_video() {
     // And it decodes: every frame.
     let decoded = Mp4Reader::open(&streamed).unwrap().decode_video().unwrap();
     assert_eq!(decoded.frames.len(), progressive.len());
+    // The windowed stream reads the WAV as it goes; one window decodes it whole first: the same
+    // bytes, audio track included.
+    let whole_fragmented = dir.path().join("whole-fragmented.mp4");
+    let args = ["--window", "0", "--fragmented", "-o", whole_fragmented.to_str().unwrap()];
+    ok(&cadence(&[&base[..], &args].concat(), Stdio::null()));
+    assert!(
+        std::fs::read(&whole_fragmented).unwrap() == std::fs::read(&streamed).unwrap(),
+        "the stream read as it goes differs from the whole clip's fragmented MP4"
+    );
 }
 
 /// `--realtime` holds the frames to the clip's clock: the render takes at least the clip's

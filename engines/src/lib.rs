@@ -80,7 +80,7 @@ pub use models_dir::{check_file, EngineCheck, ModelsDir};
 pub use sd_vae::SdVae;
 pub use taesd::Taesd;
 pub use unet::MuseTalkUnet;
-pub use whisper::{WhisperAudio, WhisperClip};
+pub use whisper::{ClipSamples, WhisperAudio, WhisperClip};
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,12 +1,9 @@
 //! Audio features as MuseTalk builds them: whisper-tiny encoder hidden states at 50 Hz, windowed
 //! per video frame.
 //!
-//! Front end: 80-bin log-mel, 400-point FFT, hop 160, at 16 kHz, through candle-transformers'
-//! `whisper::audio::pcm_to_mel`, with two adjustments so the result equals openai-whisper's
-//! `log_mel_spectrogram` (which MuseTalk calls): the signal is reflect-padded by 200 samples in front
-//! (torch.stft `center=True`), and the mel filter weights of FFT bins 1..=199 are halved because
-//! candle's power spectrum adds the mirrored bin (whisper.cpp convention). The Slaney mel filter bank
-//! (librosa `mel(sr=16000, n_fft=400, n_mels=80)`, whisper's `mel_filters.npz`) is computed in code
+//! Front end: 80-bin log-mel, 400-point FFT, hop 160, at 16 kHz, made per 30 s segment as
+//! MuseTalk v1.5 makes it ([`segment_log_mel`]). The Slaney mel filter bank (librosa
+//! `mel(sr=16000, n_fft=400, n_mels=80)`, whisper's `mel_filters.npz`) is computed in code
 //! ([`mel_filters`]) instead of being downloaded.
 //!
 //! Encoder: hand-written from candle-nn layers because candle-transformers' `AudioEncoder` only
@@ -19,10 +16,9 @@
 //! at `fps` takes steps `c-4 .. c+6` with `c = floor(i * 50 / fps)`, indices clamped to the valid
 //! range, giving 10 steps x 5 layers x 384 = (50, 384) (row = step * 5 + layer).
 //!
-//! Long audio: the encoder sees fixed, non-overlapping 30 s windows (3000 mel frames, padding from
-//! the zero-padded signal as whisper does), and the first floor(frames / 2) positions of each are
-//! kept. MuseTalk v1 gets segment boundaries from whisper's `transcribe`, which depends on decoded
-//! timestamps (no text decoder here); for audio up to 30 s both give the same single window.
+//! Long audio: the encoder sees fixed, non-overlapping 30 s segments, each with its own log-mel
+//! (MuseTalk v1.5's `AudioProcessor.get_audio_feature`), and the first floor(frames / 2)
+//! positions of each are kept.
 
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::whisper_cpu::WhisperEncoderCpu;
@@ -93,41 +89,81 @@ pub fn mel_filters(sr: usize, n_fft: usize, n_mels: usize) -> Vec<f32> {
     w
 }
 
-/// openai-whisper log-mel spectrogram of `samples` (16 kHz mono), (80, n_frames) row-major with
-/// `n_frames >= min_frames`; frame t is centred on sample 160 t. Values are whisper-normalised:
-/// max(log10(power), global_max - 8) / 4 + 1.
-pub fn log_mel(samples: &[f32], min_frames: usize) -> (Vec<f32>, usize) {
-    let mut filters = mel_filters(SAMPLE_RATE, N_FFT, N_MELS);
-    let n_freq = 1 + N_FFT / 2;
-    for m in 0..N_MELS {
-        for k in 1..N_FFT / 2 {
-            filters[m * n_freq + k] *= 0.5; // candle doubles bins 1..199 (see module docs)
+/// Samples in one whisper segment: 30 s at 16 kHz, [`WINDOW_FRAMES`] mel frames.
+pub const SEGMENT_SAMPLES: usize = WINDOW_FRAMES * HOP;
+
+/// The log-mel of one 30 s segment as MuseTalk makes it: (80, 3000) row-major, frame t centred
+/// on sample 160 t of the segment.
+///
+/// MuseTalk v1.5 (`musetalk/utils/audio_processor.py`, `AudioProcessor.get_audio_feature`)
+/// splits the 16 kHz signal into 30 s segments and runs Hugging Face's `WhisperFeatureExtractor`
+/// on each one separately; its `_np_extract_fbank_features` (openai-whisper's
+/// `log_mel_spectrogram` in numpy) does, per segment:
+/// 1. zero-pad the segment to 480,000 samples;
+/// 2. reflect-pad 200 samples on both sides (`center=True`; the edge sample is not repeated), so
+///    a full segment's last frame reflects its own end, never the next segment's samples;
+/// 3. 400-point periodic Hann window, hop 160, power spectrum, Slaney mel filters
+///    ([`mel_filters`]), `log10(max(power, 1e-10))`, keeping 3000 of the 3001 frames;
+/// 4. clamp to (maximum of these 3000 frames) - 8, then `/ 4 + 1`.
+///
+/// So the clamp is per segment, and a segment depends on nothing outside it: a render makes
+/// each one when it reaches it. (realfft does the FFT; candle's `pcm_to_mel` cannot be used
+/// because it pads the signal by a further 15 s and takes the clamp's maximum over those
+/// frames too.)
+pub fn segment_log_mel(segment: &[f32]) -> Result<Vec<f32>> {
+    if segment.len() > SEGMENT_SAMPLES {
+        return Err(EngineError::BadInput(format!(
+            "a whisper segment holds at most {SEGMENT_SAMPLES} samples, got {}",
+            segment.len()
+        )));
+    }
+    let n = SEGMENT_SAMPLES as isize;
+    // Sample i of the zero-padded segment, reflected at both of its ends.
+    let at = |i: isize| -> f32 {
+        let i = if i < 0 {
+            -i
+        } else if i >= n {
+            2 * (n - 1) - i
+        } else {
+            i
+        };
+        segment.get(i as usize).copied().unwrap_or(0.0)
+    };
+    let window: Vec<f32> =
+        (0..N_FFT).map(|i| (0.5 - 0.5 * (2.0 * std::f64::consts::PI * i as f64 / N_FFT as f64).cos()) as f32).collect();
+    let filters = mel_filters(SAMPLE_RATE, N_FFT, N_MELS);
+    let n_freq = N_FFT / 2 + 1;
+    // Each filter's non-zero run (a triangle): (first bin, weights).
+    let bands: Vec<(usize, &[f32])> = (0..N_MELS)
+        .map(|m| {
+            let row = &filters[m * n_freq..(m + 1) * n_freq];
+            let lo = row.iter().position(|&w| w != 0.0).unwrap_or(0);
+            let hi = row.iter().rposition(|&w| w != 0.0).map_or(lo, |h| h + 1);
+            (lo, &row[lo..hi])
+        })
+        .collect();
+    let fft = realfft::RealFftPlanner::<f32>::new().plan_fft_forward(N_FFT);
+    let mut input = fft.make_input_vec();
+    let mut spectrum = fft.make_output_vec();
+    let mut power = vec![0f32; n_freq];
+    let mut mel = vec![0f32; N_MELS * WINDOW_FRAMES];
+    for t in 0..WINDOW_FRAMES {
+        let start = (t * HOP) as isize - (N_FFT / 2) as isize;
+        for (i, x) in input.iter_mut().enumerate() {
+            *x = at(start + i as isize) * window[i];
+        }
+        fft.process(&mut input, &mut spectrum).map_err(|e| EngineError::BadInput(format!("log-mel FFT: {e}")))?;
+        for (p, c) in power.iter_mut().zip(&spectrum) {
+            *p = c.re * c.re + c.im * c.im;
+        }
+        for (m, (lo, w)) in bands.iter().enumerate() {
+            let e: f32 = w.iter().zip(&power[*lo..]).map(|(w, p)| w * p).sum();
+            mel[m * WINDOW_FRAMES + t] = e.max(1e-10).log10();
         }
     }
-    let pad = N_FFT / 2;
-    let mut x = Vec::with_capacity(samples.len() + pad + min_frames * HOP);
-    for i in 0..pad {
-        // reflect padding (edge sample excluded), zeros if the signal is shorter than the pad
-        x.push(samples.get(pad - i).copied().unwrap_or(0.0));
-    }
-    x.extend_from_slice(samples);
-    let want = (min_frames * HOP).max(x.len());
-    x.resize(want, 0.0);
-    let cfg = candle_transformers::models::whisper::Config {
-        num_mel_bins: N_MELS,
-        max_source_positions: 1500,
-        d_model: D_MODEL,
-        encoder_attention_heads: N_HEADS,
-        encoder_layers: N_LAYERS,
-        vocab_size: 51865,
-        max_target_positions: 448,
-        decoder_attention_heads: N_HEADS,
-        decoder_layers: N_LAYERS,
-        suppress_tokens: vec![],
-    };
-    let mel = candle_transformers::models::whisper::audio::pcm_to_mel(&cfg, &x, &filters);
-    let n = mel.len() / N_MELS;
-    (mel, n)
+    let floor = mel.iter().copied().fold(f32::NEG_INFINITY, f32::max) - 8.0;
+    mel.iter_mut().for_each(|v| *v = (v.max(floor) + 4.0) / 4.0);
+    Ok(mel)
 }
 
 struct Layer {
@@ -337,29 +373,35 @@ impl WhisperAudio {
         Batch::new(vec![clip.steps, N_HIDDEN, D_MODEL], data)
     }
 
-    /// `samples` prepared for encoding at `fps` video frames per second: the log-mel of the whole
-    /// signal, with nothing encoded yet. [`WhisperClip::frame_windows`] encodes the 30 s windows
-    /// that the frames asked for need, as they are asked for, and keeps only the last ones:
+    /// `samples` prepared for encoding at `fps` video frames per second, with nothing computed
+    /// yet. [`WhisperClip::frame_windows`] makes the log-mel of the 30 s segments that the frames
+    /// asked for need and encodes them, as they are asked for, and keeps only the last ones:
     /// memory stays bounded however long the clip, and the first frames' features exist after
-    /// one window's encoding.
-    pub fn clip(&self, samples: &[f32], fps: f32) -> Result<WhisperClip<'_>> {
+    /// one segment's work.
+    pub fn clip<'a>(&'a self, samples: &'a [f32], fps: f32) -> Result<WhisperClip<'a>> {
+        self.clip_of(Source::Slice(samples), samples.len(), fps)
+    }
+
+    /// [`Self::clip`] over `len` samples that `source` hands out as the segments are reached
+    /// (audio read from a file or a pipe as the render goes).
+    pub fn clip_from<'a>(&'a self, source: &'a dyn ClipSamples, len: usize, fps: f32) -> Result<WhisperClip<'a>> {
+        self.clip_of(Source::Reader(source), len, fps)
+    }
+
+    fn clip_of<'a>(&'a self, source: Source<'a>, len: usize, fps: f32) -> Result<WhisperClip<'a>> {
         if !(fps > 0.0 && fps.is_finite()) {
             return Err(EngineError::BadInput(format!("fps must be positive, got {fps}")));
         }
-        if samples.is_empty() {
+        if len == 0 {
             return Err(EngineError::BadInput("no audio samples".into()));
         }
-        let content_frames = samples.len() / HOP;
-        let windows = content_frames.div_ceil(WINDOW_FRAMES).max(1);
-        // The log-mel's clamp (8 below the maximum) is over the whole signal, so the mel is made
-        // once for the clip: a window encoded alone sees the same input as in a batch of all.
-        let (mel, n) = log_mel(samples, windows * WINDOW_FRAMES);
-        let mel = Tensor::from_vec(mel, (N_MELS, n), &Device::Cpu)?;
-        let frames = ((samples.len() as f64 * fps as f64) / SAMPLE_RATE as f64).ceil() as usize;
+        let content_frames = len / HOP;
+        let frames = ((len as f64 * fps as f64) / SAMPLE_RATE as f64).ceil() as usize;
         Ok(WhisperClip {
             whisper: self,
-            mel,
-            windows,
+            source,
+            len,
+            windows: content_frames.div_ceil(WINDOW_FRAMES).max(1),
             steps: (content_frames / 2).max(1),
             frames,
             fps,
@@ -368,13 +410,29 @@ impl WhisperAudio {
     }
 }
 
-/// One clip's whisper features, encoded a 30 s window at a time on demand
-/// ([`WhisperAudio::clip`]). Frames are asked for in increasing order; the windows before the
-/// earliest one a request needs are dropped.
+/// Where a [`WhisperClip`] reads its 16 kHz mono samples from.
+pub trait ClipSamples: Sync {
+    /// Appends samples `from..to` of the clip to `out`. A clip asks for its 30 s segments in
+    /// increasing order, each once, so a source read as a stream may forget what came before
+    /// `from`.
+    fn read_samples(&self, from: usize, to: usize, out: &mut Vec<f32>) -> Result<()>;
+}
+
+/// A [`WhisperClip`]'s samples: the whole signal in memory, or a reader.
+enum Source<'a> {
+    Slice(&'a [f32]),
+    Reader(&'a dyn ClipSamples),
+}
+
+/// One clip's whisper features, made a 30 s segment at a time on demand
+/// ([`WhisperAudio::clip`]): the segment's log-mel ([`segment_log_mel`]), then the encoder.
+/// Frames are asked for in increasing order; the segments before the earliest one a request
+/// needs are dropped.
 pub struct WhisperClip<'a> {
     whisper: &'a WhisperAudio,
-    /// (80, mel frames) of the whole signal.
-    mel: Tensor,
+    /// 16 kHz mono, `len` samples.
+    source: Source<'a>,
+    len: usize,
     windows: usize,
     /// 50 Hz steps of the clip (the first floor(mel frames / 2) positions of each window).
     steps: usize,
@@ -404,10 +462,23 @@ impl WhisperClip<'_> {
         (self.steps - (w * WINDOW_FRAMES / 2).min(self.steps)).min(WINDOW_FRAMES / 2)
     }
 
+    /// Window `w`'s log-mel as the encoder's input: (1, 80, 3000) on the CPU.
+    fn window_mel(&self, w: usize) -> Result<Tensor> {
+        let from = (w * SEGMENT_SAMPLES).min(self.len);
+        let to = (from + SEGMENT_SAMPLES).min(self.len);
+        let mut segment = Vec::with_capacity(to - from);
+        match self.source {
+            Source::Slice(s) => segment.extend_from_slice(&s[from..to]),
+            Source::Reader(r) => r.read_samples(from, to, &mut segment)?,
+        }
+        let mel = segment_log_mel(&segment)?;
+        Ok(Tensor::from_vec(mel, (1, N_MELS, WINDOW_FRAMES), &Device::Cpu)?)
+    }
+
     /// The hidden states of window `w`'s kept steps: (steps, 5, 384) values.
     fn encode_window(&self, w: usize) -> Result<Vec<f32>> {
-        let chunk = self.mel.narrow(1, w * WINDOW_FRAMES, WINDOW_FRAMES)?.unsqueeze(0)?;
-        let hs = self.whisper.enc.hidden_states(&chunk.to_device(&self.whisper.device)?)?; // (1, 1500, 5, d)
+        let mel = self.window_mel(w)?;
+        let hs = self.whisper.enc.hidden_states(&mel.to_device(&self.whisper.device)?)?; // (1, 1500, 5, d)
         let kept = hs.get(0)?.narrow(0, 0, self.window_steps(w))?;
         Ok(kept.flatten_all()?.to_device(&Device::Cpu)?.to_vec1::<f32>()?)
     }
@@ -482,9 +553,8 @@ mod tests {
             (0..(16000.0 * 61.3) as usize).map(|i| 0.2 * (i as f32 * 0.013).sin() * ((i / 5000) % 3) as f32).collect();
         let clip = enc.clip(&x, 25.0).unwrap();
         assert_eq!(clip.windows(), 3);
-        let batch: Vec<Tensor> =
-            (0..3).map(|w| clip.mel.narrow(1, w * WINDOW_FRAMES, WINDOW_FRAMES).unwrap()).collect();
-        let all = enc.enc.hidden_states(&Tensor::stack(&batch, 0).unwrap()).unwrap();
+        let batch: Vec<Tensor> = (0..3).map(|w| clip.window_mel(w).unwrap()).collect();
+        let all = enc.enc.hidden_states(&Tensor::cat(&batch, 0).unwrap()).unwrap();
         for w in 0..3 {
             let one = clip.encode_window(w).unwrap();
             let want = all.get(w).unwrap().narrow(0, 0, clip.window_steps(w)).unwrap().flatten_all().unwrap();

@@ -1,6 +1,6 @@
 //! Audio front end and MuseTalk windowing.
 
-use cadence_engines::whisper::{self, log_mel, mel_filters, window_indices};
+use cadence_engines::whisper::{self, mel_filters, segment_log_mel, window_indices, SEGMENT_SAMPLES};
 use cadence_engines::*;
 
 #[test]
@@ -32,15 +32,16 @@ fn log_mel_is_centred_and_pitched() {
     // An impulse at sample 160*50 gives the loudest frame 50 (torch.stft centre=True framing).
     let mut x = vec![0f32; 16000];
     x[160 * 50] = 1.0;
-    let (mel, n) = log_mel(&x, 3000);
-    assert!(n >= 3000);
+    let mel = segment_log_mel(&x).unwrap();
+    let n = 3000;
+    assert_eq!(mel.len(), 80 * n);
     let energy = |t: usize| (0..80).map(|m| mel[m * n + t]).sum::<f32>();
     let best = (0..100).max_by(|&a, &b| energy(a).total_cmp(&energy(b))).unwrap();
     assert_eq!(best, 50);
     // A 1 kHz tone peaks in the mel band whose centre is nearest 1 kHz (band 26 or 27 on the
     // Slaney scale: 1000 Hz = mel 15, centres at 45.245*k/81).
     let x: Vec<f32> = (0..16000).map(|i| (i as f32 * 2.0 * std::f32::consts::PI * 1000.0 / 16000.0).sin()).collect();
-    let (mel, n) = log_mel(&x, 3000);
+    let mel = segment_log_mel(&x).unwrap();
     let band = (0..80).max_by(|&a, &b| mel[a * n + 40].total_cmp(&mel[b * n + 40])).unwrap();
     assert!(band == 25 || band == 26, "peak band {band}");
     // whisper normalisation: max value - 8 floor, then /4 + 1 -> values within (max-2, max].
@@ -134,4 +135,104 @@ fn positional_encoding_values() {
     assert!((pe[7 * 384 + 2] as f64 - (7.0 * w).sin()).abs() < 1e-6);
     assert!((pe[7 * 384 + 3] as f64 - (7.0 * w).cos()).abs() < 1e-6);
     let _ = whisper::D_MODEL;
+}
+
+/// MuseTalk's log-mel of one 30 s segment in f64, written from its definition with a direct
+/// DFT (Hugging Face `WhisperFeatureExtractor._np_extract_fbank_features`, which MuseTalk v1.5's
+/// `AudioProcessor.get_audio_feature` runs per segment): zero-pad to 480,000 samples, numpy
+/// reflect padding of 200 on both sides, periodic Hann, power of the one-sided DFT, Slaney mel
+/// filters, `log10(max(., 1e-10))`, the first 3000 of the 3001 frames, clamp at their maximum
+/// minus 8, then `/ 4 + 1`. (80, 3000) row-major.
+fn reference_segment_log_mel(segment: &[f32]) -> Vec<f64> {
+    const N: usize = 480_000;
+    let mut padded: Vec<f64> = segment.iter().map(|&v| v as f64).collect();
+    padded.resize(N, 0.0);
+    let mut x: Vec<f64> = (1..=200).rev().map(|i| padded[i]).collect();
+    x.extend_from_slice(&padded);
+    x.extend((1..=200).map(|i| padded[N - 1 - i]));
+    let frames = 1 + (x.len() - 400) / 160;
+    assert_eq!(frames, 3001);
+    let tau = 2.0 * std::f64::consts::PI;
+    let hann: Vec<f64> = (0..400).map(|i| 0.5 - 0.5 * (tau * i as f64 / 400.0).cos()).collect();
+    let (cos, sin): (Vec<f64>, Vec<f64>) =
+        (0..400).map(|j| ((tau * j as f64 / 400.0).cos(), (tau * j as f64 / 400.0).sin())).unzip();
+    let filters: Vec<f64> = mel_filters(16000, 400, 80).iter().map(|&w| w as f64).collect();
+    let mut mel = vec![0f64; 80 * 3000];
+    let mut frame = [0f64; 400];
+    let mut power = [0f64; 201];
+    for t in 0..3000 {
+        for (n, v) in frame.iter_mut().enumerate() {
+            *v = x[160 * t + n] * hann[n];
+        }
+        for (k, p) in power.iter_mut().enumerate() {
+            let (mut re, mut im) = (0.0, 0.0);
+            for (n, v) in frame.iter().enumerate() {
+                re += v * cos[k * n % 400];
+                im -= v * sin[k * n % 400];
+            }
+            *p = re * re + im * im;
+        }
+        for m in 0..80 {
+            let e: f64 = (0..201).map(|k| filters[m * 201 + k] * power[k]).sum();
+            mel[m * 3000 + t] = e.max(1e-10).log10();
+        }
+    }
+    let floor = mel.iter().copied().fold(f64::NEG_INFINITY, f64::max) - 8.0;
+    mel.iter().map(|&v| (v.max(floor) + 4.0) / 4.0).collect()
+}
+
+/// 35 s of test signal across a segment boundary: quiet noisy tones in the first segment with a
+/// loud burst in its last 10 ms (the frames whose windows reach past the segment's end, and
+/// the 3001st frame that the feature extractor drops), and a louder, different signal in the
+/// second segment, so that the per-segment clamp and reflection differ from a whole-clip one.
+fn two_segment_signal() -> Vec<f32> {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    (0..16000 * 35)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let noise = (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            let t = i as f32 / 16000.0;
+            let tone = (t * 2.0 * std::f32::consts::PI * (220.0 + 40.0 * (t * 3.0).sin())).sin();
+            match i {
+                i if (SEGMENT_SAMPLES - 160..SEGMENT_SAMPLES).contains(&i) => 0.8 * tone + 0.2 * noise,
+                i if i < SEGMENT_SAMPLES => (0.01 * tone + 0.002 * noise) * ((i / 4000) % 3) as f32,
+                _ => 0.2 * tone * ((i / 6000) % 2) as f32 + 0.01 * noise,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn segment_log_mel_matches_an_f64_reference_of_musetalks_per_segment_rule() {
+    let x = two_segment_signal();
+    for (k, segment) in x.chunks(SEGMENT_SAMPLES).enumerate() {
+        let got = segment_log_mel(segment).unwrap();
+        let want = reference_segment_log_mel(segment);
+        assert_eq!(got.len(), want.len());
+        let worst = got.iter().zip(&want).map(|(&a, &b)| (a as f64 - b).abs()).fold(0.0, f64::max);
+        eprintln!("segment {k}: max |f32 - f64 reference| = {worst:.3e}");
+        assert!(worst < 1e-4, "segment {k}: the log-mel differs from the f64 reference by {worst}");
+    }
+    // Short segments are zero-padded; more than 30 s is not a segment.
+    let short = &x[..1000];
+    let got = segment_log_mel(short).unwrap();
+    let worst =
+        got.iter().zip(&reference_segment_log_mel(short)).map(|(&a, &b)| (a as f64 - b).abs()).fold(0.0, f64::max);
+    assert!(worst < 1e-4, "a 1000-sample segment differs from the reference by {worst}");
+    assert!(segment_log_mel(&x[..SEGMENT_SAMPLES + 1]).is_err());
+}
+
+/// Each 30 s segment depends on nothing outside it: the steps of a long clip's second segment
+/// are the steps of that segment's audio encoded alone.
+#[test]
+fn a_clips_second_segment_is_encoded_as_if_alone() {
+    let enc = WhisperAudio::new(Profile::Cpu, &WeightsSource::Synthetic { seed: 2 }, &Device::Cpu).unwrap();
+    let x = two_segment_signal();
+    let whole = enc.hidden_states(&x).unwrap();
+    let alone = enc.hidden_states(&x[SEGMENT_SAMPLES..]).unwrap();
+    let per = whisper::N_HIDDEN * whisper::D_MODEL;
+    assert_eq!(whole.shape[0], 1500 + alone.shape[0]);
+    assert!(whole.data[1500 * per..] == alone.data[..], "the second segment's steps depend on the first segment");
 }

@@ -8,6 +8,7 @@ pub mod avatar_file;
 pub mod backend;
 pub mod bench;
 pub mod calibrate;
+pub mod clip_audio;
 pub mod composite;
 pub mod cpu;
 pub mod cuda;

@@ -1,13 +1,14 @@
 //! One render, from files to an MP4: what `cadence render` runs and what the experiments time.
-//! Inputs are prepared once per render (audio decoded, resampled and encoded to features; the
-//! avatar cropped and encoded), then [`pipeline::render_frames`] runs with the video encoder as its
+//! Inputs are prepared once per render (the audio decoded whole, or opened to be read as the
+//! render goes, [`ClipAudio`]; the avatar cropped and encoded), then [`pipeline::render_frames`] runs with the video encoder as its
 //! sink. The MP4 goes through [`crate::output`]: written beside the target, renamed at the end.
 
+use crate::clip_audio::ClipAudio;
 use crate::composite::{Compositor, FaceBox};
 use crate::output::OutputPath;
 use crate::pipeline::{self, AvatarLatents, Engines, FrameFeatures, RenderOptions, RenderStats};
 use crate::{Backend, ColorMatrix, KeyframeSchedule};
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use cadence_engines::{AudioEncoder, Batch};
 use cadence_media::{Audio, EncoderKind, FragmentedWriter, RgbImage, VideoStats, VideoWriter};
 use std::borrow::Cow;
@@ -18,7 +19,7 @@ use std::time::Instant;
 
 /// Everything computed once per render before the frame loop.
 pub struct Prepared {
-    pub audio: Audio,
+    pub audio: ClipAudio,
     /// The audio encoder's windows for the whole clip, made before the render; `None` when the
     /// render is windowed ([`RenderOptions::window`]): it then encodes the audio as its windows
     /// reach it, keeping only the encoder windows the next frames need. [`Self::whole_features`] makes them.
@@ -56,7 +57,7 @@ impl Prepared {
         let features: &dyn FrameFeatures = match &self.features {
             Some(whole) => whole,
             None => {
-                lazy = engines.audio.clip(&self.audio.samples_16k, opts.fps.hz() as f32)?;
+                lazy = self.audio.whisper_clip(&engines.audio, opts.fps.hz())?;
                 &lazy
             }
         };
@@ -75,10 +76,12 @@ impl Prepared {
     }
 
     /// The whole clip's audio features: the ones made before the render, or made now.
+    /// Audio read as the render goes ([`ClipAudio::Streamed`]) has none: an error.
     pub fn whole_features(&self, engines: &Engines, opts: &RenderOptions) -> Result<Cow<'_, Batch>> {
-        Ok(match &self.features {
-            Some(f) => Cow::Borrowed(f),
-            None => Cow::Owned(engines.audio.encode_audio(&self.audio.samples_16k, opts.fps.hz() as f32)?),
+        Ok(match (&self.features, self.audio.whole()) {
+            (Some(f), _) => Cow::Borrowed(f),
+            (None, Some(audio)) => Cow::Owned(engines.audio.encode_audio(&audio.samples_16k, opts.fps.hz() as f32)?),
+            (None, None) => bail!("the whole clip's audio features need the audio decoded whole, not read as a stream"),
         })
     }
 }
@@ -112,7 +115,7 @@ pub fn face_box(img: &RgbImage, given: Option<FaceBox>) -> Result<FaceBox> {
 
 /// Frames of video for `audio` at the render's frame rate: ceil(seconds x fps).
 pub fn video_frames(audio: &Audio, opts: &RenderOptions) -> usize {
-    cadence_media::frame_count(audio.samples_16k.len() as f64 / cadence_media::TARGET_RATE as f64, opts.fps.hz())
+    crate::clip_audio::frames_for_samples(audio.samples_16k.len(), opts.fps.hz())
 }
 
 /// The schedule of a render without an adaptive `--schedule`: the keyframe list when one is
@@ -196,14 +199,15 @@ fn prepare_avatar_frame(
 pub fn prepare(
     engines: &Engines,
     backend: &Backend,
-    audio: Audio,
+    audio: impl Into<ClipAudio>,
     img: &RgbImage,
     face: FaceBox,
     opts: &RenderOptions,
 ) -> Result<Prepared> {
     let (w, h) = (img.width() as usize, img.height() as usize);
     ensure!(w % 2 == 0 && h % 2 == 0, "the avatar is {w}x{h}: its width and height must be even (see load_avatar)");
-    ensure!(video_frames(&audio, opts) > 0, "the audio is too short for one video frame");
+    let audio = audio.into();
+    ensure!(audio.video_frames(opts.fps.hz()) > 0, "the audio is too short for one video frame");
     let t_all = Instant::now();
     let avatar = prepare_avatar_image(engines, backend, img, face)?;
     prepare_with_new_avatar(engines, audio, &avatar, opts, t_all)
@@ -213,7 +217,7 @@ pub fn prepare(
 /// times are part of this render's preparation.
 pub fn prepare_with_new_avatar(
     engines: &Engines,
-    audio: Audio,
+    audio: impl Into<ClipAudio>,
     avatar: &PreparedAvatar,
     opts: &RenderOptions,
     started: Instant,
@@ -229,26 +233,29 @@ pub fn prepare_with_new_avatar(
 }
 
 /// The audio's share of a preparation, for an avatar prepared before: the avatar's times are not
-/// part of this render, so they are zero in the result.
+/// part of this render, so they are zero in the result. Audio read as the render goes
+/// ([`ClipAudio::Streamed`]) needs a windowed render.
 pub fn prepare_with_avatar(
     engines: &Engines,
-    audio: Audio,
+    audio: impl Into<ClipAudio>,
     avatar: &PreparedAvatar,
     opts: &RenderOptions,
 ) -> Result<Prepared> {
-    let frames = video_frames(&audio, opts);
+    let audio = audio.into();
+    let frames = audio.video_frames(opts.fps.hz());
     ensure!(frames > 0, "the audio is too short for one video frame");
     let t_all = Instant::now();
     let t = Instant::now();
-    let features = match opts.window {
-        Some(_) => None,
-        None => Some(engines.audio.encode_audio(&audio.samples_16k, opts.fps.hz() as f32)?),
+    let features = match (opts.window, audio.whole()) {
+        (Some(_), _) => None,
+        (None, Some(whole)) => Some(engines.audio.encode_audio(&whole.samples_16k, opts.fps.hz() as f32)?),
+        (None, None) => bail!("audio read as a stream needs a windowed render (a --window above 0)"),
     };
     let audio_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
     if let Some(f) = &features {
         ensure!(f.shape[0] == frames, "audio encoder gave {} frames, expected {frames}", f.shape[0]);
     }
-    let speech = cadence_media::voice_activity(&audio.samples_16k, opts.fps.hz(), frames);
+    let speech = audio.voice_activity(opts.fps.hz(), frames);
     let prepare_other_ms = t_all.elapsed().as_secs_f64() * 1e3 - audio_encoder_ms;
     Ok(Prepared {
         audio,
@@ -340,7 +347,8 @@ pub fn render_clip(
         }
         Output::Mp4 { out, encoder } => {
             let partial = out.begin()?;
-            let mut writer = VideoWriter::create(partial.path(), w, h, opts.fps, encoder, Some(&prepared.audio))
+            let audio = prepared.audio.whole().context("a progressive MP4 needs the audio decoded whole")?;
+            let mut writer = VideoWriter::create(partial.path(), w, h, opts.fps, encoder, Some(audio))
                 .map_err(|e| partial.user_error(e.into()))?;
             let mut stats =
                 go(&mut |_, f| Ok(writer.push_nv12(f)?), Box::new(progress)).map_err(|e| partial.user_error(e))?;
@@ -398,10 +406,9 @@ fn render_fragmented<W: Write>(
     progress: impl FnMut(usize),
 ) -> Result<RenderResult> {
     let t0 = Instant::now();
-    let track = &prepared.audio.track;
-    let audio = (track.frames() > 0).then(|| track.format());
+    let clip = &prepared.audio;
+    let audio = clip.track_format();
     let mut writer = FragmentedWriter::new(out, name, w, h, opts.fps, encoder, audio)?;
-    let ch = track.channels.max(1) as usize;
     let mut audio_sent = 0; // sample frames of the track already given to the writer
     let mut first_fragment_ms = None;
     let mut late_frames = 0;
@@ -420,10 +427,11 @@ fn render_fragmented<W: Write>(
                 }
             }
             // The audio up to the end of this frame, then the frame.
-            if audio.is_some() {
-                let upto = (((i + 1) as f64 * period * track.sample_rate as f64).ceil() as usize).min(track.frames());
+            if let Some(format) = audio {
+                let upto =
+                    (((i + 1) as f64 * period * format.sample_rate as f64).ceil() as usize).min(clip.track_frames());
                 if upto > audio_sent {
-                    writer.push_audio(&track.samples[audio_sent * ch..upto * ch])?;
+                    clip.take_track(audio_sent, upto, &mut |s| Ok(writer.push_audio(s)?))?;
                     audio_sent = upto;
                 }
             }
@@ -436,8 +444,8 @@ fn render_fragmented<W: Write>(
         Box::new(progress),
     )?;
     let t = Instant::now();
-    if audio.is_some() && audio_sent < track.frames() {
-        writer.push_audio(&track.samples[audio_sent * ch..])?;
+    if audio.is_some() && audio_sent < clip.track_frames() {
+        clip.take_track(audio_sent, clip.track_frames(), &mut |s| Ok(writer.push_audio(s)?))?;
     }
     let (video, mut out) = writer.finish()?;
     out.flush().map_err(|e| anyhow::anyhow!("{name}: {e}"))?;

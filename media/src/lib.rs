@@ -76,12 +76,15 @@ pub mod vad;
 pub mod video;
 pub mod wav;
 
-pub use audio::{load_wav, wav_duration, Audio, AudioFormat, AudioTrack, TARGET_RATE};
+pub use audio::{
+    load_wav, open_wav_stream, wav_duration, Audio, AudioDecoder, AudioFormat, AudioStream, AudioTrack,
+    StreamResampler, TARGET_RATE,
+};
 pub use avatar_video::{avatar_video_info, for_each_avatar_frame, AvatarVideoInfo};
 pub use demux::{DecodedAudio, DecodedVideo, Mp4Reader};
 pub use error::{MediaError, Result};
 pub use fmp4::{FragmentedWriter, SegmentQueue};
 pub use image::{crop_to_planar, image_size, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
 pub use probe::{probe, Mp4Info};
-pub use vad::{frame_count, voice_activity, voice_activity_with, VadConfig};
+pub use vad::{frame_count, voice_activity, voice_activity_from_levels, voice_activity_with, HopLevels, VadConfig};
 pub use video::{idr_period, EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};

@@ -64,14 +64,53 @@ pub fn voice_activity(samples_16k: &[f32], fps: f64, n_frames: usize) -> Vec<boo
 
 /// Per-hop levels in dBFS (10 ms hops by default); exposed for diagnostics and plots.
 pub fn hop_levels_db(samples_16k: &[f32], cfg: &VadConfig) -> Vec<f64> {
-    let hop = hop_len(cfg);
-    samples_16k
-        .chunks(hop)
-        .map(|c| {
-            let ms = c.iter().map(|&s| (s as f64) * (s as f64)).sum::<f64>() / c.len() as f64;
-            10.0 * (ms + 1e-20).log10()
-        })
-        .collect()
+    let mut levels = HopLevels::new(cfg);
+    levels.push(samples_16k);
+    levels.finish()
+}
+
+/// [`hop_levels_db`] of a signal that arrives in pieces: the same levels however it is cut.
+/// What voice activity needs from a clip is only these (8 bytes per 10 ms), so a render that
+/// reads its audio in pieces keeps them and not the signal.
+pub struct HopLevels {
+    hop: usize,
+    partial: Vec<f32>,
+    levels: Vec<f64>,
+}
+
+impl HopLevels {
+    pub fn new(cfg: &VadConfig) -> Self {
+        Self { hop: hop_len(cfg), partial: Vec::new(), levels: Vec::new() }
+    }
+
+    pub fn push(&mut self, mut samples_16k: &[f32]) {
+        if !self.partial.is_empty() {
+            let take = (self.hop - self.partial.len()).min(samples_16k.len());
+            self.partial.extend_from_slice(&samples_16k[..take]);
+            samples_16k = &samples_16k[take..];
+            if self.partial.len() < self.hop {
+                return;
+            }
+            self.levels.push(level_db(&self.partial));
+            self.partial.clear();
+        }
+        let whole = samples_16k.len() / self.hop * self.hop;
+        self.levels.extend(samples_16k[..whole].chunks(self.hop).map(level_db));
+        self.partial.extend_from_slice(&samples_16k[whole..]);
+    }
+
+    /// The levels, the last (shorter) hop included.
+    pub fn finish(mut self) -> Vec<f64> {
+        if !self.partial.is_empty() {
+            self.levels.push(level_db(&self.partial));
+        }
+        self.levels
+    }
+}
+
+fn level_db(c: &[f32]) -> f64 {
+    let ms = c.iter().map(|&s| (s as f64) * (s as f64)).sum::<f64>() / c.len() as f64;
+    10.0 * (ms + 1e-20).log10()
 }
 
 fn hop_len(cfg: &VadConfig) -> usize {
@@ -80,7 +119,11 @@ fn hop_len(cfg: &VadConfig) -> usize {
 
 /// Per-hop speech decisions after threshold, minimum run and hangover.
 pub fn hop_activity(samples_16k: &[f32], cfg: &VadConfig) -> Vec<bool> {
-    let levels = hop_levels_db(samples_16k, cfg);
+    hop_activity_from_levels(&hop_levels_db(samples_16k, cfg), cfg)
+}
+
+/// [`hop_activity`] from the clip's hop levels ([`HopLevels`]).
+pub fn hop_activity_from_levels(levels: &[f64], cfg: &VadConfig) -> Vec<bool> {
     let mut audible: Vec<f64> = levels.iter().copied().filter(|&l| l > -100.0).collect();
     if audible.is_empty() {
         return vec![false; levels.len()];
@@ -125,7 +168,12 @@ pub fn hop_activity(samples_16k: &[f32], cfg: &VadConfig) -> Vec<bool> {
 
 /// Voice activity per video frame with explicit thresholds.
 pub fn voice_activity_with(samples_16k: &[f32], fps: f64, n_frames: usize, cfg: &VadConfig) -> Vec<bool> {
-    let hops = hop_activity(samples_16k, cfg);
+    voice_activity_from_levels(&hop_levels_db(samples_16k, cfg), fps, n_frames, cfg)
+}
+
+/// [`voice_activity_with`] from the clip's hop levels ([`HopLevels`]), for audio read in pieces.
+pub fn voice_activity_from_levels(levels: &[f64], fps: f64, n_frames: usize, cfg: &VadConfig) -> Vec<bool> {
+    let hops = hop_activity_from_levels(levels, cfg);
     let hop = hop_len(cfg) as f64;
     let rate = crate::audio::TARGET_RATE as f64;
     let mut frames = vec![false; n_frames];

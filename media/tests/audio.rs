@@ -186,3 +186,84 @@ fn non_finite_float_samples_are_refused() {
         assert!(m.contains("sample frame 24000 (1.500 s) is not a finite number"), "{m}");
     }
 }
+
+/// Piece sizes that cut a signal at awkward places: single samples, less than the resampler's
+/// 1024-sample chunk, more than one chunk, and empty pieces.
+const PIECES: [usize; 7] = [1, 0, 333, 1024, 5000, 7, 2047];
+
+/// The resampler fed in pieces gives the whole signal's output, sample for sample (the chunked
+/// resampler is the definition: [`resample`] is one piece), for down- and upsampling.
+#[test]
+fn stream_resampler_in_pieces_equals_the_whole_signal() {
+    use cadence_media::audio::resample;
+    use cadence_media::StreamResampler;
+    for (from, to) in [(44_100, 16_000), (48_000, 16_000), (22_050, 16_000), (16_000, 48_000), (16_000, 16_000)] {
+        let n = from as usize * 3 / 2 + 17;
+        let x: Vec<f32> =
+            (0..n).map(|i| 0.4 * (i as f32 * 0.031).sin() + 0.2 * ((i * 7919) % 13) as f32 / 13.0).collect();
+        let whole = resample(&x, from, to).unwrap();
+        assert_eq!(whole.len(), resampled_len(n, from, to));
+        let mut rs = StreamResampler::new(from, to).unwrap();
+        let (mut out, mut at) = (Vec::new(), 0);
+        for len in PIECES.iter().cycle() {
+            if at >= n {
+                break;
+            }
+            let end = (at + len).min(n);
+            rs.push(&x[at..end], &mut out).unwrap();
+            assert!(out.len() <= resampled_len(end, from, to), "{from}->{to}: output ahead of its input");
+            at = end;
+        }
+        rs.finish(&mut out).unwrap();
+        assert!(out == whole, "{from}->{to}: the resampler fed in pieces differs from the whole signal's");
+    }
+}
+
+/// A WAV read as a stream, in pieces, decodes to what `load_wav` makes of the whole file: the
+/// 16 kHz analysis signal and the track, for a resampled stereo file and a 3-channel one.
+#[test]
+fn audio_stream_in_pieces_equals_load_wav() {
+    let dir = tmp_dir("audio-stream");
+    for (rate, channels) in [(44_100u32, 2u16), (96_000, 3), (16_000, 1)] {
+        let path = dir.join(format!("s{rate}-{channels}.wav"));
+        let n = rate as usize * 2 + 123;
+        write_wav(&path, rate, channels, 16, false, n, |i, c| {
+            0.3 * (i as f32 * (0.01 + 0.003 * c as f32)).sin() * ((i / 3000) % 2) as f32
+        });
+        let whole = load_wav(&path).unwrap();
+        let mut stream = cadence_media::open_wav_stream(&path).unwrap();
+        assert_eq!(stream.track_format(), whole.track.format());
+        let (mut mono, mut track) = (Vec::new(), Vec::new());
+        let mut more = true;
+        for len in PIECES.iter().cycle() {
+            if !more {
+                break;
+            }
+            more = stream.read(*len, &mut mono, &mut track).unwrap();
+        }
+        assert!(!stream.read(100, &mut mono, &mut track).unwrap(), "a finished stream stays finished");
+        assert!(mono == whole.samples_16k, "{rate} Hz x {channels}: the streamed 16 kHz signal differs");
+        assert!(track == whole.track.samples, "{rate} Hz x {channels}: the streamed track differs");
+    }
+    // A stream (here with no known length, as a pipe) cut inside a sample frame is an error
+    // naming the source when the reading gets there; a file cut so is refused when opened.
+    let path = dir.join("s44100-2.wav");
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = &bytes[..bytes.len() - 3];
+    let reader = cadence_media::wav::WavReader::new(std::io::Cursor::new(cut.to_vec()), None).unwrap();
+    let mut stream = cadence_media::AudioStream::new(reader, "cut.wav").unwrap();
+    let (mut mono, mut track) = (Vec::new(), Vec::new());
+    let err = loop {
+        match stream.read(4096, &mut mono, &mut track) {
+            Ok(true) => continue,
+            Ok(false) => panic!("a truncated stream ended cleanly"),
+            Err(e) => break e,
+        }
+    };
+    let msg = err.to_string();
+    assert!(msg.contains("cut.wav") && msg.contains("truncated"), "{msg}");
+    let file = dir.join("cut.wav");
+    std::fs::write(&file, cut).unwrap();
+    let msg = cadence_media::open_wav_stream(&file).err().expect("a cut file opened").to_string();
+    assert!(msg.contains("cut.wav") && msg.contains("truncated"), "{msg}");
+}

@@ -121,3 +121,29 @@ fn espeak_sentence_pause_sentence() {
     let bypassed = vad.iter().filter(|v| !**v).count();
     println!("{n} frames, {bypassed} silent");
 }
+
+/// Hop levels accumulated from pieces equal the whole signal's, and voice activity from them
+/// equals voice activity from the signal.
+#[test]
+fn hop_levels_in_pieces_equal_the_whole_signal() {
+    use cadence_media::vad::hop_levels_db;
+    use cadence_media::{voice_activity_from_levels, HopLevels};
+    let wav = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/speech/goodnight.wav");
+    let x = load_wav(&wav).unwrap().samples_16k;
+    let cfg = VadConfig::default();
+    let whole = hop_levels_db(&x, &cfg);
+    let mut levels = HopLevels::new(&cfg);
+    let mut at = 0;
+    for len in [1usize, 159, 0, 160, 161, 1000, 37].iter().cycle() {
+        if at >= x.len() {
+            break;
+        }
+        let end = (at + len).min(x.len());
+        levels.push(&x[at..end]);
+        at = end;
+    }
+    let pieces = levels.finish();
+    assert_eq!(pieces, whole);
+    let frames = frame_count(x.len() as f64 / 16_000.0, FPS);
+    assert_eq!(voice_activity_from_levels(&pieces, FPS, frames, &cfg), voice_activity(&x, FPS, frames));
+}

@@ -1,5 +1,6 @@
 //! Streaming render, measured: for clips of several lengths (synthetic speech-like audio with
-//! pauses, generated in the run), the windowed pipeline writing a fragmented MP4 as it renders.
+//! pauses, generated in the run and written to a WAV), the windowed pipeline writing a
+//! fragmented MP4 as it renders, reading the WAV as it goes.
 //! Reports time to first frame, time to first fragment, steady-state throughput and real-time
 //! factor, and peak resident memory; and, for comparison in the same run, the whole-clip render
 //! (one window) of the same clips. Each render runs in its own child process (this binary with
@@ -7,6 +8,7 @@
 //! Writes results/streaming.csv (with provenance) and a plot.
 
 use anyhow::{bail, ensure, Context, Result};
+use cadence::clip_audio::{ClipAudio, StreamedAudio};
 use cadence::render::{self, Output, Sink};
 use cadence::KeyframeSchedule;
 use clap::Parser;
@@ -45,6 +47,9 @@ struct Args {
     /// Internal, with --child: render the clip as one window.
     #[arg(long, hide = true)]
     whole: bool,
+    /// Internal, with --child: the clip's WAV.
+    #[arg(long, hide = true)]
+    clip_wav: Option<PathBuf>,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -57,8 +62,8 @@ struct Row {
     stride: usize,
     window_s: f64,
     unet_evaluations: usize,
-    /// From the start of preparation (audio decode done, engines loaded) to the first frame
-    /// handed to the encoder.
+    /// From the start of preparation (engines loaded; the WAV opened or decoded from here on)
+    /// to the first frame handed to the encoder.
     first_frame_ms: f64,
     /// ... to the first complete fragment written.
     first_fragment_ms: f64,
@@ -120,6 +125,22 @@ fn speech_like(seconds: f64) -> Vec<f32> {
     out
 }
 
+/// Writes 16 kHz mono 16-bit PCM.
+fn write_wav_16k(path: &std::path::Path, samples: &[f32]) -> Result<()> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).with_context(|| format!("creating {}", path.display()))?;
+    for &s in samples {
+        w.write_sample((s.clamp(-1.0, 1.0) * 32767.0).round() as i16)?;
+    }
+    w.finalize().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -142,14 +163,15 @@ impl Write for Count {
 
 fn child(a: &Args, seconds: f64) -> Result<Row> {
     let mut session = Session::open(&a.session)?;
-    session.audio = cadence_media::Audio::from_samples_16k(speech_like(seconds));
     let window = if a.whole { None } else { cadence::pipeline::window_frames(a.window, session.opts.fps) };
     session.opts.window = window;
-    // The render owns the clip's audio (no second copy of it in this process).
-    let audio = std::mem::replace(&mut session.audio, cadence_media::Audio::from_samples_16k(vec![0.0; 1]));
     let Session { backend, engines, opts, img, face, encoder, .. } = &session;
     let encoder = encoder.context("the streaming experiment needs the video encoder")?;
+    let wav = a.clip_wav.as_deref().context("--child needs --clip-wav")?;
     let t0 = Instant::now();
+    // The windowed render reads the WAV as it goes; the whole-clip render decodes it first.
+    let audio: ClipAudio =
+        if a.whole { render::load_audio(wav, 3600.0)?.into() } else { StreamedAudio::open(wav, 3600.0)?.into() };
     let prepared = render::prepare(engines, backend, audio, img, *face, opts)?;
     let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;
     let schedule = KeyframeSchedule::fixed_stride(prepared.frames, a.stride)?;
@@ -220,12 +242,20 @@ fn main() -> Result<()> {
     let session = Session::open(&a.session)?;
     let mut prov = session.provenance();
     drop(session);
-    prov.note("audio", "synthetic speech-like audio with pauses, generated in the run (speech_like)");
+    prov.note(
+        "audio",
+        "synthetic speech-like audio with pauses, generated in the run (speech_like), written as a 16 kHz 16-bit WAV; \
+         windowed renders read it as they go, whole-clip renders decode it first (both timed from the WAV)",
+    );
     prov.note("sink", "fragmented MP4 into a byte counter; each render in its own process");
     // The children get this run's arguments (engines, encoder, avatar ...) and one clip each.
     let passthrough: Vec<String> = std::env::args().skip(1).collect();
+    let wav_dir = std::env::temp_dir().join(format!("cadence-streaming-{}", std::process::id()));
+    std::fs::create_dir_all(&wav_dir).with_context(|| format!("creating {}", wav_dir.display()))?;
     let mut rows = Vec::new();
     for &seconds in &a.lengths {
+        let wav = wav_dir.join(format!("clip-{seconds}s.wav"));
+        write_wav_16k(&wav, &speech_like(seconds))?;
         // Clips compared with their whole-clip render run `repeats` times, alternating the two
         // modes (this VM's speed drifts), and each mode's median row (by end-to-end fps) is kept.
         let compared = seconds <= a.whole_max_seconds;
@@ -239,7 +269,7 @@ fn main() -> Result<()> {
                 let mode = if whole { "whole clip" } else { "windowed" };
                 eprintln!("streaming: {seconds} s clip, {mode}, run {} of {repeats} ...", rep + 1);
                 let mut cmd = Command::new(std::env::current_exe()?);
-                cmd.args(&passthrough).args(["--child", &seconds.to_string()]);
+                cmd.args(&passthrough).args(["--child", &seconds.to_string()]).arg("--clip-wav").arg(&wav);
                 if whole {
                     cmd.arg("--whole");
                 }
@@ -267,7 +297,9 @@ fn main() -> Result<()> {
             median.end_to_end_fps_max = r[n - 1].end_to_end_fps;
             rows.push(median);
         }
+        std::fs::remove_file(&wav).with_context(|| format!("removing {}", wav.display()))?;
     }
+    let _ = std::fs::remove_dir(&wav_dir);
     let windowed: Vec<&Row> = rows.iter().filter(|r| r.mode == "windowed").collect();
     let whole: Vec<&Row> = rows.iter().filter(|r| r.mode == "whole clip").collect();
     let mut verdicts = Vec::new();

@@ -144,6 +144,12 @@ impl ScheduleArgs {
         Ok(RenderInput { audio, alignment, source: path.display().to_string() })
     }
 
+    /// Whether these options read the whole clip's audio before the render: an adaptive
+    /// schedule analyses it, speech is made whole, and an alignment is checked against its length.
+    pub fn needs_whole_audio(&self) -> bool {
+        self.schedule.is_some() || self.speaks() || self.phonemes.is_some()
+    }
+
     /// The --calibration file (read before the engines load; checked against them in
     /// [`ScheduleArgs::plan`]).
     pub fn calibration(&self) -> Result<Option<Calibration>> {
@@ -179,7 +185,8 @@ impl ScheduleArgs {
         if let Some(s) = &self.class_strides {
             inputs.class_strides = ClassStrides::parse(s)?;
         }
-        inputs.samples_16k = Some(&prepared.audio.samples_16k);
+        let audio = prepared.audio.whole().context("--schedule needs the audio decoded whole, not read as a stream")?;
+        inputs.samples_16k = Some(&audio.samples_16k);
         let f = prepared.whole_features(engines, opts)?;
         inputs.features = Some((&f.data, f.shape[1..].iter().product()));
         inputs.error_scale = calibration.map(|c| c.scale);

@@ -1,0 +1,100 @@
+//! A render that reads its WAV as it goes ([`StreamedAudio`]) against one that decoded the WAV
+//! whole first: the same voice activity, the same frames, the same fragmented MP4 bytes (video
+//! and AAC track), over a clip longer than whisper's 30 s segment; and a file that changes
+//! under the render is an error, not a short track.
+
+use cadence::clip_audio::{ClipAudio, StreamedAudio};
+use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
+use cadence::render::{self, Output, Sink};
+use cadence::{Backend, KeyframeSchedule};
+use cadence_engines::{ClipSamples, Device, Profile};
+use cadence_media::{EncoderKind, RgbImage};
+use std::path::Path;
+
+/// 31.2 s of 44.1 kHz stereo (resampled for the analysis, muxed at its own rate): silence,
+/// which the render bypasses, except speech-like tones at the start and across the 30 s
+/// segment boundary, different in the two channels.
+fn write_clip(path: &Path) {
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 44_100,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    let tau = 2.0 * std::f32::consts::PI;
+    for i in 0..(44_100.0 * 31.2) as usize {
+        let t = i as f32 / 44_100.0;
+        let speaking = t < 1.0 || (28.8..30.9).contains(&t);
+        for c in 0..2 {
+            let v = if speaking {
+                0.3 * (t * tau * (150.0 + 25.0 * c as f32 + 30.0 * (t * tau).sin())).sin()
+                    * (0.6 + 0.4 * (t * tau * 3.0).sin())
+            } else {
+                0.0
+            };
+            w.write_sample((v * 32767.0).round() as i16).unwrap();
+        }
+    }
+    w.finalize().unwrap();
+}
+
+#[test]
+fn streamed_audio_renders_the_same_fragmented_mp4_as_audio_decoded_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("clip.wav");
+    write_clip(&wav);
+    let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
+    let (w, h) = (320u32, 256u32);
+    let px: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+    let img = RgbImage::from_raw(w, h, px).unwrap();
+    let face = render::face_box(&img, None).unwrap();
+    let opts = RenderOptions { batch: 4, window: Some(20), ..RenderOptions::default() };
+
+    let whole = render::prepare(&engines, &Backend::Cpu, render::load_audio(&wav, 60.0).unwrap(), &img, face, &opts);
+    let streamed = StreamedAudio::open(&wav, 60.0).unwrap();
+    let streamed = render::prepare(&engines, &Backend::Cpu, streamed, &img, face, &opts);
+    let (whole, streamed) = (whole.unwrap(), streamed.unwrap());
+    assert!(matches!(streamed.audio, ClipAudio::Streamed(_)));
+    assert_eq!(streamed.frames, whole.frames);
+    assert_eq!(streamed.audio.track_frames(), whole.audio.track_frames());
+    assert_eq!(streamed.audio.track_format(), whole.audio.track_format());
+    assert_eq!(streamed.speech, whole.speech, "voice activity from the streamed levels differs");
+    assert!(whole.speech.iter().any(|&s| s) && whole.speech.iter().any(|&s| !s));
+
+    let schedule = KeyframeSchedule::fixed_stride(whole.frames, 3).unwrap();
+    let mp4 = |prepared: &render::Prepared| {
+        let mut bytes = Vec::new();
+        let out = Output::Fragmented {
+            sink: Sink::Writer { out: &mut bytes, name: "memory" },
+            encoder: EncoderKind::OpenH264,
+            pace: false,
+        };
+        let r = render::render_clip(&engines, &Backend::Cpu, &opts, prepared, &schedule, out, |_| {}).unwrap();
+        assert!(r.video.unwrap().has_audio);
+        bytes
+    };
+    let (a, b) = (mp4(&whole), mp4(&streamed));
+    assert!(!a.is_empty());
+    assert!(a == b, "the fragmented MP4 from the streamed WAV differs from the whole WAV's");
+}
+
+/// The WAV is read twice (levels first, samples during the render); a file cut short in
+/// between is an error naming it when the render reaches the missing samples.
+#[test]
+fn a_wav_cut_short_after_opening_is_an_error_not_a_short_clip() {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("clip.wav");
+    write_clip(&wav);
+    let audio = StreamedAudio::open(&wav, 60.0).unwrap();
+    let n = audio.samples_16k();
+    let bytes = std::fs::read(&wav).unwrap();
+    std::fs::write(&wav, &bytes[..bytes.len() / 2]).unwrap();
+    let mut out = Vec::new();
+    let err = audio.read_samples(0, n, &mut out).unwrap_err().to_string();
+    assert!(err.contains("clip.wav"), "{err}");
+    // And a file cut inside a sample frame is refused when opened.
+    std::fs::write(&wav, &bytes[..bytes.len() - 1]).unwrap();
+    let err = format!("{:#}", StreamedAudio::open(&wav, 60.0).err().expect("a cut file opened"));
+    assert!(err.contains("clip.wav") && err.contains("truncated"), "{err}");
+}
