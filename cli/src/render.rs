@@ -143,7 +143,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let calibration = a.schedule.calibration()?;
     // A prepared avatar (checked now: version, size, checksum) or an image, video or image
     // sequence to prepare (checked now: sizes, frame rate, frame count, face boxes).
-    let source = if cadence::avatar_file::is_avatar_file(&a.avatar) {
+    let avatar_source = if cadence::avatar_file::is_avatar_file(&a.avatar) {
         ensure!(
             a.face_box.is_none() && a.face_boxes.is_none(),
             "--face-box/--face-boxes: a prepared avatar has its face boxes already"
@@ -163,7 +163,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let t0 = Instant::now();
     let engines = a.engines.load(&engine_device, profile)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let prepared = match &source {
+    let prepared = match &avatar_source {
         Some(source) => {
             let t = Instant::now();
             let avatar = render::prepare_avatar_source(&engines, &backend, source)?;
