@@ -74,7 +74,12 @@ pub struct Infill<'a> {
 /// (n_frames, ..keys' frame shape) and the two stage times in ms.
 pub fn expand_eased(backend: &Backend, keys: &Tensor, infill: &Infill) -> Result<(Tensor, f64, f64)> {
     let Infill { schedule, method, rest, distance, ramp } = *infill;
-    ensure!(schedule.count() > 0, "no keyframes");
+    ensure!(
+        schedule.count() > 0 && keys.elem_count() > 0 && keys.elem_count().is_multiple_of(schedule.count()),
+        "{} keyframe values do not split into the schedule's {} keyframes",
+        keys.elem_count(),
+        schedule.count()
+    );
     let dim = keys.elem_count() / schedule.count();
     let per_frame = rest.len() != dim;
     ensure!(
