@@ -386,6 +386,11 @@ pub(crate) fn predict_through_host(
 
 /// [`LatentDecoder::decode_tensor`] through host buffers.
 pub(crate) fn decode_through_host(d: &(impl LatentDecoder + ?Sized), latents: &Tensor) -> Result<Tensor> {
+    // Batch::from_tensor would convert any dtype: a tensor an engine runs directly is f32, as on
+    // the candle path ([`expect_tensor`]).
+    if latents.dtype() != candle_core::DType::F32 {
+        return Err(EngineError::BadInput(format!("decoder input: expected f32, got {:?}", latents.dtype())));
+    }
     d.decode(&Batch::from_tensor(latents)?)?.into_tensor(latents.device())
 }
 
