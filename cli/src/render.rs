@@ -17,7 +17,10 @@ use std::time::Instant;
 #[derive(Args)]
 pub struct RenderArgs {
     /// Speech as WAV (any sample rate and channel count; PCM or float; a WAV written to a pipe,
-    /// whose header holds no length, is read to its end); or --text.
+    /// whose header holds no length, is read to its end); or --text. `-` reads a live WAV
+    /// stream from standard input and renders it as it arrives, part by part (--window), to a
+    /// fragmented MP4, until the input closes (docs/live_audio.md: what a live render does
+    /// differently from a file's).
     #[arg(long, required_unless_present_any = ["text", "text_file"])]
     pub audio: Option<PathBuf>,
     /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height): it is the
@@ -82,7 +85,8 @@ pub struct RenderArgs {
     /// How in-between latents are made from the keyframes.
     #[arg(long, value_enum, default_value = "slerp")]
     pub method: Method,
-    /// Refuse audio longer than this (seconds).
+    /// Refuse audio longer than this (seconds). A live stream (`--audio -`) runs until its input
+    /// closes.
     #[arg(long, default_value = "600", value_parser = parse_seconds)]
     pub max_seconds: f64,
     /// Replace an existing output file.
@@ -99,15 +103,31 @@ pub struct RenderArgs {
 pub fn run(a: RenderArgs) -> Result<()> {
     // Everything that can be checked from the arguments and the input files comes first: the
     // engines take seconds to gigabytes to load.
+    let live = a.audio.as_deref().is_some_and(|p| p.as_os_str() == "-");
     let inputs: Vec<&std::path::Path> =
         [&a.audio, &a.schedule.phonemes, &a.schedule.calibration, &a.schedule.text_file, &a.face_boxes]
             .into_iter()
             .flatten()
             .map(|p| p.as_path())
+            .filter(|p| p.as_os_str() != "-")
             .chain([a.avatar.as_path()])
             .collect();
     let to_stdout = a.output.as_os_str() == "-";
     let fragmented = a.fragmented || to_stdout;
+    if live {
+        ensure!(
+            fragmented,
+            "--audio -: a live stream is written as it renders, as a fragmented MP4: add --fragmented or write to -o -"
+        );
+        ensure!(
+            a.keyframes.is_none() && a.schedule.schedule.is_none() && !a.schedule.needs_whole_audio(),
+            "--audio -: a live stream is rendered with a fixed --stride; --keyframes, --schedule and --phonemes need the whole clip"
+        );
+        ensure!(
+            !std::io::IsTerminal::is_terminal(&std::io::stdin()),
+            "--audio -: standard input is a terminal; pipe a WAV stream into it (... | cadence render --audio - ...)"
+        );
+    }
     ensure!(!a.realtime || fragmented, "--realtime paces a fragmented MP4: add --fragmented or write to -o -");
     ensure!(!(to_stdout && a.json), "-o - writes the video to standard output: --json cannot go there too");
     // Standard output is the video: refuse a terminal before any work.
@@ -121,6 +141,9 @@ pub fn run(a: RenderArgs) -> Result<()> {
     a.schedule.validate(stride, a.keyframes.is_some())?;
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
+    if live {
+        return run_live(a, out.as_ref(), encoder, engine_device, profile);
+    }
     let opts = RenderOptions {
         fps: a.fps,
         ramp: a.ramp,
@@ -141,18 +164,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
         }
     };
     let calibration = a.schedule.calibration()?;
-    // A prepared avatar (checked now: version, size, checksum) or an image, video or image
-    // sequence to prepare (checked now: sizes, frame rate, frame count, face boxes).
-    let avatar_source = if cadence::avatar_file::is_avatar_file(&a.avatar) {
-        ensure!(
-            a.face_box.is_none() && a.face_boxes.is_none(),
-            "--face-box/--face-boxes: a prepared avatar has its face boxes already"
-        );
-        cadence::avatar_file::check(&a.avatar)?;
-        None
-    } else {
-        Some(AvatarSource::open(&a.avatar, a.face_box, a.face_boxes.as_deref())?)
-    };
+    let avatar_source = open_avatar(&a)?;
     let frames = audio.video_frames(opts.fps.hz());
     ensure!(frames > 0, "{source}: the audio is too short for one video frame");
     let stride = stride.unwrap_or(DEFAULT_STRIDE);
@@ -163,15 +175,11 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let t0 = Instant::now();
     let engines = a.engines.load(&engine_device, profile)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let avatar = prepare_avatar(&a.avatar, avatar_source.as_ref(), &engines, &backend)?;
     let prepared = match &avatar_source {
-        Some(source) => {
-            let t = Instant::now();
-            let avatar = render::prepare_avatar_source(&engines, &backend, source)?;
-            render::prepare_with_new_avatar(&engines, audio, &avatar, &opts, t)?
-        }
+        Some(_) => render::prepare_with_new_avatar(&engines, audio, &avatar, &opts, t)?,
         None => {
-            let t = Instant::now();
-            let avatar = cadence::avatar_file::load(&a.avatar, &engines, &backend)?;
             let mut p = render::prepare_with_avatar(&engines, audio, &avatar, &opts)?;
             // Reading the file is this render's avatar preparation.
             p.avatar_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -233,6 +241,143 @@ pub fn run(a: RenderArgs) -> Result<()> {
             eprintln!("{line}");
         }
         eprintln!("{}", cli::summary_line(planned.as_ref(), &schedule, &legacy));
+        if let Some(ms) = result.first_fragment_ms {
+            eprintln!(
+                "  first frame after {:.0} ms, first fragment after {ms:.0} ms",
+                result.first_frame_ms.unwrap_or(f64::NAN)
+            );
+        }
+        if a.realtime {
+            eprintln!("  paced to real time: {} frame(s) more than a frame late", result.late_frames);
+        }
+    }
+    Ok(())
+}
+
+/// A prepared avatar (checked now: version, size, checksum; `None`) or an image, video or image
+/// sequence to prepare (checked now: sizes, frame rate, frame count, face boxes).
+fn open_avatar(a: &RenderArgs) -> Result<Option<AvatarSource>> {
+    if cadence::avatar_file::is_avatar_file(&a.avatar) {
+        ensure!(
+            a.face_box.is_none() && a.face_boxes.is_none(),
+            "--face-box/--face-boxes: a prepared avatar has its face boxes already"
+        );
+        cadence::avatar_file::check(&a.avatar)?;
+        Ok(None)
+    } else {
+        Ok(Some(AvatarSource::open(&a.avatar, a.face_box, a.face_boxes.as_deref())?))
+    }
+}
+
+/// The avatar's latents and compositors: prepared from `source`, or read from the prepared
+/// avatar file `path`.
+fn prepare_avatar(
+    path: &std::path::Path,
+    source: Option<&AvatarSource>,
+    engines: &cadence::pipeline::Engines,
+    backend: &Backend,
+) -> Result<render::PreparedAvatar> {
+    match source {
+        Some(source) => render::prepare_avatar_source(engines, backend, source),
+        None => cadence::avatar_file::load(path, engines, backend),
+    }
+}
+
+/// `--audio -`: the WAV stream on standard input rendered as it arrives ([`cadence::live`]).
+fn run_live(
+    a: RenderArgs,
+    out: Option<&OutputPath>,
+    encoder: cadence_media::EncoderKind,
+    engine_device: cadence_engines::EngineDevice,
+    profile: cadence_engines::Profile,
+) -> Result<()> {
+    let opts = RenderOptions {
+        fps: a.fps,
+        ramp: a.ramp,
+        batch: a.engines.batch as usize,
+        method: a.method,
+        window: None,
+        cancel: None,
+    };
+    let stride = a.stride.map_or(DEFAULT_STRIDE, |k| k as usize);
+    let live = cadence::live::LiveOptions::new(stride, cadence::pipeline::window_frames(a.window, a.fps), &opts)?;
+    let avatar_source = open_avatar(&a)?;
+    let backend = Backend::for_engines(a.backend, &engine_device.device)?;
+    // The stream's header first (a stream that is not a WAV fails before the engines load).
+    let name = "standard input";
+    let reader = cadence_media::wav::WavReader::new(std::io::stdin().lock(), None)
+        .map_err(|e| cadence_media::audio::wav_err(name, e))?;
+    let input = cadence_media::AudioStream::new(reader, name)?;
+
+    let t0 = Instant::now();
+    let engines = a.engines.load(&engine_device, profile)?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let avatar = prepare_avatar(&a.avatar, avatar_source.as_ref(), &engines, &backend)?;
+    let times = cadence::report::PreparationTimes {
+        avatar_encoder_ms: t.elapsed().as_secs_f64() * 1e3,
+        ..Default::default()
+    };
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} live render: {pos} frames {per_sec}").expect("valid template"),
+    );
+    if a.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let go = |sink: &mut dyn std::io::Write, name: &str| {
+        cadence::live::render_live(
+            &engines,
+            &backend,
+            &opts,
+            live,
+            &avatar,
+            input,
+            sink,
+            name,
+            encoder,
+            a.realtime,
+            |d| bar.inc(d as u64),
+        )
+    };
+    let result = match out {
+        Some(out) => {
+            let partial = out.begin()?;
+            let file = std::fs::File::create(partial.path()).map_err(|e| {
+                partial.user_error(anyhow::anyhow!("{}: cannot create: {e}", partial.path().display()))
+            })?;
+            let mut file = std::io::BufWriter::new(file);
+            let r = go(&mut file, &out.path().display().to_string()).map_err(|e| partial.user_error(e))?;
+            drop(file);
+            partial.commit()?;
+            r
+        }
+        None => go(&mut std::io::stdout().lock(), "standard output")?,
+    };
+    bar.finish_and_clear();
+    let setup = RenderSetup::new(&backend, &engine_device, &engines);
+    let report = RenderReport::with_preparation(setup, &times, &result.stats, result.video.as_ref(), a.fps, load_ms);
+    let parts = format!(
+        "live: parts of {} frames (stride {stride}), {} frames of lookahead",
+        live.part_frames, live.lookahead_frames
+    );
+    if a.json {
+        let mut v = serde_json::to_value(&report)?;
+        v["output"] = serde_json::json!(a.output);
+        v["audio"] = serde_json::json!("-");
+        v["live"] = serde_json::json!({"stride": stride, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames});
+        v["fragmented"] = serde_json::json!(true);
+        v["first_frame_ms"] = serde_json::json!(result.first_frame_ms);
+        v["first_fragment_ms"] = serde_json::json!(result.first_fragment_ms);
+        if a.realtime {
+            v["late_frames"] = serde_json::json!(result.late_frames);
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for line in report.summary_lines(&a.output) {
+            eprintln!("{line}");
+        }
+        eprintln!("  {parts}");
         if let Some(ms) = result.first_fragment_ms {
             eprintln!(
                 "  first frame after {:.0} ms, first fragment after {ms:.0} ms",

@@ -19,6 +19,7 @@ pub mod fixtures;
 pub mod gpucheck;
 pub mod hardware;
 pub mod launch;
+pub mod live;
 pub mod memory;
 pub mod npy;
 pub mod output;

@@ -321,14 +321,46 @@ pub fn render_frames(
     schedule: &KeyframeSchedule,
     avatar: &[AvatarLatents],
     compositors: &[Compositor],
+    sink: impl FnMut(usize, &[u8]) -> Result<()>,
+    progress: impl FnMut(usize),
+) -> Result<RenderStats> {
+    let part = ClipPart { first_frame: 0, distance: &speech_distance(speech) };
+    render_part(engines, backend, opts, features, part, schedule, avatar, compositors, sink, progress)
+}
+
+/// Where the frames of a [`render_part`] sit in a longer stream (a live render renders its
+/// stream a part at a time).
+#[derive(Clone, Copy)]
+pub struct ClipPart<'a> {
+    /// The stream's index of the part's frame 0: the avatar's cycle ([`cycle_index`]) goes on
+    /// from it. The sink and `features` still count frames from 0.
+    pub first_frame: usize,
+    /// Per frame of the part, frames to the nearest speech in the stream
+    /// ([`crate::schedule::speech_distance`] of the stream, which may see speech before and
+    /// after the part).
+    pub distance: &'a [u32],
+}
+
+/// [`render_frames`] of a part of a longer stream ([`ClipPart`]); see there.
+#[allow(clippy::too_many_arguments)]
+pub fn render_part(
+    engines: &Engines,
+    backend: &Backend,
+    opts: &RenderOptions,
+    features: &dyn FrameFeatures,
+    part: ClipPart,
+    schedule: &KeyframeSchedule,
+    avatar: &[AvatarLatents],
+    compositors: &[Compositor],
     mut sink: impl FnMut(usize, &[u8]) -> Result<()>,
     mut progress: impl FnMut(usize),
 ) -> Result<RenderStats> {
     let t_total = Instant::now();
     let mut times = StageTimes::default();
     let n = schedule.n_frames();
+    let distance = part.distance;
     ensure!(
-        speech.len() == n && features.frames() == n,
+        distance.len() == n && features.frames() == n,
         "audio features, activity and schedule disagree on the frame count"
     );
     ensure!(opts.batch > 0, "batch size must be at least 1");
@@ -341,7 +373,7 @@ pub fn render_frames(
     );
     // Output frame k shows avatar frame `of(k)`: its reference latent for the UNet, its rest
     // latent for the easing, its compositor (background and face box).
-    let of = |k: usize| cycle_index(k, avatar.len());
+    let of = |k: usize| cycle_index(part.first_frame + k, avatar.len());
     ensure!(
         compositors.iter().all(|c| (c.width, c.height) == (compositors[0].width, compositors[0].height)),
         "the avatar's frames differ in size"
@@ -350,8 +382,7 @@ pub fn render_frames(
 
     // Silence: distance to speech -> easing weight; weight 0 frames bypass every network.
     let t = Instant::now();
-    let distance = speech_distance(speech);
-    let bypassed = bypassed_frames(&distance, opts.ramp);
+    let bypassed = bypassed_frames(distance, opts.ramp);
     let keys = schedule.keyframes();
     let m = keys.len();
     let evaluate: Vec<usize> = (0..m).filter(|&j| !bypassed[keys[j] as usize]).collect();

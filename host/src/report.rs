@@ -60,6 +60,15 @@ impl RenderSetup {
     }
 }
 
+/// The times of a render's preparation before its frame loop (see [`Prepared`]).
+#[derive(Clone, Debug, Default)]
+pub struct PreparationTimes {
+    pub audio_encoder_ms: f64,
+    pub avatar_encoder_ms: f64,
+    pub compositor_setup_ms: f64,
+    pub prepare_other_ms: f64,
+}
+
 /// One render's counts, times and provenance.
 #[derive(Clone, Debug, Serialize)]
 pub struct RenderReport {
@@ -134,6 +143,24 @@ impl RenderReport {
     pub fn new(
         setup: RenderSetup,
         prepared: &Prepared,
+        stats: &RenderStats,
+        video: Option<&cadence_media::VideoStats>,
+        fps: cadence_media::FrameRate,
+        engine_load_ms: f64,
+    ) -> Self {
+        let times = PreparationTimes {
+            audio_encoder_ms: prepared.audio_encoder_ms,
+            avatar_encoder_ms: prepared.avatar_encoder_ms,
+            compositor_setup_ms: prepared.compositor_setup_ms,
+            prepare_other_ms: prepared.prepare_other_ms,
+        };
+        Self::with_preparation(setup, &times, stats, video, fps, engine_load_ms)
+    }
+
+    /// [`Self::new`] for a render without a [`Prepared`] (a live render prepares only its avatar).
+    pub fn with_preparation(
+        setup: RenderSetup,
+        prepared: &PreparationTimes,
         stats: &RenderStats,
         video: Option<&cadence_media::VideoStats>,
         fps: cadence_media::FrameRate,

@@ -86,5 +86,8 @@ pub use error::{MediaError, Result};
 pub use fmp4::{FragmentedWriter, SegmentQueue};
 pub use image::{crop_to_planar, image_size, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
 pub use probe::{probe, Mp4Info};
-pub use vad::{frame_count, voice_activity, voice_activity_from_levels, voice_activity_with, HopLevels, VadConfig};
+pub use vad::{
+    frame_count, frames_from_hops, hop_activity_above, hop_context, voice_activity, voice_activity_from_levels,
+    voice_activity_with, HopLevels, LevelReference, VadConfig,
+};
 pub use video::{idr_period, EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};

@@ -99,6 +99,11 @@ impl HopLevels {
         self.partial.extend_from_slice(&samples_16k[whole..]);
     }
 
+    /// The whole hops' levels since the last call (a live stream's levels as they come).
+    pub fn take_levels(&mut self) -> Vec<f64> {
+        std::mem::take(&mut self.levels)
+    }
+
     /// The levels, the last (shorter) hop included.
     pub fn finish(mut self) -> Vec<f64> {
         if !self.partial.is_empty() {
@@ -124,14 +129,91 @@ pub fn hop_activity(samples_16k: &[f32], cfg: &VadConfig) -> Vec<bool> {
 
 /// [`hop_activity`] from the clip's hop levels ([`HopLevels`]).
 pub fn hop_activity_from_levels(levels: &[f64], cfg: &VadConfig) -> Vec<bool> {
-    let mut audible: Vec<f64> = levels.iter().copied().filter(|&l| l > -100.0).collect();
+    let mut audible: Vec<f64> = levels.iter().copied().filter(|&l| l > AUDIBLE_DB).collect();
     if audible.is_empty() {
         return vec![false; levels.len()];
     }
     audible.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let reference = audible[reference_rank(audible.len(), cfg)];
+    hop_activity_above(levels, threshold_for(reference, cfg), cfg)
+}
+
+/// Hops at or below this level (digital silence) are left out of the loudness reference.
+const AUDIBLE_DB: f64 = -100.0;
+
+/// The rank of the loudness reference among `audible` sorted levels: round((n - 1) p).
+fn reference_rank(audible: usize, cfg: &VadConfig) -> usize {
     let p = cfg.reference_percentile.clamp(0.0, 100.0) / 100.0;
-    let reference = audible[((audible.len() - 1) as f64 * p).round() as usize];
-    let threshold = (reference + cfg.relative_threshold_db).max(cfg.absolute_floor_db);
+    ((audible - 1) as f64 * p).round() as usize
+}
+
+/// The level a hop must exceed to be voiced (step 3).
+fn threshold_for(reference: f64, cfg: &VadConfig) -> f64 {
+    (reference + cfg.relative_threshold_db).max(cfg.absolute_floor_db)
+}
+
+/// The loudness reference of the hop levels seen so far (step 2 of the module documentation),
+/// for a live stream, whose whole-clip reference is never known: the `reference_percentile` of
+/// the audible levels so far, held as a histogram of 0.001 dB bins so that it costs the same
+/// memory (440 KB) after a day as after a second. The bins cover -100 dBFS (the audible bound)
+/// to +10 dBFS (a full-scale float signal's hops stay below +3); the percentile is the lower
+/// edge of the bin holding its rank, at most 0.001 dB below the sorted levels' value that a
+/// file's render takes ([`hop_activity_from_levels`]).
+pub struct LevelReference {
+    bins: Vec<u32>,
+    audible: usize,
+}
+
+const REF_BIN_DB: f64 = 0.001;
+const REF_BINS: usize = 110_000 + 1;
+
+impl Default for LevelReference {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LevelReference {
+    pub fn new() -> Self {
+        Self { bins: vec![0; REF_BINS], audible: 0 }
+    }
+
+    /// Adds one hop level (dBFS); digital silence (at or below -100 dBFS) is left out.
+    pub fn push(&mut self, level_db: f64) {
+        if level_db > AUDIBLE_DB {
+            let bin = (((level_db - AUDIBLE_DB) / REF_BIN_DB) as usize).min(REF_BINS - 1);
+            self.bins[bin] += 1;
+            self.audible += 1;
+        }
+    }
+
+    /// The reference level, `None` before any audible hop.
+    pub fn reference(&self, cfg: &VadConfig) -> Option<f64> {
+        if self.audible == 0 {
+            return None;
+        }
+        let rank = reference_rank(self.audible, cfg);
+        let mut seen = 0;
+        for (bin, &count) in self.bins.iter().enumerate() {
+            seen += count as usize;
+            if seen > rank {
+                return Some(AUDIBLE_DB + bin as f64 * REF_BIN_DB);
+            }
+        }
+        unreachable!("the bins hold every audible level")
+    }
+
+    /// The level a hop must exceed to be voiced (step 3), `None` before any audible hop.
+    pub fn threshold(&self, cfg: &VadConfig) -> Option<f64> {
+        self.reference(cfg).map(|r| threshold_for(r, cfg))
+    }
+}
+
+/// Per-hop speech decisions for hops whose level is above `threshold` (steps 3 to 5). A run or
+/// a hangover that starts before `levels` is not seen: a caller deciding a stretch of a longer
+/// signal gives it the hops before as context (a voiced run and a hangover reach 23 hops back
+/// with the default thresholds).
+pub fn hop_activity_above(levels: &[f64], threshold: f64, cfg: &VadConfig) -> Vec<bool> {
     let mut voiced: Vec<bool> = levels.iter().map(|&l| l > threshold).collect();
 
     // Drop voiced runs shorter than min_speech_ms.
@@ -166,6 +248,12 @@ pub fn hop_activity_from_levels(levels: &[f64], cfg: &VadConfig) -> Vec<bool> {
     out
 }
 
+/// Hops of context [`hop_activity_above`] needs before a stretch to decide it as the whole
+/// signal would: the longest voiced run that can still be dropped plus the hangover.
+pub fn hop_context(cfg: &VadConfig) -> usize {
+    (cfg.min_speech_ms / cfg.hop_ms).ceil() as usize + (cfg.hangover_ms / cfg.hop_ms).round() as usize
+}
+
 /// Voice activity per video frame with explicit thresholds.
 pub fn voice_activity_with(samples_16k: &[f32], fps: f64, n_frames: usize, cfg: &VadConfig) -> Vec<bool> {
     voice_activity_from_levels(&hop_levels_db(samples_16k, cfg), fps, n_frames, cfg)
@@ -173,22 +261,35 @@ pub fn voice_activity_with(samples_16k: &[f32], fps: f64, n_frames: usize, cfg: 
 
 /// [`voice_activity_with`] from the clip's hop levels ([`HopLevels`]), for audio read in pieces.
 pub fn voice_activity_from_levels(levels: &[f64], fps: f64, n_frames: usize, cfg: &VadConfig) -> Vec<bool> {
-    let hops = hop_activity_from_levels(levels, cfg);
+    let mut frames = vec![false; n_frames];
+    frames_from_hops(&hop_activity_from_levels(levels, cfg), 0, fps, 0, &mut frames, cfg);
+    frames
+}
+
+/// Step 6: marks as speech every frame of `frames` (video frames `first_frame..`) that holds
+/// the centre of a speech hop of `hops` (hops `first_hop..`). Frames are only set, never
+/// cleared.
+pub fn frames_from_hops(
+    hops: &[bool],
+    first_hop: usize,
+    fps: f64,
+    first_frame: usize,
+    frames: &mut [bool],
+    cfg: &VadConfig,
+) {
+    if fps.is_nan() || fps <= 0.0 {
+        return;
+    }
     let hop = hop_len(cfg) as f64;
     let rate = crate::audio::TARGET_RATE as f64;
-    let mut frames = vec![false; n_frames];
-    if fps.is_nan() || fps <= 0.0 {
-        return frames;
-    }
     for (h, &speech) in hops.iter().enumerate() {
         if !speech {
             continue;
         }
-        let centre_s = (h as f64 + 0.5) * hop / rate;
+        let centre_s = ((first_hop + h) as f64 + 0.5) * hop / rate;
         let f = (centre_s * fps).floor() as usize;
-        if f < n_frames {
-            frames[f] = true;
+        if let Some(slot) = f.checked_sub(first_frame).and_then(|i| frames.get_mut(i)) {
+            *slot = true;
         }
     }
-    frames
 }

@@ -3,8 +3,9 @@
 //! fragmented MP4 as it renders, reading the WAV as it goes.
 //! Reports time to first frame, time to first fragment, steady-state throughput and real-time
 //! factor, and peak resident memory; and, for comparison in the same run, the whole-clip render
-//! (one window) of the same clips. Each render runs in its own child process (this binary with
-//! `--child`), so that its peak memory is its own.
+//! (one window) of the same clips, and the live render (`cadence render --audio -`, the WAV read
+//! as a stream whose length is unknown, fed as fast as it is read). Each render runs in its own
+//! child process (this binary with `--child`), so that its peak memory is its own.
 //! Writes results/streaming.csv (with provenance) and a plot.
 
 use anyhow::{bail, ensure, Context, Result};
@@ -47,6 +48,12 @@ struct Args {
     /// Internal, with --child: render the clip as one window.
     #[arg(long, hide = true)]
     whole: bool,
+    /// Internal, with --child: render the clip as a live stream ([`cadence::live`]).
+    #[arg(long, hide = true, conflicts_with = "whole")]
+    live: bool,
+    /// Skip the live renders.
+    #[arg(long)]
+    no_live: bool,
     /// Internal, with --child: the clip's WAV.
     #[arg(long, hide = true)]
     clip_wav: Option<PathBuf>,
@@ -162,6 +169,9 @@ impl Write for Count {
 }
 
 fn child(a: &Args, seconds: f64) -> Result<Row> {
+    if a.live {
+        return live_child(a, seconds);
+    }
     let mut session = Session::open(&a.session)?;
     let window = if a.whole { None } else { cadence::pipeline::window_frames(a.window, session.opts.fps) };
     session.opts.window = window;
@@ -194,12 +204,7 @@ fn child(a: &Args, seconds: f64) -> Result<Row> {
     let video = r.video.context("no video statistics")?;
     let first_fragment_ms = prepare_ms + r.first_fragment_ms.unwrap_or(f64::NAN);
     // Steady state: the frames after the first fragment.
-    let after = frame_times.iter().position(|&t| t * 1e3 >= first_fragment_ms).unwrap_or(0);
-    let steady_fps = if frame_times.len() > after + 1 {
-        (frame_times.len() - 1 - after) as f64 / (frame_times[frame_times.len() - 1] - frame_times[after])
-    } else {
-        f64::NAN
-    };
+    let steady_fps = steady(&frame_times, first_fragment_ms);
     let window_s = if a.whole { seconds } else { a.window };
     Ok(Row {
         mode: if a.whole { "whole clip" } else { "windowed" }.into(),
@@ -221,6 +226,65 @@ fn child(a: &Args, seconds: f64) -> Result<Row> {
         bytes: sink.0,
         peak_rss_mb: peak_rss_mb(),
     })
+}
+
+/// A live render of the clip: the WAV read as a stream of unknown length (as from a pipe),
+/// rendered part by part as it is read.
+fn live_child(a: &Args, seconds: f64) -> Result<Row> {
+    let session = Session::open(&a.session)?;
+    let Session { backend, engines, opts, img, face, encoder, .. } = &session;
+    let encoder = encoder.context("the streaming experiment needs the video encoder")?;
+    let wav = a.clip_wav.as_deref().context("--child needs --clip-wav")?;
+    let live = cadence::live::LiveOptions::new(a.stride, cadence::pipeline::window_frames(a.window, opts.fps), opts)?;
+    let t0 = Instant::now();
+    let avatar = render::prepare_avatar_image(engines, backend, img, *face)?;
+    let file = std::fs::File::open(wav).with_context(|| format!("opening {}", wav.display()))?;
+    // No length given: the reader cannot know where the stream ends, as with a pipe.
+    let reader = cadence_media::wav::WavReader::new(std::io::BufReader::new(file), None)
+        .map_err(|e| cadence_media::audio::wav_err("the clip", e))?;
+    let input = cadence_media::AudioStream::new(reader, "the clip")?;
+    let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut sink = Count(0);
+    let mut frame_times = Vec::new();
+    let r = cadence::live::render_live(engines, backend, opts, live, &avatar, input, &mut sink, "counter", encoder, false, |_| {
+        frame_times.push(t0.elapsed().as_secs_f64())
+    })?;
+    let total_s = t0.elapsed().as_secs_f64();
+    let video = r.video.context("no video statistics")?;
+    let first_fragment_ms = prepare_ms + r.first_fragment_ms.unwrap_or(f64::NAN);
+    let steady_fps = steady(&frame_times, first_fragment_ms);
+    let window_s = live.part_frames as f64 / opts.fps.hz();
+    let frames = r.stats.frames;
+    Ok(Row {
+        mode: "live".into(),
+        clip_s: seconds,
+        frames,
+        stride: a.stride,
+        window_s,
+        unet_evaluations: r.stats.keyframes_evaluated,
+        first_frame_ms: prepare_ms + r.first_frame_ms.unwrap_or(f64::NAN),
+        first_fragment_ms,
+        window_render_ms: 1e3 * window_s * opts.fps.hz() / steady_fps,
+        steady_fps,
+        steady_rtf: steady_fps / opts.fps.hz(),
+        end_to_end_fps: frames as f64 / total_s,
+        runs: 1,
+        end_to_end_fps_min: frames as f64 / total_s,
+        end_to_end_fps_max: frames as f64 / total_s,
+        fragments: video.fragments,
+        bytes: sink.0,
+        peak_rss_mb: peak_rss_mb(),
+    })
+}
+
+/// Frames per second after the first fragment (`frame_times`: seconds at which each frame left).
+fn steady(frame_times: &[f64], first_fragment_ms: f64) -> f64 {
+    let after = frame_times.iter().position(|&t| t * 1e3 >= first_fragment_ms).unwrap_or(0);
+    if frame_times.len() > after + 1 {
+        (frame_times.len() - 1 - after) as f64 / (frame_times[frame_times.len() - 1] - frame_times[after])
+    } else {
+        f64::NAN
+    }
 }
 
 fn main() -> Result<()> {
@@ -260,18 +324,21 @@ fn main() -> Result<()> {
         // modes (this VM's speed drifts), and each mode's median row (by end-to-end fps) is kept.
         let compared = seconds <= a.whole_max_seconds;
         let repeats = if compared { a.repeats as usize } else { 1 };
-        let mut runs: [Vec<Row>; 2] = Default::default();
+        let mut runs: [Vec<Row>; 3] = Default::default();
         for rep in 0..repeats {
-            for (m, whole) in [false, true].into_iter().enumerate() {
-                if whole && !compared {
+            for (m, mode) in ["windowed", "whole clip", "live"].into_iter().enumerate() {
+                let whole = mode == "whole clip";
+                if (whole && !compared) || (mode == "live" && a.no_live) {
                     continue;
                 }
-                let mode = if whole { "whole clip" } else { "windowed" };
                 eprintln!("streaming: {seconds} s clip, {mode}, run {} of {repeats} ...", rep + 1);
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.args(&passthrough).args(["--child", &seconds.to_string()]).arg("--clip-wav").arg(&wav);
                 if whole {
                     cmd.arg("--whole");
+                }
+                if mode == "live" {
+                    cmd.arg("--live");
                 }
                 let o = cmd.stderr(std::process::Stdio::inherit()).output().context("running a render child")?;
                 if !o.status.success() {
@@ -302,6 +369,7 @@ fn main() -> Result<()> {
     let _ = std::fs::remove_dir(&wav_dir);
     let windowed: Vec<&Row> = rows.iter().filter(|r| r.mode == "windowed").collect();
     let whole: Vec<&Row> = rows.iter().filter(|r| r.mode == "whole clip").collect();
+    let live: Vec<&Row> = rows.iter().filter(|r| r.mode == "live").collect();
     let mut verdicts = Vec::new();
     // The target: the longest clip's peak memory within 10% of the 60 s clip's (or of the
     // shortest clip's when no 60 s clip ran).
@@ -339,6 +407,33 @@ fn main() -> Result<()> {
             ));
         }
     }
+    // The live render: memory flat in the stream's length too, and its throughput next to the
+    // windowed render of the same clip (it encodes 30 s of whisper context per part, and renders
+    // each part's last keyframe twice).
+    let live_base = live.iter().find(|r| r.clip_s == 60.0).or(live.first());
+    if let (Some(base), Some(last)) = (live_base, live.last()) {
+        let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
+        verdicts.push(format!(
+            "live: peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
+            last.peak_rss_mb,
+            last.clip_s,
+            base.peak_rss_mb,
+            base.clip_s,
+            if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
+        ));
+    }
+    for r in &live {
+        if let Some(w) = windowed.iter().find(|w| w.clip_s == r.clip_s) {
+            verdicts.push(format!(
+                "{} s: live {:.2} fps vs windowed {:.2} fps end to end ({:.3}x), first fragment {:.0} ms",
+                r.clip_s,
+                r.end_to_end_fps,
+                w.end_to_end_fps,
+                r.end_to_end_fps / w.end_to_end_fps,
+                r.first_fragment_ms
+            ));
+        }
+    }
     for v in &verdicts {
         println!("{v}");
     }
@@ -347,7 +442,7 @@ fn main() -> Result<()> {
     experiments::csvout::write_csv(&csv, &prov, &rows)?;
     let chart = |title: &str, y: &str, value: fn(&Row) -> f64| {
         let mut c = LineChart::new(title, "clip length (s)", y).log_x();
-        for (name, sel) in [("windowed", &windowed), ("whole clip", &whole)] {
+        for (name, sel) in [("windowed", &windowed), ("whole clip", &whole), ("live", &live)] {
             if !sel.is_empty() {
                 c = c.series(Series::new(name, sel.iter().map(|r| (r.clip_s, value(r))).collect()));
             }

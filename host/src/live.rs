@@ -1,0 +1,470 @@
+//! A live render: speech read from a stream as it arrives (a pipe, a FIFO, standard input),
+//! video written as fragmented MP4 as it is made, with no end known in advance.
+//!
+//! A file's render knows its whole clip: the loudness reference of voice activity is a
+//! percentile of the whole clip, and whisper encodes each 30 s segment with all of its audio. A
+//! live render cannot wait for either, so it renders the stream a part at a time, each part as
+//! soon as the audio of the part and a short lookahead has arrived:
+//! - parts are [`LiveOptions::part_frames`] frames (the render window, rounded up to a multiple
+//!   of the stride), starting on keyframes of the stream's fixed-stride schedule (every k-th
+//!   frame, and the last frame, as in a file's render). A part is rendered with the keyframe
+//!   that ends it, which the next part starts from and renders again (one UNet evaluation more
+//!   per part);
+//! - whisper encodes, for each part, the last 30 s of audio received (the lookahead included):
+//!   one encoder pass per part instead of one per 30 s;
+//! - the loudness reference is the percentile of the levels received so far
+//!   ([`cadence_media::LevelReference`]); a frame's speech decision is final once it is
+//!   shown;
+//! - the silence easing sees speech up to `ramp` frames ahead (the lookahead covers it), so it
+//!   is the file's rule on the decisions.
+//!
+//! The output therefore differs from a render of the same audio as a file; how much is measured
+//! (`cadence render --audio -` against a file render: `cli/tests/live_audio.rs`, and the
+//! `streaming` experiment). The delay from a sample's arrival to its frame's output is the
+//! part, the lookahead and one part's render time.
+
+use crate::features::FrameFeatures;
+use crate::pipeline::{self, ClipPart, Engines, RenderOptions, RenderStats, StageTimes};
+use crate::render::{PreparedAvatar, RenderResult};
+use crate::schedule::{bypassed_frames, speech_distance, KeyframeSchedule};
+use crate::Backend;
+use anyhow::{ensure, Context, Result};
+use cadence_media::{
+    frames_from_hops, hop_activity_above, hop_context, AudioStream, EncoderKind, FragmentedWriter, FrameRate,
+    HopLevels, LevelReference, VadConfig, TARGET_RATE,
+};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+/// Whisper's window: the audio a part's features are made from at most.
+const CONTEXT_SAMPLES: usize = 30 * TARGET_RATE as usize;
+
+/// How a live stream is cut into parts.
+#[derive(Clone, Copy, Debug)]
+pub struct LiveOptions {
+    /// The fixed keyframe stride.
+    pub stride: usize,
+    /// Frames per part: a positive multiple of the stride.
+    pub part_frames: usize,
+    /// Frames of audio past a part's end that must have arrived before the part is rendered.
+    pub lookahead_frames: usize,
+}
+
+impl LiveOptions {
+    /// Parts of about `window` frames (at least one stride), and a lookahead of the easing ramp
+    /// plus 0.25 s: whisper's frame window reaches 0.1 s ahead, and voice activity's shortest
+    /// run 30 ms.
+    pub fn new(stride: usize, window: Option<usize>, opts: &RenderOptions) -> Result<Self> {
+        ensure!(stride > 0, "stride must be at least 1 (got 0)");
+        let window = window.unwrap_or(pipeline::window_frames(pipeline::DEFAULT_WINDOW_SECONDS, opts.fps).unwrap_or(1));
+        let part_frames = window.div_ceil(stride).max(1) * stride;
+        let lookahead_frames = opts.ramp as usize + (0.25 * opts.fps.hz()).ceil() as usize;
+        Ok(Self { stride, part_frames, lookahead_frames })
+    }
+}
+
+/// Frames whose audio has fully arrived, for `samples` 16 kHz samples.
+fn whole_frames(samples: usize, fps: FrameRate) -> usize {
+    // floor(samples * fps / 16000) in integers: exact for every rational rate.
+    (samples as u128 * fps.num as u128 / (TARGET_RATE as u128 * fps.den as u128)) as usize
+}
+
+/// The 16 kHz sample holding the start of frame `f`: floor(f x 16000 / fps).
+fn frame_sample(f: usize, fps: FrameRate) -> usize {
+    (f as u128 * TARGET_RATE as u128 * fps.den as u128 / fps.num as u128) as usize
+}
+
+/// The 16 kHz sample where frame `f` starts, when that is a whole sample.
+fn frame_start_sample(f: usize, fps: FrameRate) -> Option<usize> {
+    let num = f as u128 * TARGET_RATE as u128 * fps.den as u128;
+    (num % fps.num as u128 == 0).then(|| (num / fps.num as u128) as usize)
+}
+
+/// The smallest frame step whose frames all start on a whole 16 kHz sample (1 at 25 fps, 3 at
+/// 30, 15 at 30000/1001): whisper's context must start at a frame's first sample for its frames
+/// to be the stream's frames.
+fn aligned_frame_step(fps: FrameRate) -> usize {
+    let a = TARGET_RATE as u64 * fps.den as u64;
+    let b = fps.num as u64;
+    let g = gcd(a, b);
+    (b / g) as usize
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// A part's features: whisper's frames of the context audio, which starts `offset` frames
+/// before the part.
+struct Shifted<'a> {
+    inner: &'a dyn FrameFeatures,
+    offset: usize,
+    frames: usize,
+}
+
+impl FrameFeatures for Shifted<'_> {
+    fn frames(&self) -> usize {
+        self.frames
+    }
+
+    fn frame_shape(&self) -> (usize, usize) {
+        self.inner.frame_shape()
+    }
+
+    fn gather(&self, frames: &[usize], out: &mut Vec<f32>) -> Result<()> {
+        let shifted: Vec<usize> = frames.iter().map(|&f| f + self.offset).collect();
+        self.inner.gather(&shifted, out)
+    }
+}
+
+/// What has arrived of the stream and is still needed.
+struct Received<R: Read> {
+    stream: AudioStream<R>,
+    /// Source frames asked for per read: 10 ms, so a read returns as soon as that has arrived.
+    read_frames: usize,
+    ended: bool,
+    /// 16 kHz samples from `mono_from` on.
+    mono: Vec<f32>,
+    mono_from: usize,
+    mono_total: usize,
+    track: Track,
+    /// Voice activity: whole 10 ms hop levels from `levels_from` on, and the reference.
+    hops: Option<HopLevels>,
+    levels: Vec<f64>,
+    levels_from: usize,
+    reference: LevelReference,
+}
+
+impl<R: Read> Received<R> {
+    fn new(stream: AudioStream<R>, vad: &VadConfig) -> Self {
+        let rate = stream.reader().format().sample_rate as usize;
+        let track_channels = stream.track_format().channels as usize;
+        Self {
+            stream,
+            read_frames: (rate / 100).max(1),
+            ended: false,
+            mono: Vec::new(),
+            mono_from: 0,
+            mono_total: 0,
+            track: Track { samples: Vec::new(), from: 0, channels: track_channels.max(1) },
+            hops: Some(HopLevels::new(vad)),
+            levels: Vec::new(),
+            levels_from: 0,
+            reference: LevelReference::new(),
+        }
+    }
+
+    /// Reads until `frames` whole frames of audio have arrived or the stream ends.
+    fn wait_for(&mut self, frames: usize, fps: FrameRate) -> Result<()> {
+        let mut fresh = Vec::new();
+        while !self.ended && whole_frames(self.mono_total, fps) < frames {
+            fresh.clear();
+            self.ended = !self.stream.read(self.read_frames, &mut fresh, &mut self.track.samples)?;
+            self.mono_total += fresh.len();
+            self.mono.extend_from_slice(&fresh);
+            let hops = self.hops.as_mut().expect("hops end with the stream");
+            hops.push(&fresh);
+            let mut new_levels = hops.take_levels();
+            if self.ended {
+                // The last, shorter hop counts, as in a file's levels.
+                new_levels.extend(self.hops.take().expect("checked above").finish());
+            }
+            new_levels.iter().for_each(|&l| self.reference.push(l));
+            self.levels.extend(new_levels);
+        }
+        Ok(())
+    }
+
+    /// Forgets the 16 kHz samples before `sample` and the levels before `hop`.
+    fn forget_before(&mut self, sample: usize, hop: usize) {
+        if sample > self.mono_from {
+            let n = (sample - self.mono_from).min(self.mono.len());
+            self.mono.drain(..n);
+            self.mono_from += n;
+        }
+        if hop > self.levels_from {
+            let n = (hop - self.levels_from).min(self.levels.len());
+            self.levels.drain(..n);
+            self.levels_from += n;
+        }
+    }
+}
+
+/// The MP4 track's interleaved samples received and not yet muxed: sample frames `from..`.
+struct Track {
+    samples: Vec<i16>,
+    from: usize,
+    channels: usize,
+}
+
+impl Track {
+    /// Sample frames received so far.
+    fn total(&self) -> usize {
+        self.from + self.samples.len() / self.channels
+    }
+
+    /// Hands the sample frames `from..to` (as many as have arrived) to `f` and forgets them.
+    fn take(&mut self, to: usize, f: &mut dyn FnMut(&[i16]) -> Result<()>) -> Result<()> {
+        let to = to.min(self.total());
+        if to > self.from {
+            let n = (to - self.from) * self.channels;
+            f(&self.samples[..n])?;
+            self.samples.drain(..n);
+            self.from = to;
+        }
+        Ok(())
+    }
+}
+
+/// The hop holding 16 kHz sample `s`.
+fn hop_of(s: usize, vad: &VadConfig) -> usize {
+    let hop = ((vad.hop_ms * TARGET_RATE as f64 / 1000.0).round() as usize).max(1);
+    s / hop
+}
+
+/// Renders the WAV stream `input` with `avatar` as a fragmented MP4 into `out` (`name` names it
+/// in errors), part by part as the audio arrives (see the module documentation), until the
+/// stream ends; with `pace`, every frame waits for its time counted from the first frame.
+/// `progress` gets the frames written.
+#[allow(clippy::too_many_arguments)]
+pub fn render_live<R: Read, W: Write>(
+    engines: &Engines,
+    backend: &Backend,
+    opts: &RenderOptions,
+    live: LiveOptions,
+    avatar: &PreparedAvatar,
+    input: AudioStream<R>,
+    out: W,
+    name: &str,
+    encoder: EncoderKind,
+    pace: bool,
+    mut progress: impl FnMut(usize),
+) -> Result<RenderResult> {
+    let t0 = Instant::now();
+    let fps = opts.fps;
+    let vad = VadConfig::default();
+    let k = live.stride;
+    ensure!(k > 0 && live.part_frames > 0 && live.part_frames.is_multiple_of(k), "a part is a multiple of the stride");
+    let c = &avatar.compositors[0];
+    let mut received = Received::new(input, &vad);
+    let track_format = received.stream.track_format();
+    let mut writer = FragmentedWriter::new(out, name, c.width as u32, c.height as u32, fps, encoder, Some(track_format))?;
+    let step = aligned_frame_step(fps);
+    let ramp = opts.ramp as usize;
+    let period = 1.0 / fps.hz();
+    let part_opts = RenderOptions { window: None, ..opts.clone() };
+
+    // Speech decisions of the frames already shown, from `shown_from` on (the easing looks
+    // `ramp` frames back).
+    let mut shown_speech: Vec<bool> = Vec::new();
+    let mut shown_from = 0;
+    let mut stats = RenderStats {
+        frames: 0,
+        keyframes_scheduled: 0,
+        keyframes_evaluated: 0,
+        bypassed_frames: 0,
+        decoded_frames: 0,
+        residency: crate::resident::residency(backend, &engines.device),
+        times: StageTimes::default(),
+    };
+    let mut first_frame_ms = None;
+    let mut first_fragment_ms = None;
+    let mut late_frames = 0;
+    let mut started: Option<Instant> = None;
+    let mut a = 0; // the next frame to show: a keyframe of the stream
+    loop {
+        received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
+        let available = whole_frames(received.mono_total, fps);
+        // The stream's frame count once it has ended: ceil(seconds x fps), as for a file.
+        let total = received.ended.then(|| cadence_media::frame_count(received.mono_total as f64 / TARGET_RATE as f64, fps.hz()));
+        let last = match total {
+            Some(n) if n <= a => break,
+            Some(n) => n - a <= live.part_frames + 1,
+            None => false,
+        };
+        // The part: frames a..=b, shown a..b (b, a keyframe, starts the next part), or to the
+        // end of the stream.
+        let (part_len, shown) = match total {
+            Some(n) if last => (n - a, n - a),
+            _ => (live.part_frames + 1, live.part_frames),
+        };
+        ensure!(
+            total.is_some() || a + part_len + live.lookahead_frames <= available,
+            "the stream's audio ({available} frames) does not reach past the part"
+        );
+        let schedule = KeyframeSchedule::fixed_stride(part_len, k)?;
+
+        // Voice activity for frames a.. (up to `ramp` past the part), with the reference so far.
+        let known_frames = total.unwrap_or(available);
+        let decide_end = (a + part_len + ramp).min(known_frames);
+        let first_hop =
+            hop_of(frame_sample(a, fps), &vad).saturating_sub(hop_context(&vad) + 1).max(received.levels_from);
+        let mut decided = vec![false; decide_end - a];
+        if let Some(threshold) = received.reference.threshold(&vad) {
+            let levels = &received.levels[first_hop - received.levels_from..];
+            let hops = hop_activity_above(levels, threshold, &vad);
+            frames_from_hops(&hops, first_hop, fps.hz(), a, &mut decided, &vad);
+        }
+        // Distances to speech over what was shown before and what was decided now.
+        let before = a - shown_from;
+        let mut speech = shown_speech[..before].to_vec();
+        speech.extend_from_slice(&decided);
+        let distance: Vec<u32> = speech_distance(&speech)[before..before + part_len].to_vec();
+
+        // Whisper over the last 30 s received (from a frame's first sample on).
+        let end_sample = received.mono_total;
+        let ctx_frame = {
+            let earliest = end_sample.saturating_sub(CONTEXT_SAMPLES);
+            let f = whole_frames(earliest, fps);
+            let f = if frame_start_sample(f, fps).is_some_and(|s| s >= earliest) { f } else { f + 1 };
+            f.div_ceil(step) * step
+        };
+        let ctx_frame = ctx_frame.min(a / step * step);
+        let ctx_start = frame_start_sample(ctx_frame, fps).context("an aligned frame starts on a sample")?;
+        ensure!(ctx_start >= received.mono_from, "the audio before sample {ctx_start} was forgotten");
+        let ctx = &received.mono[ctx_start - received.mono_from..];
+        let t = Instant::now();
+        let clip = engines.audio.clip(ctx, fps.hz() as f32)?;
+        let features = Shifted { inner: &clip, offset: a - ctx_frame, frames: part_len };
+        ensure!(
+            a - ctx_frame + part_len <= clip.frames(),
+            "whisper's context covers {} frames, the part needs {}",
+            clip.frames(),
+            a - ctx_frame + part_len
+        );
+        stats.times.audio_ms += t.elapsed().as_secs_f64() * 1e3;
+
+        let part = ClipPart { first_frame: a, distance: &distance };
+        let track = &mut received.track;
+        let part_stats = pipeline::render_part(
+            engines,
+            backend,
+            &part_opts,
+            &features,
+            part,
+            &schedule,
+            &avatar.avatar,
+            &avatar.compositors,
+            |i, frame| {
+                if i >= shown {
+                    return Ok(()); // the next part's first frame
+                }
+                let f = a + i;
+                first_frame_ms.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
+                if pace {
+                    let start = *started.get_or_insert_with(Instant::now);
+                    let due = start + Duration::from_secs_f64(f as f64 * period);
+                    let now = Instant::now();
+                    if now < due {
+                        std::thread::sleep(due - now);
+                    } else if (now - due).as_secs_f64() > period {
+                        late_frames += 1;
+                    }
+                }
+                // The audio up to the end of this frame, then the frame.
+                let upto = ((f + 1) as f64 * period * track_format.sample_rate as f64).ceil() as usize;
+                track.take(upto, &mut |s| Ok(writer.push_audio(s)?))?;
+                writer.push_nv12(frame)?;
+                if first_fragment_ms.is_none() && writer.fragments_written() > 0 {
+                    first_fragment_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+                }
+                progress(1);
+                Ok(())
+            },
+            |_| {},
+        )
+        .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
+        drop(features);
+        drop(clip);
+
+        stats.frames += shown;
+        stats.keyframes_scheduled += part_stats.keyframes_scheduled;
+        stats.keyframes_evaluated += part_stats.keyframes_evaluated;
+        stats.bypassed_frames += bypassed_frames(&distance[..shown], opts.ramp).iter().filter(|&&b| b).count();
+        stats.decoded_frames += part_stats.decoded_frames;
+        add_times(&mut stats.times, &part_stats.times);
+
+        // Keep the decisions of the last `ramp` frames shown.
+        shown_speech.truncate(before);
+        shown_speech.extend_from_slice(&decided[..shown.min(decided.len())]);
+        shown_speech.resize(before + shown, false);
+        let keep_from = (a + shown).saturating_sub(ramp).max(shown_from);
+        shown_speech.drain(..keep_from - shown_from);
+        shown_from = keep_from;
+        a += shown;
+        if last {
+            break;
+        }
+        // What the next part can still need: whisper's 30 s before the audio received by then
+        // (at least as much as now), the levels from the context before its first frame.
+        let next_hop = hop_of(frame_sample(a, fps), &vad).saturating_sub(hop_context(&vad) + 2);
+        let next_context = end_sample.saturating_sub(CONTEXT_SAMPLES).min(frame_sample(a / step * step, fps));
+        received.forget_before(next_context, next_hop);
+    }
+    ensure!(a > 0, "the audio is too short for one video frame");
+    let t = Instant::now();
+    let total_track = received.track.total();
+    received.track.take(total_track, &mut |s| Ok(writer.push_audio(s)?))?;
+    let (video, mut out) = writer.finish()?;
+    out.flush().map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    first_fragment_ms.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
+    stats.times.encoder_ms += t.elapsed().as_secs_f64() * 1e3;
+    stats.times.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    Ok(RenderResult { stats, video: Some(video), first_frame_ms, first_fragment_ms, late_frames })
+}
+
+fn add_times(sum: &mut StageTimes, t: &StageTimes) {
+    sum.audio_ms += t.audio_ms;
+    sum.unet_ms += t.unet_ms;
+    sum.expand_ms += t.expand_ms;
+    sum.ease_ms += t.ease_ms;
+    sum.decoder_ms += t.decoder_ms;
+    sum.composite_nv12_ms += t.composite_nv12_ms;
+    sum.encoder_ms += t.encoder_ms;
+    sum.other_ms += t.other_ms;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_align_to_whole_samples() {
+        assert_eq!(aligned_frame_step(FrameRate::whole(25)), 1);
+        assert_eq!(aligned_frame_step(FrameRate::whole(30)), 3);
+        assert_eq!(aligned_frame_step(FrameRate { num: 30000, den: 1001 }), 15);
+        for fps in [FrameRate::whole(25), FrameRate::whole(30), FrameRate { num: 30000, den: 1001 }] {
+            let step = aligned_frame_step(fps);
+            for m in 0..5 {
+                assert!(frame_start_sample(m * step, fps).is_some(), "{fps:?} frame {}", m * step);
+            }
+            if step > 1 {
+                assert!(frame_start_sample(1, fps).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn whole_frames_is_floor_of_time() {
+        let fps = FrameRate::whole(25);
+        assert_eq!(whole_frames(639, fps), 0);
+        assert_eq!(whole_frames(640, fps), 1);
+        assert_eq!(whole_frames(16000, fps), 25);
+        let ntsc = FrameRate { num: 30000, den: 1001 };
+        assert_eq!(whole_frames(8008, ntsc), 15);
+        assert_eq!(whole_frames(8007, ntsc), 14);
+    }
+
+    #[test]
+    fn parts_are_whole_strides() {
+        let opts = RenderOptions::default();
+        let l = LiveOptions::new(3, Some(100), &opts).unwrap();
+        assert_eq!(l.part_frames, 102);
+        assert_eq!(l.lookahead_frames, 4 + 7);
+        assert_eq!(LiveOptions::new(3, Some(1), &opts).unwrap().part_frames, 3);
+        assert!(LiveOptions::new(0, None, &opts).is_err());
+    }
+}
