@@ -9,16 +9,22 @@ use std::time::{Duration, Instant};
 
 use cadence_media::Mp4Reader;
 
-/// 16-bit mono samples of the committed 2 s speech clip, four times over (8 s: four GOPs of
-/// video), and its rate.
+/// 16-bit mono samples of the four committed speech clips one after the other (10.3 s, five
+/// GOPs of video, no stretch repeated, so that features taken from the wrong time show), and
+/// their rate.
 fn speech_samples() -> (Vec<i16>, u32) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/speech/goodnight.wav");
-    let bytes = std::fs::read(path).unwrap();
-    // The fixture is a plain 44-byte-header PCM WAV (checked here so that a change is noticed).
-    assert_eq!(&bytes[36..40], b"data");
-    let rate = u32::from_le_bytes(bytes[24..28].try_into().unwrap());
-    let one: Vec<i16> = bytes[44..].chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect();
-    (one.repeat(4), rate)
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/speech");
+    let mut samples = Vec::new();
+    let mut rate = None;
+    for name in ["fox", "news", "sleep", "goodnight"] {
+        let bytes = std::fs::read(dir.join(format!("{name}.wav"))).unwrap();
+        // Plain 44-byte-header 16-bit mono PCM WAVs of one rate (checked: a change is noticed).
+        assert_eq!((&bytes[36..40], &bytes[22..24], &bytes[34..36]), (&b"data"[..], &[1u8, 0][..], &[16u8, 0][..]));
+        let r = u32::from_le_bytes(bytes[24..28].try_into().unwrap());
+        assert_eq!(*rate.get_or_insert(r), r, "{name}.wav has another rate");
+        samples.extend(bytes[44..].chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]])));
+    }
+    (samples, rate.unwrap())
 }
 
 /// A WAV header for 16-bit mono at `rate`; `data_bytes` None writes the placeholder sizes a
@@ -55,6 +61,11 @@ fn avatar(dir: &Path) -> PathBuf {
     p
 }
 
+/// The live rules' distance from the file render, as a bound on the face box's mean luma PSNR.
+/// Measured on an AMD EPYC: 44.3 dB; with each part's whisper features taken from the wrong
+/// time (the context's offset dropped), 39.6 dB.
+const PSNR_BOUND_DB: f64 = 42.0;
+
 const RENDER: [&str; 8] = ["render", "--backend", "cpu", "--stride", "3", "--window", "0.5", "--force"];
 
 fn spawn(args: &[&str]) -> Child {
@@ -72,14 +83,19 @@ fn ok(o: &Output) {
     assert!(o.status.success(), "cadence failed: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// Mean over the frames of the luma PSNR (dB) between two decoded videos of the same size.
-fn mean_luma_psnr(a: &[Vec<u8>], b: &[Vec<u8>], luma: usize) -> f64 {
+/// Mean over the frames of the luma PSNR (dB) between two decoded NV12 videos `width` pixels
+/// wide, inside the box `(x, y, w, h)`.
+fn mean_luma_psnr(a: &[Vec<u8>], b: &[Vec<u8>], width: usize, (x0, y0, w, h): (usize, usize, usize, usize)) -> f64 {
     let per_frame: Vec<f64> = a
         .iter()
         .zip(b)
         .map(|(x, y)| {
-            let mse = x[..luma].iter().zip(&y[..luma]).map(|(&p, &q)| (p as f64 - q as f64).powi(2)).sum::<f64>()
-                / luma as f64;
+            let mut sum = 0.0;
+            for row in y0..y0 + h {
+                let r = row * width + x0..row * width + x0 + w;
+                sum += x[r.clone()].iter().zip(&y[r]).map(|(&p, &q)| (p as f64 - q as f64).powi(2)).sum::<f64>();
+            }
+            let mse = sum / (w * h) as f64;
             if mse == 0.0 {
                 99.0
             } else {
@@ -158,7 +174,8 @@ fn a_live_stream_renders_as_it_arrives() {
     let live = Mp4Reader::open(&live_out).unwrap().decode_video().unwrap();
     let file = Mp4Reader::open(&file_out).unwrap().decode_video().unwrap();
     assert_eq!(live.frames.len(), file.frames.len(), "the live stream has another frame count than the file");
-    assert_eq!(live.frames.len(), 200, "8 s at 25 fps");
+    let seconds = samples.len() as f64 / rate as f64;
+    assert_eq!(live.frames.len(), (seconds * 25.0).ceil() as usize, "{seconds} s at 25 fps");
     let audio = |p: &Path| {
         let r = Mp4Reader::open(p).unwrap();
         let bytes = std::fs::read(p).unwrap();
@@ -166,9 +183,12 @@ fn a_live_stream_renders_as_it_arrives() {
         a.samples.iter().map(|s| bytes[s.offset as usize..(s.offset + s.size as u64) as usize].to_vec()).collect::<Vec<_>>()
     };
     assert!(audio(&live_out) == audio(&file_out), "the live stream's audio track differs from the file's");
-    let psnr = mean_luma_psnr(&live.frames, &file.frames, (live.width * live.height) as usize);
-    eprintln!("live vs file render: mean luma PSNR {psnr:.1} dB over {} frames", live.frames.len());
-    assert!(psnr >= 30.0, "the live stream is far from the file render: mean luma PSNR {psnr:.1} dB");
+    // Inside the face box (the default: a centred square of half the shorter side), where the
+    // networks' output is; the background is the avatar's in both.
+    let face = (96, 64, 128, 128);
+    let psnr = mean_luma_psnr(&live.frames, &file.frames, live.width as usize, face);
+    eprintln!("live vs file render: mean luma PSNR in the face box {psnr:.1} dB over {} frames", live.frames.len());
+    assert!(psnr >= PSNR_BOUND_DB, "the live stream is far from the file render: face-box luma PSNR {psnr:.1} dB");
 }
 
 /// A stream that stops inside its header, or inside a sample frame: an error, a non-zero exit,
