@@ -314,13 +314,12 @@ fn run_live(
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let avatar = prepare_avatar(&a.avatar, avatar_source.as_ref(), &engines, &backend)?;
-    let times = cadence::report::PreparationTimes {
-        avatar_encoder_ms: t.elapsed().as_secs_f64() * 1e3,
-        ..Default::default()
-    };
+    let times =
+        cadence::report::PreparationTimes { avatar_encoder_ms: t.elapsed().as_secs_f64() * 1e3, ..Default::default() };
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} live render: {pos} frames {per_sec}").expect("valid template"),
+        indicatif::ProgressStyle::with_template("{spinner} live render: {pos} frames {per_sec}")
+            .expect("valid template"),
     );
     if a.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -343,9 +342,8 @@ fn run_live(
     let result = match out {
         Some(out) => {
             let partial = out.begin()?;
-            let file = std::fs::File::create(partial.path()).map_err(|e| {
-                partial.user_error(anyhow::anyhow!("{}: cannot create: {e}", partial.path().display()))
-            })?;
+            let file = std::fs::File::create(partial.path())
+                .map_err(|e| partial.user_error(anyhow::anyhow!("{}: cannot create: {e}", partial.path().display())))?;
             let mut file = std::io::BufWriter::new(file);
             let r = go(&mut file, &out.path().display().to_string()).map_err(|e| partial.user_error(e))?;
             drop(file);

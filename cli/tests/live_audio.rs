@@ -180,7 +180,10 @@ fn a_live_stream_renders_as_it_arrives() {
         let r = Mp4Reader::open(p).unwrap();
         let bytes = std::fs::read(p).unwrap();
         let a = r.audio_samples().unwrap().expect("an audio track");
-        a.samples.iter().map(|s| bytes[s.offset as usize..(s.offset + s.size as u64) as usize].to_vec()).collect::<Vec<_>>()
+        a.samples
+            .iter()
+            .map(|s| bytes[s.offset as usize..(s.offset + s.size as u64) as usize].to_vec())
+            .collect::<Vec<_>>()
     };
     assert!(audio(&live_out) == audio(&file_out), "the live stream's audio track differs from the file's");
     // Inside the face box (the default: a centred square of half the shorter side), where the

@@ -251,7 +251,8 @@ pub fn render_live<R: Read, W: Write>(
     let c = &avatar.compositors[0];
     let mut received = Received::new(input, &vad);
     let track_format = received.stream.track_format();
-    let mut writer = FragmentedWriter::new(out, name, c.width as u32, c.height as u32, fps, encoder, Some(track_format))?;
+    let mut writer =
+        FragmentedWriter::new(out, name, c.width as u32, c.height as u32, fps, encoder, Some(track_format))?;
     let step = aligned_frame_step(fps);
     let ramp = opts.ramp as usize;
     let period = 1.0 / fps.hz();
@@ -279,7 +280,9 @@ pub fn render_live<R: Read, W: Write>(
         received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
         let available = whole_frames(received.mono_total, fps);
         // The stream's frame count once it has ended: ceil(seconds x fps), as for a file.
-        let total = received.ended.then(|| cadence_media::frame_count(received.mono_total as f64 / TARGET_RATE as f64, fps.hz()));
+        let total = received
+            .ended
+            .then(|| cadence_media::frame_count(received.mono_total as f64 / TARGET_RATE as f64, fps.hz()));
         let last = match total {
             Some(n) if n <= a => break,
             Some(n) => n - a <= live.part_frames + 1,

@@ -246,9 +246,19 @@ fn live_child(a: &Args, seconds: f64) -> Result<Row> {
     let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;
     let mut sink = Count(0);
     let mut frame_times = Vec::new();
-    let r = cadence::live::render_live(engines, backend, opts, live, &avatar, input, &mut sink, "counter", encoder, false, |_| {
-        frame_times.push(t0.elapsed().as_secs_f64())
-    })?;
+    let r = cadence::live::render_live(
+        engines,
+        backend,
+        opts,
+        live,
+        &avatar,
+        input,
+        &mut sink,
+        "counter",
+        encoder,
+        false,
+        |_| frame_times.push(t0.elapsed().as_secs_f64()),
+    )?;
     let total_s = t0.elapsed().as_secs_f64();
     let video = r.video.context("no video statistics")?;
     let first_fragment_ms = prepare_ms + r.first_fragment_ms.unwrap_or(f64::NAN);
