@@ -224,12 +224,26 @@ pub fn run(a: RenderArgs) -> Result<()> {
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::new(setup, &prepared, &result.stats, result.video.as_ref(), a.fps, load_ms);
+    let fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented});
+    print_summary(&a, &report, &result, fields, &cli::summary_line(planned.as_ref(), &schedule, &legacy))
+}
+
+/// A render's summary: JSON on standard output with --json (the report, the output, `fields`,
+/// the first frame's and fragment's times), else lines on standard error (`line` says how the
+/// keyframes were chosen).
+fn print_summary(
+    a: &RenderArgs,
+    report: &RenderReport,
+    result: &render::RenderResult,
+    fields: serde_json::Value,
+    line: &str,
+) -> Result<()> {
     if a.json {
-        let mut v = serde_json::to_value(&report)?;
+        let mut v = serde_json::to_value(report)?;
         v["output"] = serde_json::json!(a.output);
-        v["audio"] = serde_json::json!(source);
-        v["schedule"] = schedule_summary;
-        v["fragmented"] = serde_json::json!(fragmented);
+        for (key, value) in fields.as_object().into_iter().flatten() {
+            v[key] = value.clone();
+        }
         v["first_frame_ms"] = serde_json::json!(result.first_frame_ms);
         v["first_fragment_ms"] = serde_json::json!(result.first_fragment_ms);
         if a.realtime {
@@ -240,7 +254,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
         for line in report.summary_lines(&a.output) {
             eprintln!("{line}");
         }
-        eprintln!("{}", cli::summary_line(planned.as_ref(), &schedule, &legacy));
+        eprintln!("{line}");
         if let Some(ms) = result.first_fragment_ms {
             eprintln!(
                 "  first frame after {:.0} ms, first fragment after {ms:.0} ms",
@@ -355,36 +369,14 @@ fn run_live(
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::with_preparation(setup, &times, &result.stats, result.video.as_ref(), a.fps, load_ms);
-    let parts = format!(
-        "live: parts of {} frames (stride {stride}), {} frames of lookahead",
+    let fields = serde_json::json!({
+        "audio": "-",
+        "live": {"stride": stride, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames},
+        "fragmented": true,
+    });
+    let line = format!(
+        "  live: parts of {} frames (stride {stride}), {} frames of lookahead",
         live.part_frames, live.lookahead_frames
     );
-    if a.json {
-        let mut v = serde_json::to_value(&report)?;
-        v["output"] = serde_json::json!(a.output);
-        v["audio"] = serde_json::json!("-");
-        v["live"] = serde_json::json!({"stride": stride, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames});
-        v["fragmented"] = serde_json::json!(true);
-        v["first_frame_ms"] = serde_json::json!(result.first_frame_ms);
-        v["first_fragment_ms"] = serde_json::json!(result.first_fragment_ms);
-        if a.realtime {
-            v["late_frames"] = serde_json::json!(result.late_frames);
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        for line in report.summary_lines(&a.output) {
-            eprintln!("{line}");
-        }
-        eprintln!("  {parts}");
-        if let Some(ms) = result.first_fragment_ms {
-            eprintln!(
-                "  first frame after {:.0} ms, first fragment after {ms:.0} ms",
-                result.first_frame_ms.unwrap_or(f64::NAN)
-            );
-        }
-        if a.realtime {
-            eprintln!("  paced to real time: {} frame(s) more than a frame late", result.late_frames);
-        }
-    }
-    Ok(())
+    print_summary(&a, &report, &result, fields, &line)
 }

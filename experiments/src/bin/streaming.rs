@@ -76,7 +76,23 @@ struct Row {
     first_fragment_ms: f64,
     /// One window's share of the steady-state render time: window frames / steady fps.
     window_render_ms: f64,
-    /// Frames per second after the first fragment.
+    /// The target on `rows` (one mode's, by clip length): the longest clip's peak memory within 10%
+/// of the 60 s clip's (or of the shortest clip's when no 60 s clip ran).
+fn memory_verdict(label: &str, rows: &[&Row]) -> Option<String> {
+    let base = rows.iter().find(|r| r.clip_s == 60.0).or(rows.first())?;
+    let last = rows.last()?;
+    let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
+    Some(format!(
+        "{label}peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
+        last.peak_rss_mb,
+        last.clip_s,
+        base.peak_rss_mb,
+        base.clip_s,
+        if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
+    ))
+}
+
+/// Frames per second after the first fragment.
     steady_fps: f64,
     steady_rtf: f64,
     /// Frames per second over the whole render (preparation included): the median run's.
@@ -287,6 +303,22 @@ fn live_child(a: &Args, seconds: f64) -> Result<Row> {
     })
 }
 
+/// The target on `rows` (one mode's, by clip length): the longest clip's peak memory within 10%
+/// of the 60 s clip's (or of the shortest clip's when no 60 s clip ran).
+fn memory_verdict(label: &str, rows: &[&Row]) -> Option<String> {
+    let base = rows.iter().find(|r| r.clip_s == 60.0).or(rows.first())?;
+    let last = rows.last()?;
+    let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
+    Some(format!(
+        "{label}peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
+        last.peak_rss_mb,
+        last.clip_s,
+        base.peak_rss_mb,
+        base.clip_s,
+        if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
+    ))
+}
+
 /// Frames per second after the first fragment (`frame_times`: seconds at which each frame left).
 fn steady(frame_times: &[f64], first_fragment_ms: f64) -> f64 {
     let after = frame_times.iter().position(|&t| t * 1e3 >= first_fragment_ms).unwrap_or(0);
@@ -381,20 +413,7 @@ fn main() -> Result<()> {
     let whole: Vec<&Row> = rows.iter().filter(|r| r.mode == "whole clip").collect();
     let live: Vec<&Row> = rows.iter().filter(|r| r.mode == "live").collect();
     let mut verdicts = Vec::new();
-    // The target: the longest clip's peak memory within 10% of the 60 s clip's (or of the
-    // shortest clip's when no 60 s clip ran).
-    let base = windowed.iter().find(|r| r.clip_s == 60.0).or(windowed.first());
-    if let (Some(base), Some(last)) = (base, windowed.last()) {
-        let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
-        verdicts.push(format!(
-            "peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
-            last.peak_rss_mb,
-            last.clip_s,
-            base.peak_rss_mb,
-            base.clip_s,
-            if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
-        ));
-    }
+    verdicts.extend(memory_verdict("", &windowed));
     for r in &windowed {
         let bound = 1.1 * r.window_render_ms;
         verdicts.push(format!(
@@ -420,18 +439,7 @@ fn main() -> Result<()> {
     // The live render: memory flat in the stream's length too, and its throughput next to the
     // windowed render of the same clip (it encodes 30 s of whisper context per part, and renders
     // each part's last keyframe twice).
-    let live_base = live.iter().find(|r| r.clip_s == 60.0).or(live.first());
-    if let (Some(base), Some(last)) = (live_base, live.last()) {
-        let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
-        verdicts.push(format!(
-            "live: peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
-            last.peak_rss_mb,
-            last.clip_s,
-            base.peak_rss_mb,
-            base.clip_s,
-            if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
-        ));
-    }
+    verdicts.extend(memory_verdict("live: ", &live));
     for r in &live {
         if let Some(w) = windowed.iter().find(|w| w.clip_s == r.clip_s) {
             verdicts.push(format!(
