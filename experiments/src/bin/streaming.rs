@@ -76,23 +76,7 @@ struct Row {
     first_fragment_ms: f64,
     /// One window's share of the steady-state render time: window frames / steady fps.
     window_render_ms: f64,
-    /// The target on `rows` (one mode's, by clip length): the longest clip's peak memory within 10%
-/// of the 60 s clip's (or of the shortest clip's when no 60 s clip ran).
-fn memory_verdict(label: &str, rows: &[&Row]) -> Option<String> {
-    let base = rows.iter().find(|r| r.clip_s == 60.0).or(rows.first())?;
-    let last = rows.last()?;
-    let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
-    Some(format!(
-        "{label}peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
-        last.peak_rss_mb,
-        last.clip_s,
-        base.peak_rss_mb,
-        base.clip_s,
-        if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
-    ))
-}
-
-/// Frames per second after the first fragment.
+    /// Frames per second after the first fragment.
     steady_fps: f64,
     steady_rtf: f64,
     /// Frames per second over the whole render (preparation included): the median run's.
@@ -301,6 +285,22 @@ fn live_child(a: &Args, seconds: f64) -> Result<Row> {
         bytes: sink.0,
         peak_rss_mb: peak_rss_mb(),
     })
+}
+
+/// The target on `rows` (one mode's, by clip length): the longest clip's peak memory within 10%
+/// of the 60 s clip's (or of the shortest clip's when no 60 s clip ran).
+fn memory_verdict(label: &str, rows: &[&Row]) -> Option<String> {
+    let base = rows.iter().find(|r| r.clip_s == 60.0).or(rows.first())?;
+    let last = rows.last()?;
+    let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
+    Some(format!(
+        "{label}peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
+        last.peak_rss_mb,
+        last.clip_s,
+        base.peak_rss_mb,
+        base.clip_s,
+        if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
+    ))
 }
 
 /// The target on `rows` (one mode's, by clip length): the longest clip's peak memory within 10%
