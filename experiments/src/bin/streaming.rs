@@ -303,22 +303,6 @@ fn memory_verdict(label: &str, rows: &[&Row]) -> Option<String> {
     ))
 }
 
-/// The target on `rows` (one mode's, by clip length): the longest clip's peak memory within 10%
-/// of the 60 s clip's (or of the shortest clip's when no 60 s clip ran).
-fn memory_verdict(label: &str, rows: &[&Row]) -> Option<String> {
-    let base = rows.iter().find(|r| r.clip_s == 60.0).or(rows.first())?;
-    let last = rows.last()?;
-    let growth = 100.0 * (last.peak_rss_mb / base.peak_rss_mb - 1.0);
-    Some(format!(
-        "{label}peak memory {:.0} MB at {} s vs {:.0} MB at {} s ({growth:+.1}%; target within 10%: {})",
-        last.peak_rss_mb,
-        last.clip_s,
-        base.peak_rss_mb,
-        base.clip_s,
-        if growth.abs() <= 10.0 { "met" } else { "NOT MET" }
-    ))
-}
-
 /// Frames per second after the first fragment (`frame_times`: seconds at which each frame left).
 fn steady(frame_times: &[f64], first_fragment_ms: f64) -> f64 {
     let after = frame_times.iter().position(|&t| t * 1e3 >= first_fragment_ms).unwrap_or(0);
