@@ -476,7 +476,7 @@ fn drive<T: Send>(clients: usize, jobs: Vec<usize>, f: impl Fn(usize) -> Vec<T> 
 }
 
 fn kind_of(i: usize, render_every: usize) -> &'static str {
-    if i % render_every == 0 {
+    if i.is_multiple_of(render_every) {
         RENDER_KINDS[(i / render_every) % RENDER_KINDS.len()]
     } else {
         let j = i - i / render_every - 1;
