@@ -162,8 +162,9 @@ impl AvatarSource {
 }
 
 /// Whether `path` starts with an MP4 `ftyp` box (a file that cannot be read is not: the image
-/// reader then says why).
-fn is_mp4(path: &Path) -> bool {
+/// reader then says why). The one test of "video avatar or image" ([`AvatarSource::open`], and
+/// the server's uploads).
+pub fn is_mp4(path: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; 8];
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && &head[4..8] == b"ftyp"

@@ -1,7 +1,8 @@
-//! `POST /v1/avatars` (multipart `image`, optional `face_box` and `decoder`) prepares an avatar
-//! once and answers its content-derived id; `GET` and `DELETE /v1/avatars/{id}` read and drop it.
+//! `POST /v1/avatars` (multipart `image`: a PNG/JPEG image or an H.264 MP4 video avatar, also
+//! accepted as `video`; optional `face_box`, `face_boxes` and `decoder`) prepares an avatar once
+//! and answers its content-derived id; `GET` and `DELETE /v1/avatars/{id}` read and drop it.
 
-use crate::avatars::{avatar_id, AvatarEntry};
+use crate::avatars::{avatar_id, AvatarEntry, AvatarMedia};
 use crate::error::ApiError;
 use crate::generate::{lookup, rejected};
 use crate::render_job;
@@ -13,7 +14,6 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cadence::render;
 
 pub async fn register(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
     let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
@@ -24,13 +24,13 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "send the avatar as multipart/form-data (field image)",
+            "send the avatar as multipart/form-data (field image: PNG, JPEG or an H.264 MP4)",
         ));
     }
     let guard = state.track();
     let dir = tempdirs::request_dir(&state.config.temp_root)
         .map_err(|e| ApiError::internal(format!("creating the request's directory: {e}")))?;
-    let up = upload::read_multipart(req, dir.path(), &["image"], state.config.max_body_bytes)
+    let up = upload::read_multipart(req, dir.path(), &["image", "video"], state.config.max_body_bytes)
         .await
         .map_err(rejected(&state, "invalid"))?;
     let settings = up.options.settings().map_err(rejected(&state, "invalid"))?;
@@ -41,28 +41,46 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
         state.metrics.rejection("invalid");
         return Err(ApiError::invalid("unknown_field", format!("{extra} is not a field of an avatar")));
     }
-    let path = up
-        .file("image")
-        .ok_or_else(|| ApiError::invalid("missing_field", "the image field (PNG or JPEG) is required"))
-        .map_err(rejected(&state, "invalid"))?
-        .to_path_buf();
+    let (field, path) = match (up.file("image"), up.file("video")) {
+        (Some(p), None) => ("image", p.to_path_buf()),
+        (None, Some(p)) => ("video", p.to_path_buf()),
+        (Some(_), Some(_)) => {
+            state.metrics.rejection("invalid");
+            return Err(ApiError::invalid("conflicting_fields", "send the avatar as image or as video, not both"));
+        }
+        (None, None) => {
+            state.metrics.rejection("invalid");
+            return Err(ApiError::invalid(
+                "missing_field",
+                "the image field (a PNG or JPEG image, or an H.264 MP4 video avatar) is required",
+            ));
+        }
+    };
 
-    // Decode and check off the runtime; then the preparation takes a render slot.
+    // Decode and check off the runtime (a video's every frame); then the preparation takes a
+    // render slot.
     let st = state.clone();
-    let face_box = settings.face_box;
-    let (image, face, bytes) = tokio::task::spawn_blocking(move || {
-        let image = validate::image(&path, "image", st.config.max_pixels)?;
-        let face = render::face_box(&image, face_box)
-            .map_err(|e| ApiError::invalid("invalid_face_box", format!("face_box: {e:#}")))?;
+    let scratch = dir.path().to_path_buf();
+    let (media, bytes) = tokio::task::spawn_blocking(move || {
+        let (face_box, boxes) = (settings.face_box, settings.face_boxes.as_deref());
+        let checked = validate::avatar(&path, field, st.config.avatar_limits(), face_box, boxes, &scratch)?;
         let bytes = std::fs::read(&path).map_err(|e| ApiError::internal(format!("reading the upload: {e}")))?;
-        Ok::<_, ApiError>((image, face, bytes))
+        let media = match checked {
+            validate::AvatarFile::Image { image, face } => AvatarMedia::Image { image, face },
+            validate::AvatarFile::Video(source) => AvatarMedia::Video {
+                width: source.width,
+                height: source.height,
+                faces: source.faces.clone(),
+                mp4: bytes.clone(),
+            },
+        };
+        Ok::<_, ApiError>((media, bytes))
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(rejected(&state, "invalid"))?;
-    drop(dir);
 
-    let id = avatar_id(&bytes, &face);
+    let id = avatar_id(&bytes, media.faces());
     let existing = state.avatars.lock().unwrap().get(&id);
     if let Some(e) = existing.as_ref().filter(|e| e.prepared(settings.decoder).is_some()) {
         return Ok(answer(StatusCode::OK, e));
@@ -74,17 +92,18 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     })?;
     let st = state.clone();
     let created = existing.is_none();
+    let scratch = dir.path().to_path_buf();
     let entry = tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        let entry = existing.unwrap_or_else(|| std::sync::Arc::new(AvatarEntry::new(id, image, face, bytes.len())));
+        let entry = existing.unwrap_or_else(|| std::sync::Arc::new(AvatarEntry::new(id, media, bytes.len())));
         let (engines, _) = set.get(settings.decoder)?;
-        render_job::avatar_for(&set, &engines, &entry, &st.metrics)?;
+        render_job::avatar_for(&set, &engines, &entry, &st.metrics, &scratch)?;
         Ok::<_, anyhow::Error>(entry)
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::internal(format!("preparing the avatar: {e:#}")))?;
-    drop(guard);
+    drop((guard, dir));
     let cached = state.avatars.lock().unwrap().insert_arc(entry);
     Ok(answer(if created { StatusCode::CREATED } else { StatusCode::OK }, &cached))
 }

@@ -1,5 +1,5 @@
 //! Prepared avatars, in memory, least recently used evicted first. An avatar's id is derived from
-//! its content (SHA-256 of the image file's bytes and the face box), so registering the same file
+//! its content (SHA-256 of the file's bytes and the face boxes), so registering the same file
 //! twice gives the same id and prepares nothing the second time. Preparations are kept per
 //! decoder, since the latents depend on the image encoder.
 
@@ -10,18 +10,51 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// What an avatar was made from, kept to prepare it for another decoder.
+pub enum AvatarMedia {
+    Image {
+        image: RgbImage,
+        face: FaceBox,
+    },
+    /// A video avatar: the MP4's bytes (checked when registered; written out again to prepare
+    /// it for another decoder, since its frames are decoded one at a time from a file), its
+    /// frame size and one face box per frame.
+    Video {
+        mp4: Vec<u8>,
+        width: u32,
+        height: u32,
+        faces: Vec<FaceBox>,
+    },
+}
+
+impl AvatarMedia {
+    pub fn size(&self) -> (u32, u32) {
+        match self {
+            AvatarMedia::Image { image, .. } => image.dimensions(),
+            AvatarMedia::Video { width, height, .. } => (*width, *height),
+        }
+    }
+
+    /// One face box per avatar frame.
+    pub fn faces(&self) -> &[FaceBox] {
+        match self {
+            AvatarMedia::Image { face, .. } => std::slice::from_ref(face),
+            AvatarMedia::Video { faces, .. } => faces,
+        }
+    }
+}
+
 pub struct AvatarEntry {
     pub id: String,
-    pub image: RgbImage,
-    pub face: FaceBox,
-    /// Size of the image file the avatar was made from.
+    pub media: AvatarMedia,
+    /// Size of the file the avatar was made from.
     pub file_bytes: usize,
     prepared: Mutex<Vec<(DecoderKind, Arc<PreparedAvatar>)>>,
 }
 
 impl AvatarEntry {
-    pub fn new(id: String, image: RgbImage, face: FaceBox, file_bytes: usize) -> Self {
-        Self { id, image, face, file_bytes, prepared: Mutex::new(Vec::new()) }
+    pub fn new(id: String, media: AvatarMedia, file_bytes: usize) -> Self {
+        Self { id, media, file_bytes, prepared: Mutex::new(Vec::new()) }
     }
 
     pub fn prepared(&self, decoder: DecoderKind) -> Option<Arc<PreparedAvatar>> {
@@ -40,15 +73,24 @@ impl AvatarEntry {
     }
 
     pub fn describe(&self) -> serde_json::Value {
-        let f = self.face;
-        serde_json::json!({
+        let (width, height) = self.media.size();
+        let faces = self.media.faces();
+        let f = faces[0];
+        let mut v = serde_json::json!({
             "avatar_id": self.id,
-            "width": self.image.width(),
-            "height": self.image.height(),
+            "kind": match self.media { AvatarMedia::Image { .. } => "image", AvatarMedia::Video { .. } => "video" },
+            "width": width,
+            "height": height,
+            "frames": faces.len(),
             "face_box": [f.x, f.y, f.w, f.h],
             "decoders": self.decoders().iter().map(|d| decoder_name(*d)).collect::<Vec<_>>(),
             "file_bytes": self.file_bytes,
-        })
+        });
+        // Boxes that differ between frames (`face_boxes`) are listed; one box is `face_box`.
+        if faces.iter().any(|b| *b != f) {
+            v["face_boxes"] = faces.iter().map(|b| vec![b.x, b.y, b.w, b.h]).collect::<Vec<_>>().into();
+        }
+        v
     }
 }
 
@@ -60,11 +102,14 @@ pub fn decoder_name(d: DecoderKind) -> &'static str {
     }
 }
 
-/// SHA-256 (hex) of the image file's bytes and the face box.
-pub fn avatar_id(bytes: &[u8], face: &FaceBox) -> String {
+/// SHA-256 (hex) of the avatar file's bytes and its face boxes (one per frame; an image's
+/// single box hashes as it always did, so image ids are unchanged by video avatars).
+pub fn avatar_id(bytes: &[u8], faces: &[FaceBox]) -> String {
     let mut h = Sha256::new();
     h.update(bytes);
-    h.update(format!("\nface_box={},{},{},{}", face.x, face.y, face.w, face.h).as_bytes());
+    for face in faces {
+        h.update(format!("\nface_box={},{},{},{}", face.x, face.y, face.w, face.h).as_bytes());
+    }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -139,17 +184,22 @@ mod tests {
 
     fn entry(n: u8) -> Arc<AvatarEntry> {
         let face = FaceBox { x: 0, y: 0, w: 16, h: 16 };
-        Arc::new(AvatarEntry::new(avatar_id(&[n], &face), RgbImage::new(64, 64), face, 1))
+        let media = AvatarMedia::Image { image: RgbImage::new(64, 64), face };
+        Arc::new(AvatarEntry::new(avatar_id(&[n], &[face]), media, 1))
     }
 
     #[test]
     fn ids_depend_on_bytes_and_face_box() {
         let f = FaceBox { x: 0, y: 0, w: 16, h: 16 };
-        let id = avatar_id(b"png", &f);
+        let id = avatar_id(b"png", &[f]);
         assert!(valid_id(&id));
-        assert_eq!(id, avatar_id(b"png", &f));
-        assert_ne!(id, avatar_id(b"png", &FaceBox { x: 2, ..f }));
-        assert_ne!(id, avatar_id(b"jpg", &f));
+        assert_eq!(id, avatar_id(b"png", &[f]));
+        assert_ne!(id, avatar_id(b"png", &[FaceBox { x: 2, ..f }]));
+        assert_ne!(id, avatar_id(b"jpg", &[f]));
+        // A video's boxes, frame by frame: their order and number count.
+        let g = FaceBox { x: 2, ..f };
+        assert_ne!(avatar_id(b"mp4", &[f, g]), avatar_id(b"mp4", &[g, f]));
+        assert_ne!(avatar_id(b"mp4", &[f, f]), avatar_id(b"mp4", &[f]));
         for bad in ["", "../etc/passwd", &id.to_uppercase(), &id[..63], &format!("{id}0")] {
             assert!(!valid_id(bad), "{bad}");
         }

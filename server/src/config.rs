@@ -35,6 +35,11 @@ pub struct ServeArgs {
     /// Largest avatar image, in pixels (width x height, checked from the image header).
     #[arg(long, default_value_t = 3840 * 2160, value_parser = clap::value_parser!(u64).range(4096..))]
     pub max_pixels: u64,
+    /// Largest video avatar, in MiB decoded: its frames x width x height x 3 bytes of RGB,
+    /// computed from the container before any frame is decoded (the decoding a request may ask
+    /// for). The CLI's own limits apply too: 1000 frames, 1 GiB of per-frame render tables.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_avatar_mb: u64,
     /// Prepared avatars kept in memory (least recently used evicted first).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub avatar_cache: u32,
@@ -84,6 +89,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     pub max_seconds: f64,
     pub max_pixels: u64,
+    /// `--max-avatar-mb` in bytes.
+    pub max_avatar_bytes: u64,
     pub avatar_cache: usize,
     pub default_avatar: Vec<u8>,
     pub temp_root: PathBuf,
@@ -117,6 +124,7 @@ impl ServeArgs {
             max_body_bytes,
             max_seconds: self.max_seconds,
             max_pixels: self.max_pixels,
+            max_avatar_bytes: self.max_avatar_mb << 20,
             avatar_cache: self.avatar_cache as usize,
             default_avatar,
             temp_root: self.temp_dir.unwrap_or_else(|| std::env::temp_dir().join("cadence-serve")),
@@ -128,5 +136,12 @@ impl ServeArgs {
             backend: self.backend,
             engines: self.engines,
         })
+    }
+}
+
+impl Config {
+    /// The bounds on an avatar a client sends.
+    pub fn avatar_limits(&self) -> crate::validate::AvatarLimits {
+        crate::validate::AvatarLimits { max_pixels: self.max_pixels, max_decoded_bytes: self.max_avatar_bytes }
     }
 }

@@ -319,29 +319,30 @@ fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> 
     let audio = validate::audio(audio_path, state.config.max_seconds)?;
     let avatar = match &settings.avatar_id {
         Some(id) => {
-            if up.file("video").is_some() || settings.face_box.is_some() {
+            if up.file("video").is_some() || settings.face_box.is_some() || settings.face_boxes.is_some() {
                 return Err(ApiError::invalid(
                     "conflicting_fields",
-                    "avatar_id names a registered avatar: send no video or face_box with it",
+                    "avatar_id names a registered avatar: send no video, face_box or face_boxes with it",
                 ));
             }
             AvatarInput::Cached(lookup(state, id)?)
         }
         None => {
-            // The pixel bound is for what clients send, not for the operator's default.
-            let (path, max_pixels) = match up.file("video") {
-                Some(p) => (p.to_path_buf(), state.config.max_pixels),
+            // The bounds are for what clients send, not for the operator's default.
+            let (path, limits) = match up.file("video") {
+                Some(p) => (p.to_path_buf(), state.config.avatar_limits()),
                 None => {
                     let p = dir.join("default_avatar");
                     std::fs::write(&p, &state.config.default_avatar)
                         .map_err(|e| ApiError::internal(format!("writing the default avatar: {e}")))?;
-                    (p, u64::MAX)
+                    (p, validate::AvatarLimits::NONE)
                 }
             };
-            let image = validate::image(&path, "video", max_pixels)?;
-            let face = render::face_box(&image, settings.face_box)
-                .map_err(|e| ApiError::invalid("invalid_face_box", format!("face_box: {e:#}")))?;
-            AvatarInput::Image { image, face }
+            let boxes = settings.face_boxes.as_deref();
+            match validate::avatar(&path, "video", limits, settings.face_box, boxes, dir)? {
+                validate::AvatarFile::Image { image, face } => AvatarInput::Image { image, face },
+                validate::AvatarFile::Video(source) => AvatarInput::Video(source),
+            }
         }
     };
     let opts = RenderOptions { fps: settings.fps, ..RenderOptions::default() };

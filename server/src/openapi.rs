@@ -18,7 +18,7 @@ const RENDER_ERRORS: &[(u16, &str)] = &[
     (404, "unknown avatar_id"),
     (413, "body or field over --max-body-mb"),
     (415, "not multipart/form-data or application/json"),
-    (422, "a field that cannot be rendered (or a stream value other than fmp4): corrupt or NaN audio, audio over --max-seconds, an image over --max-pixels, stride 0, a bad keyframe list, ..."),
+    (422, "a field that cannot be rendered (or a stream value other than fmp4): corrupt or NaN audio, audio over --max-seconds, an image or video frame over --max-pixels, a video avatar that is not H.264, corrupt, odd-sided, of variable frame rate, over 1000 frames or over --max-avatar-mb decoded, stride 0, a bad keyframe list, ..."),
     (429, "render slots and queue full, or (stream=fmp4) the job table full (Retry-After)"),
     (503, "loading, draining or cancelled at shutdown (Retry-After)"),
 ];
@@ -35,13 +35,13 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/v1/avatars",
-        summary: "Prepare an avatar once (multipart: image, face_box, decoder); the id is derived from its content",
+        summary: "Prepare an avatar once (multipart: image, a PNG/JPEG image or an H.264 MP4 video avatar; face_box or face_boxes, decoder); the id is derived from its content",
         responses: &[
             (200, "already registered"),
             (201, "prepared"),
             (413, "too large"),
             (415, "not multipart"),
-            (422, "not an image cadence renders"),
+            (422, "not an image or video avatar cadence renders (see /generate's 422)"),
             (429, "busy"),
             (503, "not ready"),
         ],
@@ -149,7 +149,7 @@ fn multipart_schema() -> Value {
         "required": ["audio"],
         "properties": {
             "audio": {"type": "string", "format": "binary", "description": "speech, WAV"},
-            "video": {"type": "string", "format": "binary", "description": "avatar, PNG or JPEG; absent: the default avatar"},
+            "video": {"type": "string", "format": "binary", "description": "avatar: a PNG or JPEG image, or a video avatar (an H.264 MP4 at a constant frame rate, at most 1000 frames; output frame k shows avatar frame k, k+1, .. forward then backward); absent: the default avatar"},
             "stride": {"type": "integer", "minimum": 1, "default": 1},
             "decoder": {"type": "string", "enum": ["taesd", "full_vae", "sd-vae"], "default": "taesd"},
             "keyframes": {"type": "string", "description": "strictly increasing frame list, e.g. 0,3,7 (instead of stride)"},
@@ -157,7 +157,8 @@ fn multipart_schema() -> Value {
             "ramp": {"type": "integer", "minimum": 0, "maximum": 250, "default": 4},
             "fps": {"type": "string", "default": "25", "description": "25, 30, 29.97, 30000/1001, ..."},
             "encoder": {"type": "string", "enum": ["openh264", "x264", "nvenc"], "default": "openh264"},
-            "face_box": {"type": "string", "description": "x,y,w,h in pixels"},
+            "face_box": {"type": "string", "description": "x,y,w,h in pixels (every frame of a video avatar)"},
+            "face_boxes": {"type": "string", "description": "a video avatar's boxes, one x,y,w,h line per frame"},
             "avatar_id": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "a registered avatar instead of video"}
         }
     })
@@ -234,8 +235,9 @@ pub fn document() -> Value {
         if r.path == "/v1/avatars" {
             op["requestBody"] = json!({"required": true, "content": {"multipart/form-data": {"schema": {
                 "type": "object", "required": ["image"], "properties": {
-                    "image": {"type": "string", "format": "binary"},
+                    "image": {"type": "string", "format": "binary", "description": "PNG or JPEG image, or H.264 MP4 video avatar (also accepted as video)"},
                     "face_box": {"type": "string"},
+                    "face_boxes": {"type": "string", "description": "a video avatar's boxes, one x,y,w,h line per frame"},
                     "decoder": {"type": "string", "enum": ["taesd", "full_vae", "sd-vae"]}}}}}});
         }
         let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));

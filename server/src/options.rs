@@ -9,10 +9,11 @@ use cadence_media::{EncoderKind, FaceBox, FrameRate};
 use clap::ValueEnum;
 
 /// The text fields `/generate` takes besides the files.
-pub const TEXT_FIELDS: [&str; 9] =
-    ["stride", "decoder", "keyframes", "method", "ramp", "fps", "encoder", "face_box", "avatar_id"];
+pub const TEXT_FIELDS: [&str; 10] =
+    ["stride", "decoder", "keyframes", "method", "ramp", "fps", "encoder", "face_box", "face_boxes", "avatar_id"];
 
-/// Longest text field accepted (a keyframe list of a long clip fits).
+/// Longest text field accepted (a keyframe list of a long clip fits, and the face boxes of a
+/// video avatar's 1000 frames).
 pub const MAX_TEXT_BYTES: usize = 64 << 10;
 
 #[derive(Default, Debug, Clone)]
@@ -30,6 +31,9 @@ pub struct Settings {
     pub fps: FrameRate,
     pub encoder: EncoderKind,
     pub face_box: Option<FaceBox>,
+    /// A video avatar's face boxes, one `x,y,w,h` line per frame (the CLI's `--face-boxes`
+    /// file), checked with the video.
+    pub face_boxes: Option<String>,
     pub avatar_id: Option<String>,
 }
 
@@ -101,6 +105,7 @@ impl RawOptions {
             fps,
             encoder,
             face_box,
+            face_boxes: self.get("face_boxes").map(str::to_string),
             avatar_id,
         })
     }

@@ -3,11 +3,12 @@
 //! request's temporary directory (the MP4 comes back as bytes) or as a fragmented MP4 into a
 //! writer (a streamed response). The directory goes when the job drops.
 
-use crate::avatars::AvatarEntry;
+use crate::avatars::{AvatarEntry, AvatarMedia};
 use crate::engines::EngineSet;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::options::Settings;
+use cadence::avatar::AvatarSource;
 use cadence::output::{OutputPath, Overwrite};
 use cadence::pipeline::{Cancelled, RenderOptions};
 use cadence::render::{self, PreparedAvatar};
@@ -15,7 +16,7 @@ use cadence::report::RenderReport;
 use cadence::KeyframeSchedule;
 use cadence_media::{Audio, FaceBox, RgbImage};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,6 +25,9 @@ use tempfile::TempDir;
 pub enum AvatarInput {
     /// An image sent with the request (or the default avatar): prepared for this render only.
     Image { image: RgbImage, face: FaceBox },
+    /// A video avatar sent with the request (checked, its file in the request's directory):
+    /// prepared frame by frame for this render only.
+    Video(AvatarSource),
     /// A registered avatar: prepared now for this decoder only if it never was.
     Cached(Arc<AvatarEntry>),
 }
@@ -74,18 +78,31 @@ pub struct Rendered {
 }
 
 /// Prepares `entry` (or takes its preparation) for the decoder of `engines`; the flag says whether
-/// it was cached.
+/// it was cached. A video avatar's file is written into `scratch` (the request's directory) to be
+/// decoded again.
 pub fn avatar_for(
     set: &EngineSet,
     engines: &cadence::pipeline::Engines,
     entry: &AvatarEntry,
     metrics: &Metrics,
+    scratch: &Path,
 ) -> anyhow::Result<(Arc<PreparedAvatar>, bool)> {
     if let Some(p) = entry.prepared(engines.decoder_kind) {
         metrics.avatar_cache_hit();
         return Ok((p, true));
     }
-    let p = Arc::new(render::prepare_avatar_image(engines, &set.backend, &entry.image, entry.face)?);
+    let p = match &entry.media {
+        AvatarMedia::Image { image, face } => render::prepare_avatar_image(engines, &set.backend, image, *face)?,
+        AvatarMedia::Video { mp4, faces, .. } => {
+            let path = scratch.join("avatar.mp4");
+            std::fs::write(&path, mp4)?;
+            let mut source = AvatarSource::open(&path, None, None)?;
+            anyhow::ensure!(source.frames() == faces.len(), "the registered video avatar changed its frame count");
+            source.faces = faces.clone();
+            render::prepare_avatar_source(engines, &set.backend, &source)?
+        }
+    };
+    let p = Arc::new(p);
     metrics.avatar_prepared();
     entry.set_prepared(engines.decoder_kind, p.clone());
     Ok((p, false))
@@ -135,7 +152,12 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
             metrics.avatar_prepared();
             (Arc::new(p), false)
         }
-        AvatarInput::Cached(entry) => avatar_for(set, &engines, entry, metrics)?,
+        AvatarInput::Video(source) => {
+            let p = render::prepare_avatar_source(&engines, &set.backend, source)?;
+            metrics.avatar_prepared();
+            (Arc::new(p), false)
+        }
+        AvatarInput::Cached(entry) => avatar_for(set, &engines, entry, metrics, job.dir.path())?,
     };
     let avatar_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut prepared = render::prepare_with_avatar(&engines, job.audio, &avatar, &opts)?;

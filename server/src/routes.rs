@@ -93,6 +93,8 @@ async fn info(State(state): State<AppState>) -> Json<serde_json::Value> {
             "max_body_bytes": c.max_body_bytes,
             "max_seconds": c.max_seconds,
             "max_pixels": c.max_pixels,
+            "max_avatar_bytes": c.max_avatar_bytes,
+            "max_avatar_frames": cadence::avatar::MAX_AVATAR_FRAMES,
             "avatar_cache": c.avatar_cache,
             "max_jobs": c.max_jobs,
             "job_ttl_seconds": c.job_ttl.as_secs_f64(),

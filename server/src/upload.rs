@@ -137,6 +137,7 @@ struct GenerateJson {
     fps: Option<Scalar>,
     encoder: Option<String>,
     face_box: Option<String>,
+    face_boxes: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -193,6 +194,7 @@ pub async fn read_json(req: Request, dir: &Path) -> Result<Upload, ApiError> {
         ("fps", j.fps.map(Scalar::text)),
         ("encoder", j.encoder),
         ("face_box", j.face_box),
+        ("face_boxes", j.face_boxes),
         ("avatar_id", j.avatar_id),
         (
             "keyframes",

@@ -1,10 +1,12 @@
 //! The uploaded files checked and decoded by the CLI's own loaders, before any engine work: a
-//! corrupt WAV or image, NaN samples, audio over `--max-seconds` and images over `--max-pixels`
-//! are 422. Messages name the form field, not the server's temporary path.
+//! corrupt WAV, image or video, NaN samples, audio over `--max-seconds`, images (and video
+//! frames) over `--max-pixels` and video avatars over `--max-avatar-mb` decoded are 422.
+//! Messages name the form field, not the server's temporary path.
 
 use crate::error::ApiError;
+use cadence::avatar::{self as host_avatar, AvatarSource};
 use cadence::render;
-use cadence_media::{Audio, RgbImage};
+use cadence_media::{Audio, FaceBox, RgbImage};
 use std::path::Path;
 
 fn named(e: impl std::fmt::Display, path: &Path, field: &str) -> String {
@@ -40,4 +42,102 @@ pub fn image(path: &Path, field: &str, max_pixels: u64) -> Result<RgbImage, ApiE
         ));
     }
     render::load_avatar(path).map_err(|e| invalid(format!("{e:#}")))
+}
+
+/// What the server bounds in an avatar a client sends (the operator's default avatar is not).
+#[derive(Clone, Copy, Debug)]
+pub struct AvatarLimits {
+    /// Pixels of the image, or of each frame of a video (`--max-pixels`).
+    pub max_pixels: u64,
+    /// A video's frames decoded as RGB, all together (`--max-avatar-mb`): the decoding work
+    /// a request may ask for, bounded before any frame is decoded.
+    pub max_decoded_bytes: u64,
+}
+
+impl AvatarLimits {
+    /// No bound: the operator's own default avatar.
+    pub const NONE: Self = Self { max_pixels: u64::MAX, max_decoded_bytes: u64::MAX };
+}
+
+/// An avatar file checked: a still image with its face box, or a video avatar (an H.264 MP4)
+/// whose container and every frame were checked.
+pub enum AvatarFile {
+    Image { image: RgbImage, face: FaceBox },
+    Video(AvatarSource),
+}
+
+/// The avatar in `path` (form field `field`): an MP4 (by its `ftyp` box, the CLI's own test) is
+/// a video avatar, anything else must be a PNG or JPEG image. `face_boxes` is the text of a
+/// face-box file (one box per video frame, the CLI's `--face-boxes`); it is written into `dir`
+/// for the CLI's reader.
+pub fn avatar(
+    path: &Path,
+    field: &str,
+    limits: AvatarLimits,
+    face_box: Option<FaceBox>,
+    face_boxes: Option<&str>,
+    dir: &Path,
+) -> Result<AvatarFile, ApiError> {
+    if !host_avatar::is_mp4(path) {
+        if face_boxes.is_some() {
+            return Err(ApiError::invalid(
+                "invalid_face_box",
+                format!("face_boxes gives one box per frame of a video avatar; {field} is an image (use face_box)"),
+            ));
+        }
+        let image = image(path, field, limits.max_pixels)?;
+        let face = render::face_box(&image, face_box)
+            .map_err(|e| ApiError::invalid("invalid_face_box", format!("face_box: {e:#}")))?;
+        return Ok(AvatarFile::Image { image, face });
+    }
+    video(path, field, limits, face_box, face_boxes, dir).map(AvatarFile::Video)
+}
+
+/// A video avatar: the CLI's checks from the container alone ([`AvatarSource::open`]: H.264,
+/// even sides, a constant frame rate, at most [`host_avatar::MAX_AVATAR_FRAMES`] frames and
+/// [`host_avatar::MAX_AVATAR_BYTES`] of per-frame tables, the face boxes), then this server's
+/// bounds, then every frame decoded once (and dropped), so that a damaged stream is a 422 here
+/// rather than a failure in a render slot. The render decodes the frames again, one at a time:
+/// holding them all would cost up to the decoded bound in memory per request.
+fn video(
+    path: &Path,
+    field: &str,
+    limits: AvatarLimits,
+    face_box: Option<FaceBox>,
+    face_boxes: Option<&str>,
+    dir: &Path,
+) -> Result<AvatarSource, ApiError> {
+    let boxes_path = dir.join("face_boxes.txt");
+    if let Some(text) = face_boxes {
+        std::fs::write(&boxes_path, text).map_err(|e| ApiError::internal(format!("writing the face boxes: {e}")))?;
+    }
+    let message = |e: &anyhow::Error| {
+        named(format!("{e:#}"), path, field).replace(&boxes_path.display().to_string(), "face_boxes")
+    };
+    let source = AvatarSource::open(path, face_box, face_boxes.map(|_| boxes_path.as_path()))
+        .map_err(|e| ApiError::invalid("invalid_video", message(&e)))?;
+    let (w, h, n) = (u64::from(source.width), u64::from(source.height), source.frames() as u64);
+    if w * h > limits.max_pixels {
+        return Err(ApiError::invalid(
+            "video_too_large",
+            format!(
+                "{field}: frames of {w}x{h} are more than this server's limit of {} pixels (--max-pixels)",
+                limits.max_pixels
+            ),
+        ));
+    }
+    let decoded = n * w * h * 3;
+    if decoded > limits.max_decoded_bytes {
+        return Err(ApiError::invalid(
+            "video_too_large",
+            format!(
+                "{field}: {n} frames of {w}x{h} decode to {} MiB, more than this server's limit of {} MiB \
+                 (--max-avatar-mb): send fewer or smaller frames",
+                decoded >> 20,
+                limits.max_decoded_bytes >> 20
+            ),
+        ));
+    }
+    source.for_each_frame(|_, _| Ok(())).map_err(|e| ApiError::invalid("invalid_video", message(&e)))?;
+    Ok(source)
 }

@@ -448,6 +448,7 @@ fn the_readme_curl_examples_work() {
     // Three frames: the SD VAE example (full_vae) decodes slowly on the CPU.
     std::fs::write(dir.path().join("speech.wav"), tone_wav(0.12)).unwrap();
     std::fs::write(dir.path().join("portrait.png"), png(128, 128)).unwrap();
+    std::fs::write(dir.path().join("avatar.mp4"), video_avatar(&[60, 120, 180], VIDEO_W, VIDEO_H)).unwrap();
     let script = format!(
         "set -euo pipefail\ncurl() {{ command curl --fail-with-body \"$@\"; }}\n{}",
         block.replace("http://127.0.0.1:8080", &s.url(""))
@@ -472,9 +473,14 @@ fn the_readme_curl_examples_work() {
     assert!(stdout.contains("event: done"), "{stdout}");
     // The streamed example's record stays (until it expires); the job's was deleted.
     assert_eq!(metric(&s, "cadence_jobs{state=\"done\"}"), 1.0);
-    // The examples registered an avatar, rendered it, and deleted it.
-    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 6.0);
-    assert_eq!(metric(&s, "cadence_avatars"), 0.0);
+    // The video avatar, sent and then registered: the same render both ways.
+    let talk = std::fs::read(dir.path().join("talk.mp4")).unwrap();
+    assert_eq!((probe(&talk).width, probe(&talk).frames), (VIDEO_W, 3));
+    assert!(std::fs::read(dir.path().join("talk2.mp4")).unwrap() == talk, "the registered video avatar's render");
+    // The examples registered two avatars, rendered them, and deleted the image's; the video
+    // avatar was prepared twice (sent, then registered) and used once by id.
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 8.0);
+    assert_eq!(metric(&s, "cadence_avatars"), 1.0);
 }
 
 #[test]

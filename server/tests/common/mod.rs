@@ -237,3 +237,44 @@ pub fn skipped(test: &str, reason: &str) {
         let _ = writeln!(f, "{line}");
     }
 }
+
+/// The test video avatar's size and face box (x, y, w, h).
+pub const VIDEO_W: u32 = 128;
+pub const VIDEO_H: u32 = 160;
+pub const VIDEO_FACE: (usize, usize, usize, usize) = (32, 40, 64, 80);
+
+pub fn in_video_face(x: usize, y: usize) -> bool {
+    let f = VIDEO_FACE;
+    (f.0..f.0 + f.2).contains(&x) && (f.1..f.1 + f.3).contains(&y)
+}
+
+/// NV12 frame `i` of a test video avatar: a flat background at `level`, the face box textured
+/// differently in each frame, chroma near grey (inside the RGB gamut, so nothing clamps).
+fn video_avatar_nv12(i: usize, level: u8, w: u32, h: u32) -> Vec<u8> {
+    let (w, h) = (w as usize, h as usize);
+    let mut f = vec![level; w * h];
+    for y in 0..h {
+        for x in 0..w {
+            if in_video_face(x, y) {
+                let v = 128.0 + 90.0 * ((x as f32 * 0.21 + i as f32 * 1.7).sin() * (y as f32 * 0.13).cos());
+                f[y * w + x] = v as u8;
+            }
+        }
+    }
+    f.extend((0..w * h / 2).map(|j| if j % 2 == 0 { 128 - 6 * i as u8 } else { 124 + 5 * i as u8 }));
+    f
+}
+
+/// A video avatar MP4 (H.264 by cadence's own writer, OpenH264, 25 fps) of `w` x `h` frames
+/// with the given background levels, as bytes.
+pub fn video_avatar(levels: &[u8], w: u32, h: u32) -> Vec<u8> {
+    use cadence_media::{EncoderKind, FrameRate, VideoWriter};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("avatar.mp4");
+    let mut v = VideoWriter::create(&p, w, h, FrameRate::whole(25), EncoderKind::OpenH264, None).unwrap();
+    for (i, &l) in levels.iter().enumerate() {
+        v.push_nv12(&video_avatar_nv12(i % 3, l, w, h)).unwrap();
+    }
+    v.finish().unwrap();
+    std::fs::read(p).unwrap()
+}
