@@ -77,7 +77,7 @@ fn frame_sample(f: usize, fps: FrameRate) -> usize {
 /// The 16 kHz sample where frame `f` starts, when that is a whole sample.
 fn frame_start_sample(f: usize, fps: FrameRate) -> Option<usize> {
     let num = f as u128 * TARGET_RATE as u128 * fps.den as u128;
-    (num % fps.num as u128 == 0).then(|| (num / fps.num as u128) as usize)
+    num.is_multiple_of(fps.num as u128).then(|| (num / fps.num as u128) as usize)
 }
 
 /// The smallest frame step whose frames all start on a whole 16 kHz sample (1 at 25 fps, 3 at
@@ -380,8 +380,6 @@ pub fn render_live<R: Read, W: Write>(
             |_| {},
         )
         .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
-        drop(features);
-        drop(clip);
 
         stats.frames += shown;
         stats.keyframes_scheduled += part_stats.keyframes_scheduled;
