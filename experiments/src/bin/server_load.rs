@@ -884,7 +884,7 @@ fn measure(a: &Args, cadence: &Path, scratch: &Path, out_dir: &Path, t_run: Inst
     prov.note(
         "load_average",
         format!(
-            "{load_before} at start, {} at end (1/5/15 min; the machine is shared with other builds, so timings are noisy)",
+            "{load_before} at start, {} at end (1/5/15 min; above the core count, other work shared the machine)",
             experiments::provenance::load_average()
         ),
     );
