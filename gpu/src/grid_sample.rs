@@ -86,6 +86,7 @@ pub struct Corner {
 /// The corner at (z taps `zi`, y taps `yi`, x taps `xi`), `zi`/`yi`/`xi` = 0 for the lower tap,
 /// 1 for the upper, in a volume of `h` x `w` voxels per depth slice.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn corner(z: &AxisTaps, y: &AxisTaps, x: &AxisTaps, zi: u32, yi: u32, xi: u32, h: u32, w: u32) -> Corner {
     let (inz, wz) = if zi == 0 { (z.in0, z.w0) } else { (z.in1, z.w1) };
     let (iny, wy) = if yi == 0 { (y.in0, y.w0) } else { (y.in1, y.w1) };
