@@ -212,6 +212,29 @@ fn hermite_launch_errors_are_caught() {
     });
 }
 
+#[test]
+fn grid_sample_3d_launch_errors_are_caught() {
+    // Two batch items of 8x9x10 points: 1440 threads, two blocks of 1024. The last point of the
+    // last item lies a quarter voxel beyond the centre of the volume's far corner voxel, so the
+    // last element of `input` (that voxel in the last channel) is read.
+    let (input_shape, out) = ([2usize, 3, 5, 6, 7], [8usize, 9, 10]);
+    let s = cadence::GridSample3d::new(input_shape, [2, out[0], out[1], out[2], 3]).unwrap();
+    let input = data(s.input_elements(), 9);
+    let mut grid: Vec<f32> = data(s.grid_elements(), 10).iter().map(|x| 0.4 * x).collect();
+    let n = grid.len();
+    grid[n - 3..].copy_from_slice(&[6.5 / 7.0, 5.5 / 6.0, 4.5 / 5.0]);
+    let gshape = [2, out[0], out[1], out[2], 3];
+    let cpu = Backend::Cpu.grid_sample_3d(&input, input_shape, &grid, gshape).unwrap();
+    check_plants("grid_sample_3d_f32", &["input", "grid", "out"], as_f64(&cpu), 0.0, |p| {
+        let (i, g) = (p.buffer("input", &input), p.buffer("grid", &grid));
+        let o = p.output::<f32>("out", s.output_elements());
+        let mut l = launch::grid_sample_3d::<Emulated>(i.ptr(), g.ptr(), o.ptr(), &s);
+        p.shape(&mut l.shape);
+        run(&l)?;
+        Ok(as_f64(&read_output(l.kernel, &o)?))
+    });
+}
+
 /// The CLI's failure path: a planted launch error in one kernel (the emulated backend's fault
 /// hook) makes `gpu-check --emulate` print the failure, write the report and exit non-zero.
 #[test]

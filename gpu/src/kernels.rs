@@ -12,6 +12,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::composite::{blend_bilinear, tap};
+use crate::grid_sample::{Corner, Trilinear};
 use crate::math::{easing_weight, hermite};
 use crate::slerp::{interval_alpha, interval_frames, PairGeometry, PairSums, METHOD_LERP};
 // The device intrinsics: LLVM's NVPTX intrinsics on the device, the emulated grid on the host.
@@ -399,6 +400,71 @@ unsafe fn hermite_table(t: Ptr<f32>, out: PtrMut<f32>, n: u32) {
     }
 }
 
+/// A corner's value in one channel's volume, 0 for a corner outside it (never read: the blend
+/// skips it, and the load would be out of bounds).
+#[inline(always)]
+unsafe fn corner_value(volume: Ptr<f32>, c: &Corner) -> f32 {
+    if c.inside {
+        load(volume, c.index as usize)
+    } else {
+        0.0
+    }
+}
+
+/// `F.grid_sample` of a 5-D volume, trilinear, zero padding, align_corners=False
+/// (`grid_sample.rs`): `input` (batch, channels, in_d, in_h, in_w) and `grid` (batch, out_voxels,
+/// 3) with (x, y, z) last, to `out` (batch, channels, out_voxels), all contiguous as PyTorch's
+/// NCDHW. One thread per output voxel of one batch item: the eight corners (indices and weights)
+/// are computed once and every channel is sampled with them. Consecutive threads take consecutive
+/// output voxels, so the grid reads and the output writes of a warp are contiguous.
+///
+/// Index arithmetic: the thread id and batch offsets in usize; a corner's index in one channel's
+/// volume in u32, which the host's limits keep exact (each axis <= 2^24, in_d*in_h*in_w and
+/// batch*out_voxels <= u32::MAX: `host/src/grid_sample.rs`). ptxas (13.5) gives it 48 registers on
+/// sm_90 and sm_120 and 55 on sm_75, no spills: within the 64 per thread that the launch's
+/// 1024-thread blocks allow (65536 registers per block).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn grid_sample_3d(
+    input: Ptr<f32>,
+    grid: Ptr<f32>,
+    out: PtrMut<f32>,
+    batch: u32,
+    channels: u32,
+    in_d: u32,
+    in_h: u32,
+    in_w: u32,
+    out_voxels: u32,
+) {
+    let gid = block_idx_x() as usize * block_dim_x() as usize + thread_idx_x() as usize;
+    let per_item = out_voxels as usize;
+    if gid >= per_item * batch as usize {
+        return;
+    }
+    let n = unchecked_div(gid, per_item);
+    let v = gid - n * per_item;
+    let g = 3 * gid;
+    let t = Trilinear::new(load(grid, g), load(grid, g + 1), load(grid, g + 2), in_d, in_h, in_w);
+    let volume = (in_d * in_h * in_w) as usize;
+    let first = n * channels as usize;
+    let mut c = 0usize;
+    while c < channels as usize {
+        let src = offset(input, (first + c) * volume);
+        let s = t.blend(
+            corner_value(src, &t.c000),
+            corner_value(src, &t.c001),
+            corner_value(src, &t.c010),
+            corner_value(src, &t.c011),
+            corner_value(src, &t.c100),
+            corner_value(src, &t.c101),
+            corner_value(src, &t.c110),
+            corner_value(src, &t.c111),
+        );
+        store(out, (first + c) * per_item + v, s);
+        c += 1;
+    }
+}
+
 /// An entry point: `extern "ptx-kernel"` with its symbol on the device, a plain function the
 /// emulator calls on the host. The parameter list is written once, here.
 macro_rules! entry {
@@ -537,6 +603,23 @@ typed_kernels!(f16, slerp_pairs_f16, expand_f16, ease_f16, rgb_to_nv12_f16, comp
 entry! {
     fn hermite_f32(t: Ptr<f32>, out: PtrMut<f32>, n: u32) {
         hermite_table(t, out, n)
+    }
+}
+
+entry! {
+    #[allow(clippy::too_many_arguments)]
+    fn grid_sample_3d_f32(
+        input: Ptr<f32>,
+        grid: Ptr<f32>,
+        out: PtrMut<f32>,
+        batch: u32,
+        channels: u32,
+        in_d: u32,
+        in_h: u32,
+        in_w: u32,
+        out_voxels: u32,
+    ) {
+        grid_sample_3d(input, grid, out, batch, channels, in_d, in_h, in_w, out_voxels)
     }
 }
 

@@ -3,11 +3,12 @@
 //! For `nvptx64-nvidia-cuda` this crate is compiled by `host/build.rs` straight with rustc's
 //! NVPTX backend into PTX (sm_90, sm_120 and a portable sm_75 baseline) under `#![no_core]`
 //! with the small shim in `shim.rs`, and [`kernels`] holds the entry points. For the host it is
-//! an ordinary library: the scalar math ([`math`]), the interpolation geometry ([`slerp`]) and
-//! the colour conversion ([`color`]) are the very functions the kernels call, so the CPU paths
-//! of the `cadence` crate and the tests use them unchanged (the rust-gpu pattern). With the
-//! `emulate` feature the entry points themselves compile for the host too, and [`emu`] runs them
-//! on an emulated grid with bounds-checked memory (gpu/README.md).
+//! an ordinary library: the scalar math ([`math`]), the interpolation geometry ([`slerp`]), the
+//! colour conversion ([`color`]) and the 3-D grid sample's corners ([`grid_sample`]) are the
+//! very functions the kernels call, so the CPU paths of the `cadence` crate and the tests use
+//! them unchanged (the rust-gpu pattern). With the `emulate` feature the entry points themselves
+//! compile for the host too, and [`emu`] runs them on an emulated grid with bounds-checked memory
+//! (gpu/README.md).
 //!
 //! Code outside `kernels`, `shim` and `emu` must compile both ways: no `for` loops (they need the
 //! iterator lang items), no slices or arrays in code (a `const` table such as [`KERNELS`] is
@@ -32,6 +33,7 @@ pub mod emu;
 
 pub mod color;
 pub mod composite;
+pub mod grid_sample;
 pub mod math;
 pub mod prim;
 pub mod slerp;
@@ -49,6 +51,9 @@ pub enum Op {
     RgbToNv12,
     CompositeNv12,
     Hermite,
+    /// `F.grid_sample` of a 5-D volume (trilinear, zero padding, align_corners=False): Ditto's
+    /// WarpingNetwork ([`grid_sample`]).
+    GridSample3d,
 }
 
 /// The element type a kernel reads and writes in memory (arithmetic is f32 either way).
@@ -70,7 +75,7 @@ pub struct Kernel {
 /// Every entry point each PTX module exports: `host/build.rs` checks the PTX against this table
 /// (both ways), the CUDA backend loads kernels by these names ([`kernel`]) and the emulator
 /// reports faults under them.
-pub const KERNELS: [Kernel; 11] = [
+pub const KERNELS: [Kernel; 12] = [
     Kernel { op: Op::SlerpPairs, storage: Storage::F32, name: "slerp_pairs_f32" },
     Kernel { op: Op::SlerpPairs, storage: Storage::F16, name: "slerp_pairs_f16" },
     Kernel { op: Op::Expand, storage: Storage::F32, name: "expand_f32" },
@@ -82,10 +87,11 @@ pub const KERNELS: [Kernel; 11] = [
     Kernel { op: Op::CompositeNv12, storage: Storage::F32, name: "composite_nv12_f32" },
     Kernel { op: Op::CompositeNv12, storage: Storage::F16, name: "composite_nv12_f16" },
     Kernel { op: Op::Hermite, storage: Storage::F32, name: "hermite_f32" },
+    Kernel { op: Op::GridSample3d, storage: Storage::F32, name: "grid_sample_3d_f32" },
 ];
 
-/// The entry point of `op` for `storage` (`None` where there is none: Hermite weights are f32
-/// only).
+/// The entry point of `op` for `storage` (`None` where there is none: Hermite weights and the
+/// 3-D grid sample are f32 only).
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn kernel(op: Op, storage: Storage) -> Option<&'static Kernel> {
     KERNELS.iter().find(|k| k.op == op && k.storage == storage)

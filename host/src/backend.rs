@@ -4,6 +4,7 @@
 
 use crate::cuda::{self, CudaBackend};
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::grid_sample::GridSample3d;
 use crate::schedule::KeyframeSchedule;
 use crate::{cpu, emulated};
 use anyhow::{Context, Result};
@@ -184,6 +185,33 @@ impl Backend {
             Backend::Cpu => Ok(t.iter().map(|&x| cadence_kernels::math::hermite(x)).collect()),
             Backend::Cuda(c) => c.hermite(t),
             Backend::Emulated => emulated::hermite(t),
+        }
+    }
+
+    /// PyTorch's `F.grid_sample(input, grid, mode='bilinear', padding_mode='zeros',
+    /// align_corners=False)` for 5-D input (the `grid_sample_3d_f32` kernel; the CPU runs the same
+    /// shared math): `input` of shape `input_shape` (N, C, D, H, W), `grid` of shape `grid_shape`
+    /// (N, Do, Ho, Wo, 3) with (x, y, z) last in [-1, 1] over (W, H, D), both contiguous; returns
+    /// the (N, C, Do, Ho, Wo) output. Points outside the volume, and NaN or infinite coordinates,
+    /// sample the zero padding (`cadence_kernels::grid_sample`). Shapes and buffer lengths are
+    /// checked first ([`GridSample3d::new`]).
+    pub fn grid_sample_3d(
+        &self,
+        input: &[f32],
+        input_shape: [usize; 5],
+        grid: &[f32],
+        grid_shape: [usize; 5],
+    ) -> Result<Vec<f32>> {
+        let s = GridSample3d::new(input_shape, grid_shape)?;
+        s.check_buffers(input.len(), grid.len())?;
+        match self {
+            Backend::Cpu => {
+                let mut out = vec![0.0f32; s.output_elements()];
+                cpu::grid_sample_3d(input, grid, &s, &mut out);
+                Ok(out)
+            }
+            Backend::Cuda(c) => c.grid_sample_3d(input, grid, &s),
+            Backend::Emulated => emulated::grid_sample_3d(input, grid, &s),
         }
     }
 }

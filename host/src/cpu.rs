@@ -19,8 +19,10 @@
 //!   staging ([`Scratch`]) and output is narrowed in blocks of `BLOCK` elements.
 
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::grid_sample::GridSample3d;
 use crate::schedule::KeyframeSchedule;
 use cadence_kernels::color;
+use cadence_kernels::grid_sample::{Corner, Trilinear};
 use cadence_kernels::math::easing_weight;
 use cadence_kernels::slerp::{interval_alpha, interval_frames, PairGeometry, PairSums};
 use rayon::prelude::*;
@@ -664,4 +666,35 @@ fn store_block(blk: &cadence_kernels::color::Block2x2, y0: &mut [u8], y1: &mut [
     y1[x + 1] = blk.y.3;
     uv[x] = blk.u;
     uv[x + 1] = blk.v;
+}
+
+/// The 3-D grid sample (`grid_sample_3d_f32`'s CPU path) with the kernel's shared math: per batch
+/// item, the eight corners of every output voxel once (in parallel over voxels), then every
+/// channel's plane from them (in parallel over channels). Same operations in the same order as the
+/// kernel, so the results are bitwise the same.
+pub fn grid_sample_3d(input: &[f32], grid: &[f32], s: &GridSample3d, out: &mut [f32]) {
+    assert!(s.check_buffers(input.len(), grid.len()).is_ok() && out.len() == s.output_elements());
+    let (volume, voxels) = (s.in_volume(), s.out_voxels());
+    let (d, h, w) = (s.in_d as u32, s.in_h as u32, s.in_w as u32);
+    let value = |plane: &[f32], c: &Corner| if c.inside { plane[c.index as usize] } else { 0.0 };
+    for n in 0..s.batch {
+        let points = &grid[n * voxels * 3..(n + 1) * voxels * 3];
+        let taps: Vec<Trilinear> = points.par_chunks(3).map(|p| Trilinear::new(p[0], p[1], p[2], d, h, w)).collect();
+        let planes = &input[n * s.channels * volume..(n + 1) * s.channels * volume];
+        let outs = &mut out[n * s.channels * voxels..(n + 1) * s.channels * voxels];
+        outs.par_chunks_mut(voxels).zip(planes.par_chunks(volume)).for_each(|(o, plane)| {
+            for (o, t) in o.iter_mut().zip(&taps) {
+                *o = t.blend(
+                    value(plane, &t.c000),
+                    value(plane, &t.c001),
+                    value(plane, &t.c010),
+                    value(plane, &t.c011),
+                    value(plane, &t.c100),
+                    value(plane, &t.c101),
+                    value(plane, &t.c110),
+                    value(plane, &t.c111),
+                );
+            }
+        });
+    }
 }

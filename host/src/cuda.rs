@@ -2,6 +2,7 @@
 //! running the PTX that build.rs compiled from `gpu/src`.
 
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::grid_sample::GridSample3d;
 use crate::launch::{self, Cuda, CudaArgs, CudaPtr, Launch};
 use crate::ptx::{self, PtxTarget};
 use crate::schedule::KeyframeSchedule;
@@ -280,6 +281,35 @@ impl CudaBackend {
             let l = launch::hermite::<Cuda>(p.read(&dt), p.write(&mut out), t.len());
             self.run(&l)?;
         }
+        self.download(&out)
+    }
+
+    /// One launch: the 3-D grid sample of the validated shape `s` on device buffers (`input`
+    /// N x C x D x H x W, `grid` N x Do x Ho x Wo x 3, `out` N x C x Do x Ho x Wo).
+    pub fn grid_sample_3d_on_device(
+        &self,
+        input: &CudaView<'_, f32>,
+        grid: &CudaView<'_, f32>,
+        out: &mut CudaSlice<f32>,
+        s: &GridSample3d,
+    ) -> Result<()> {
+        s.check_buffers(input.len(), grid.len())?;
+        ensure!(
+            out.len() == s.output_elements(),
+            "output buffer of {} for {} elements",
+            out.len(),
+            s.output_elements()
+        );
+        let mut p = Pointers::new(&self.stream);
+        let l = launch::grid_sample_3d::<Cuda>(p.read(input), p.read(grid), p.write(out), s);
+        self.run(&l)
+    }
+
+    /// The 3-D grid sample on the device (`grid_sample_3d_f32`), host buffers in and out.
+    pub fn grid_sample_3d(&self, input: &[f32], grid: &[f32], s: &GridSample3d) -> Result<Vec<f32>> {
+        let (di, dg) = (self.upload(input)?, self.upload(grid)?);
+        let mut out = self.alloc::<f32>(s.output_elements())?;
+        self.grid_sample_3d_on_device(&di.as_view(), &dg.as_view(), &mut out, s)?;
         self.download(&out)
     }
 

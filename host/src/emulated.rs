@@ -7,6 +7,7 @@
 //! checks the device code without a GPU and is far slower than the CPU backend.
 
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::grid_sample::GridSample3d;
 use crate::launch::{self, CompositeTarget, Emulated, EmulatedArgs, Launch};
 use crate::schedule::KeyframeSchedule;
 use anyhow::{anyhow, ensure, Result};
@@ -78,6 +79,15 @@ pub fn hermite(t: &[f32]) -> Result<Vec<f32>> {
     let input = Buffer::from_slice("t", t);
     let out = Buffer::uninit("out", t.len(), 0.0f32);
     let l = launch::hermite::<Emulated>(input.ptr(), out.ptr(), t.len());
+    run(&l)?;
+    read_output(l.kernel, &out)
+}
+
+/// The 3-D grid sample of the validated shape `s` (buffers checked by the caller).
+pub fn grid_sample_3d(input: &[f32], grid: &[f32], s: &GridSample3d) -> Result<Vec<f32>> {
+    let (i, g) = (Buffer::from_slice("input", input), Buffer::from_slice("grid", grid));
+    let out = Buffer::uninit("out", s.output_elements(), 0.0f32);
+    let l = launch::grid_sample_3d::<Emulated>(i.ptr(), g.ptr(), out.ptr(), s);
     run(&l)?;
     read_output(l.kernel, &out)
 }

@@ -197,6 +197,56 @@ impl Checker<'_> {
         self.record(kernel_name(Op::Hermite, Storage::F32), format!("{} values in [-0.5, 1.5]", t.len()), tol, err);
     }
 
+    /// The 3-D grid sample: odd sizes with two batch items, grid points spread over [-1.36, 1.36]
+    /// (so some fall outside the volume) plus NaN, infinite and edge coordinates; and Ditto's
+    /// warp, a 1x32x16x64x64 volume sampled at the identity grid displaced by up to ~0.1.
+    /// Both sides run the same operations in the same order (expected bitwise equal).
+    fn grid_sample(&mut self, tol: f64) {
+        let name = kernel_name(Op::GridSample3d, Storage::F32);
+        if !self.wants(name) {
+            return;
+        }
+        for &(input, out) in &[([2usize, 5, 6, 7, 9], [4usize, 6, 5]), ([1, 32, 16, 64, 64], [16, 64, 64])] {
+            let (s1, s2) = (self.next_seed(), self.next_seed());
+            let grid_shape = [input[0], out[0], out[1], out[2], 3];
+            let ditto = input[1] == 32;
+            let err = (|| {
+                let volume = test_data(input.iter().product(), s1);
+                let jitter = test_data(grid_shape.iter().product(), s2);
+                let grid: Vec<f32> = if ditto {
+                    // The identity grid (voxel centres) plus a displacement of up to ~0.1.
+                    let centre = |i: usize, n: usize| (2 * i + 1) as f32 / n as f32 - 1.0;
+                    (0..jitter.len())
+                        .map(|k| {
+                            let (v, axis) = (k / 3, k % 3);
+                            let (z, y, x) = (v / (out[1] * out[2]), v / out[2] % out[1], v % out[2]);
+                            let c = [centre(x, out[2]), centre(y, out[1]), centre(z, out[0])][axis];
+                            c + 0.03 * jitter[k]
+                        })
+                        .collect()
+                } else {
+                    let mut g: Vec<f32> = jitter.iter().map(|x| 0.4 * x).collect();
+                    let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -1.0, 1.0, 1e30];
+                    for (k, &x) in special.iter().enumerate() {
+                        g[7 * k + 1] = x;
+                    }
+                    g
+                };
+                let d = self.device.grid_sample_3d(&volume, input, &grid, grid_shape)?;
+                Ok(rel_max(&d, &self.cpu.grid_sample_3d(&volume, input, &grid, grid_shape)?))
+            })();
+            let [n, c, dd, h, w] = input;
+            let case = format!(
+                "{}{n}x{c}x{dd}x{h}x{w} at {}x{}x{} points",
+                if ditto { "Ditto " } else { "" },
+                out[0],
+                out[1],
+                out[2]
+            );
+            self.record(name, case, tol, err);
+        }
+    }
+
     /// The whole render loop with the device's kernels (engines on the CPU, as in the default
     /// build) against the same render with the CPU's: expansion, easing and compositing run on the
     /// device with the pipeline's own uploads and downloads.
@@ -256,6 +306,7 @@ pub fn kernel_checks(device: &Backend, cpu: &Backend, seed: u64, only: &[String]
     c.composite::<f32>();
     c.composite::<f16>();
     c.hermite(1e-6);
+    c.grid_sample(1e-6);
     c.render();
     c.coverage();
     Ok(c.checks)

@@ -10,6 +10,7 @@
 
 use crate::composite::FaceBox;
 use crate::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use crate::grid_sample::GridSample3d;
 use cadence_kernels::emu::DevPtr;
 use cadence_kernels::{kernel_name, Op, Storage};
 use std::marker::PhantomData;
@@ -202,6 +203,21 @@ kernel_args! {
     }
 }
 
+kernel_args! {
+    /// `grid_sample_3d_f32`: PyTorch's 5-D `grid_sample` (trilinear, zeros, align_corners=False).
+    GridSample3dArgs<M> calls cadence_kernels::kernels::grid_sample_3d_f32; {
+        input: M::Ptr<f32>,
+        grid: M::Ptr<f32>,
+        out: M::Ptr<f32>,
+        batch: u32,
+        channels: u32,
+        in_d: u32,
+        in_h: u32,
+        in_w: u32,
+        out_voxels: u32,
+    }
+}
+
 fn name(op: Op, storage: Storage) -> &'static str {
     kernel_name(op, storage)
 }
@@ -353,5 +369,31 @@ pub fn hermite<M: Mem>(t: M::Ptr<f32>, out: M::Ptr<f32>, n: usize) -> Launch<Her
         kernel: name(Op::Hermite, Storage::F32),
         shape: Shape::items(n as u32),
         args: HermiteArgs { t, out, n: n as u32 },
+    }
+}
+
+/// A 3-D grid sample of the validated shape `s` (input N x C x D x H x W, grid N x Do x Ho x Wo
+/// x 3, output N x C x Do x Ho x Wo): one thread per output voxel of one batch item, each
+/// sampling every channel. [`GridSample3d::new`] keeps every size within the u32 arguments.
+pub fn grid_sample_3d<M: Mem>(
+    input: M::Ptr<f32>,
+    grid: M::Ptr<f32>,
+    out: M::Ptr<f32>,
+    s: &GridSample3d,
+) -> Launch<GridSample3dArgs<M>> {
+    Launch {
+        kernel: name(Op::GridSample3d, Storage::F32),
+        shape: Shape::items((s.batch * s.out_voxels()) as u32),
+        args: GridSample3dArgs {
+            input,
+            grid,
+            out,
+            batch: s.batch as u32,
+            channels: s.channels as u32,
+            in_d: s.in_d as u32,
+            in_h: s.in_h as u32,
+            in_w: s.in_w as u32,
+            out_voxels: s.out_voxels() as u32,
+        },
     }
 }

@@ -17,6 +17,7 @@ pub mod emulated;
 pub mod features;
 pub mod fixtures;
 pub mod gpucheck;
+pub mod grid_sample;
 pub mod hardware;
 pub mod launch;
 pub mod live;
@@ -33,4 +34,5 @@ pub mod schedules;
 
 pub use backend::{Backend, BackendChoice};
 pub use elem::{ColorMatrix, Dtype, Elem, Method, RgbLayout, RgbRange};
+pub use grid_sample::GridSample3d;
 pub use schedule::KeyframeSchedule;
