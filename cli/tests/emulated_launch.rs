@@ -145,7 +145,7 @@ fn ease_launch_errors_are_caught() {
 
 #[test]
 fn rgb_to_nv12_launch_errors_are_caught() {
-    // 48 x 96: 1152 threads, two blocks of 1024.
+    // 48 x 96: 1152 threads, five blocks of 256.
     let layout = RgbLayout::packed(48, 96, 1);
     let rgb: Vec<f32> = data(layout.len(), 6).iter().map(|x| x * 0.3 + 0.5).collect();
     let cpu = Backend::Cpu.rgb_to_nv12(&rgb, layout, ColorMatrix::Bt709, RgbRange::Unit).unwrap();
@@ -162,7 +162,7 @@ fn rgb_to_nv12_launch_errors_are_caught() {
 
 #[test]
 fn composite_nv12_launch_errors_are_caught() {
-    // An 80 x 60 box (1200 threads: two blocks) in the bottom-right corner of a 100 x 90 frame,
+    // An 80 x 60 box (1200 threads: five blocks of 256) in the bottom-right corner of a 100 x 90 frame,
     // so the box's last pixel is the frame's last byte.
     let (w, h, cw, ch) = (100usize, 90usize, 30usize, 26usize);
     let face = FaceBox { x: 20, y: 30, w: 80, h: 60 };
@@ -214,7 +214,7 @@ fn hermite_launch_errors_are_caught() {
 
 #[test]
 fn grid_sample_3d_launch_errors_are_caught() {
-    // Two batch items of 8x9x10 points: 1440 threads, two blocks of 1024. The last point of the
+    // Two batch items of 8x9x10 points: 1440 threads, six blocks of 256. The last point of the
     // last item lies a quarter voxel beyond the centre of the volume's far corner voxel, so the
     // last element of `input` (that voxel in the last channel) is read.
     let (input_shape, out) = ([2usize, 3, 5, 6, 7], [8usize, 9, 10]);
@@ -247,9 +247,10 @@ fn gpu_check_reports_a_planted_launch_error_and_still_writes_its_json() {
     let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(!o.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("1 checks failed"), "{stderr}");
-    // 4004 values: 4 blocks of 1024 threads, 3 with the plant.
-    let unwritten =
-        format!("ERROR: kernel hermite_f32: {} of the 4004 elements of `out` were never written", 4004 - 3 * 1024);
+    // 4004 values, one thread each: the plant launches one block fewer than they need.
+    let block = cadence::launch::ITEM_BLOCK as usize;
+    let unwritten = 4004 - (4004usize.div_ceil(block) - 1) * block;
+    let unwritten = format!("ERROR: kernel hermite_f32: {unwritten} of the 4004 elements of `out` were never written");
     assert!(stdout.contains(&unwritten), "{stdout}");
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["failed"], 1);

@@ -421,8 +421,8 @@ unsafe fn corner_value(volume: Ptr<f32>, c: &Corner) -> f32 {
 /// Index arithmetic: the thread id and batch offsets in usize; a corner's index in one channel's
 /// volume in u32, which the host's limits keep exact (each axis <= 2^24, in_d*in_h*in_w and
 /// batch*out_voxels <= u32::MAX: `host/src/grid_sample.rs`). ptxas (13.5) gives it 48 registers on
-/// sm_90 and sm_120 and 55 on sm_75, no spills: within the 64 per thread that the launch's
-/// 1024-thread blocks allow (65536 registers per block).
+/// sm_90 and sm_120 and 55 on sm_75, no spills (the launch's block size fits any register
+/// count: `ITEM_BLOCK` in `host/src/launch.rs`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn grid_sample_3d(

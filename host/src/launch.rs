@@ -18,8 +18,12 @@ use std::marker::PhantomData;
 /// Threads per block of the warp-per-pair kernels (4 warps).
 pub const WARP_BLOCK: u32 = 128;
 const WARPS_PER_BLOCK: u32 = WARP_BLOCK / 32;
-/// Threads per block of the one-thread-per-item kernels (what cudarc's `for_num_elems` used).
-pub const ITEM_BLOCK: u32 = 1024;
+/// Threads per block of the one-thread-per-item kernels. A block must find all its threads'
+/// registers in one SM's 65536; ptxas gives a thread at most 255, so at 256 threads any kernel
+/// fits whatever its register count (at 1024 only kernels of <= 64 registers would: the
+/// compositor needs 72, and its launch would fail with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`).
+pub const ITEM_BLOCK: u32 = 256;
+const _: () = assert!(ITEM_BLOCK * 255 <= 65536 && WARP_BLOCK * 255 <= 65536);
 
 /// A 1-D launch: `blocks` blocks of `threads` threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
