@@ -204,7 +204,7 @@ fn a_broken_live_stream_is_an_error_and_leaves_no_file() {
     let out = dir.path().join("out.mp4");
     let cases: [(&str, Vec<u8>); 2] = [
         ("mid-header", wav_header(rate, None)[..30].to_vec()),
-        ("mid-sample", [wav_header(rate, None), pcm(&samples[..rate as usize * 3]), vec![0x12]].concat()),
+        ("mid-sample", [wav_header(rate, None), pcm(&samples[..rate as usize * 3 / 2]), vec![0x12]].concat()),
     ];
     for (what, input) in cases {
         let mut child =
@@ -225,10 +225,11 @@ fn a_broken_live_stream_is_an_error_and_leaves_no_file() {
         assert!(leftovers.is_empty(), "{what}: files left beside the output: {leftovers:?}");
     }
 
-    // To standard output: what was written is whole fragments (it parses), then the error.
+    // To standard output: what was written is whole fragments (it parses), then the error. 4 s
+    // of audio: one whole 2 s fragment, and a second one that is never finished.
     let mut child = spawn(&["--audio", "-", "--avatar", img.to_str().unwrap(), "-o", "-"]);
     let mut stdin = child.stdin.take().unwrap();
-    let input = [wav_header(rate, None), pcm(&samples[..rate as usize * 7]), vec![0x12]].concat();
+    let input = [wav_header(rate, None), pcm(&samples[..rate as usize * 4]), vec![0x12]].concat();
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
     });

@@ -88,7 +88,7 @@ thread_local! {
 /// dst = src (equal lengths) in 16-float blocks the compiler inlines: the gather copies 16-192
 /// floats at a time, where a `memcpy` call per piece cost a tenth of TAESD's time.
 #[inline(always)]
-fn copy(dst: &mut [f32], src: &[f32]) {
+pub(crate) fn copy(dst: &mut [f32], src: &[f32]) {
     let mut d = dst.chunks_exact_mut(16);
     let mut s = src.chunks_exact(16);
     for (d, s) in (&mut d).zip(&mut s) {

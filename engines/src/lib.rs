@@ -48,6 +48,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod cpu_conv;
+pub mod cpu_conv3d;
 pub mod device;
 pub mod error;
 mod flops;

@@ -1,7 +1,7 @@
 //! The committed text clip of adaptive_strides (experiments/assets/text_clip.*, made by
 //! make_text_clip with libespeak-ng): its WAV and phoneme alignment agree with each other and
 //! with the class table. The regeneration check needs libespeak-ng and is ignored by default
-//! (`.ci/run` runs it: `cargo test --release -p experiments --test text_clip -- --ignored`).
+//! (`.ci/run` runs it: `cargo test --release --workspace --test text_clip -- --ignored`).
 
 use cadence::schedules::{Alignment, PhonemeClass};
 use std::path::{Path, PathBuf};

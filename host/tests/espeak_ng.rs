@@ -1,6 +1,6 @@
 //! Text to speech through libespeak-ng (`cadence::schedules::espeak`). These tests need the
 //! library (Debian package libespeak-ng1), so they are ignored by default; `.ci/run` installs it
-//! and runs them: `cargo test --release -p cadence --test espeak_ng -- --ignored`.
+//! and runs them: `cargo test --release --workspace --test espeak_ng -- --ignored`.
 
 use cadence::schedules::classes::classify;
 use cadence::schedules::espeak;

@@ -1,8 +1,9 @@
-//! The `system-tools` test group: cadence's MP4 checked by Debian's ffprobe and decoded by ffmpeg,
+//! The system-tools test group: cadence's MP4 checked by Debian's ffprobe and decoded by ffmpeg,
 //! an oracle independent of this crate's own reader. Needs `ffmpeg` on PATH (apt-get install
-//! ffmpeg) and fails, not skips, without it. Run with
-//! `cargo test --release -p cadence-media --features system-tools --test ffmpeg_oracle`
-//! (`.ci/run` does, after installing ffmpeg).
+//! ffmpeg), so the tests are ignored by default, and fail, not skip, when run without it:
+//! `cargo test --release --workspace --test ffmpeg_oracle -- --ignored` (`.ci/run` does, after
+//! installing ffmpeg; `--workspace` builds with the test command's features, so nothing is
+//! compiled again).
 
 mod common;
 
@@ -22,6 +23,7 @@ fn ffprobe_json(path: &std::path::Path) -> serde_json::Value {
 
 /// Checks the file with Debian's ffprobe and decodes it with ffmpeg.
 #[test]
+#[ignore = "needs ffmpeg and ffprobe on PATH (apt-get install ffmpeg)"]
 fn ffprobe_and_ffmpeg_decode_agree() {
     let dir = tmp_dir("mp4-ffprobe");
     let path = dir.join("out.mp4");
@@ -101,6 +103,7 @@ fn ffprobe_and_ffmpeg_decode_agree() {
 /// of every fragment, ffmpeg decodes it without a complaint, every frame comes back close to its
 /// input, and the audio comes back aligned, for its duration.
 #[test]
+#[ignore = "needs ffmpeg and ffprobe on PATH (apt-get install ffmpeg)"]
 fn fragmented_mp4_probes_and_decodes() {
     use cadence_media::{AudioFormat, EncoderKind, FragmentedWriter, FrameRate};
     let dir = tmp_dir("fmp4-ffprobe");

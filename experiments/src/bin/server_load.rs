@@ -49,8 +49,9 @@ struct Args {
     /// Keyframe stride of every render.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     stride: u32,
-    /// Renders in the throughput comparison, on each side (rounded up to a multiple of --slots).
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Renders in the throughput comparison, on each side (rounded up to a multiple of --slots),
+    /// in rounds of --slots renders alternating between the server and the CLI.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     compare_renders: u32,
     /// The `cadence` binary [default: `cadence` beside this binary, built by
     /// `cargo build --release -p cadence-cli`].
@@ -683,23 +684,33 @@ fn measure(a: &Args, cadence: &Path, scratch: &Path, out_dir: &Path, t_run: Inst
         drive(a.concurrency as usize, (0..a.requests).collect(), |i| request(&inp, kind_of(i, every), i, scratch));
     let rss_load = server.rss_kib()?;
 
+    // Throughput: rounds of n renders on the (otherwise idle) server, then n parallel `cadence
+    // render` processes, in turn, so that a change in the machine's speed during the comparison
+    // (other tenants, clock) falls on both sides alike instead of on whichever ran second.
     let n = a.slots as usize;
-    let k = (a.compare_renders as usize).div_ceil(n) * n;
-    eprintln!("server_load: throughput: {k} renders, {n} at a time, on the server ...");
-    let (srv, srv_wall_s) = drive(n, (0..k).collect(), |_| request(&inp, "multipart", 0, scratch));
+    let rounds = (a.compare_renders as usize).div_ceil(n);
+    let k = rounds * n;
+    eprintln!("server_load: throughput: {rounds} rounds of {n} renders on the server, then {n} `cadence render` processes ...");
+    let (mut srv, mut srv_wall_s, mut cli, mut cli_wall_s) = (Vec::new(), 0.0, Vec::new(), 0.0);
+    for r in 0..rounds {
+        let (s, w) = drive(n, (0..n).collect(), |_| request(&inp, "multipart", 0, scratch));
+        srv.extend(s);
+        srv_wall_s += w;
+        let (c, w) = drive(n, (0..n).collect(), |i| {
+            vec![cli_render(
+                cadence,
+                &wav_path,
+                &portrait_path,
+                &scratch.join(format!("cli{}.mp4", r * n + i)),
+                a.stride,
+                expected_frames,
+            )]
+        });
+        cli.extend(c);
+        cli_wall_s += w;
+    }
     let rss_end = server.rss_kib()?;
     server.stop()?;
-    eprintln!("server_load: throughput: {k} renders as {n} parallel `cadence render` processes ...");
-    let (cli, cli_wall_s) = drive(n, (0..k).collect(), |i| {
-        vec![cli_render(
-            cadence,
-            &wav_path,
-            &portrait_path,
-            &scratch.join(format!("cli{i}.mp4")),
-            a.stride,
-            expected_frames,
-        )]
-    });
     if let Some(e) = cli.iter().find_map(|c| c.wrong.as_deref()) {
         bail!("{e}");
     }
@@ -877,7 +888,7 @@ fn measure(a: &Args, cadence: &Path, scratch: &Path, out_dir: &Path, t_run: Inst
         format!(
             "cadence serve --slots {} on 127.0.0.1 (a child process); {} clients; every {} request a render; \
              {:.1} s of speech ({expected_frames} frames) at stride {}, 192x256 portrait; throughput: {k} renders, \
-             {n} at a time, server then `cadence render`",
+             {n} at a time, in rounds alternating server and `cadence render`",
             a.slots, a.concurrency, a.render_every, a.clip_seconds, a.stride
         ),
     );
