@@ -70,7 +70,14 @@ pub struct PackedConv3d {
 
 impl PackedConv3d {
     /// `w` in PyTorch layout (cout, cin, kd, kh, kw).
-    pub fn new(cout: usize, cin: usize, kernel: [usize; 3], pad: [usize; 3], w: &[f32], bias: Option<Vec<f32>>) -> Self {
+    pub fn new(
+        cout: usize,
+        cin: usize,
+        kernel: [usize; 3],
+        pad: [usize; 3],
+        w: &[f32],
+        bias: Option<Vec<f32>>,
+    ) -> Self {
         let taps = kernel.iter().product::<usize>();
         assert!(taps > 0, "conv3d: empty kernel {kernel:?}");
         assert_eq!(w.len(), cout * cin * taps, "conv3d: weight length");
@@ -249,7 +256,8 @@ mod tests {
                                                 continue;
                                             }
                                             let xv = x[(((b * cin + i) * d + iz as usize) * h + iy as usize) * w
-                                                + ix as usize] as f64;
+                                                + ix as usize]
+                                                as f64;
                                             let wv = wt[(((o * cin + i) * kd + a) * kh + c) * kw + e] as f64;
                                             acc += xv * wv;
                                         }
