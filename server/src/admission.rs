@@ -1,28 +1,59 @@
 //! Render slots and a bounded wait queue. A request takes a free slot at once, or waits in the
 //! queue (FIFO: tokio's semaphore is fair) when it has room, or is refused: tower's concurrency
 //! limit would queue without bound instead of refusing.
+//!
+//! Each slot renders on worker threads of its own (a rayon pool per slot, as many threads as
+//! the global pool has): renders sharing one pool ran slower together than separate `cadence
+//! render` processes do (`server_load`, two slots: 0.84 of the processes' throughput). In one
+//! pool a worker that waits for its part of one render's parallel loop steals work of the other
+//! render, so each render's loops end only when the other's stolen pieces do; separate pools
+//! leave the interleaving to the operating system, as separate processes do.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The worker pools of the slots not in use.
+type FreePools = Arc<Mutex<Vec<Arc<rayon::ThreadPool>>>>;
 
 pub struct Admission {
     slots: Arc<Semaphore>,
     total: usize,
     queue_cap: usize,
     waiting: Arc<AtomicUsize>,
+    pools: FreePools,
 }
 
 /// A held render slot; dropping it frees the slot (the render thread holds it until the engines
 /// are done, cancelled or not) and gives the render's freed memory back to the system.
-#[derive(Debug)]
 pub struct Slot {
+    pool: Option<(Arc<rayon::ThreadPool>, FreePools)>,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    /// Runs `f` (a render) on this slot's worker threads: its parallel loops use them and no
+    /// other slot's. A slot of [`Admission::take_all`] has none and runs `f` on the global pool.
+    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some((pool, _)) => pool.install(f),
+            None => f(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot").field("own_threads", &self.pool.is_some()).finish()
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         release_freed_memory();
+        if let Some((pool, free)) = self.pool.take() {
+            free.lock().unwrap_or_else(|e| e.into_inner()).push(pool);
+        }
     }
 }
 
@@ -60,15 +91,40 @@ impl Drop for Waiting {
 }
 
 impl Admission {
-    pub fn new(slots: usize, queue_cap: usize) -> Self {
-        Self { slots: Arc::new(Semaphore::new(slots)), total: slots, queue_cap, waiting: Arc::new(AtomicUsize::new(0)) }
+    /// `slots` render slots with `threads` worker threads each (0: as many as rayon's global
+    /// pool, which honours `RAYON_NUM_THREADS`).
+    pub fn new(slots: usize, queue_cap: usize, threads: usize) -> std::io::Result<Self> {
+        let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
+        let pools = (0..slots)
+            .map(|i| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(move |j| format!("cadence-slot{i}-{j}"))
+                    .build()
+                    .map(Arc::new)
+                    .map_err(std::io::Error::other)
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Self {
+            slots: Arc::new(Semaphore::new(slots)),
+            total: slots,
+            queue_cap,
+            waiting: Arc::new(AtomicUsize::new(0)),
+            pools: Arc::new(Mutex::new(pools)),
+        })
+    }
+
+    /// A slot with one of the free pools: there is one for every permit not held.
+    fn slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+        let pool = self.pools.lock().unwrap_or_else(|e| e.into_inner()).pop().expect("a free pool for every free slot");
+        Slot { pool: Some((pool, self.pools.clone())), _permit: permit }
     }
 
     /// A slot, after waiting in the queue if needed. Dropping the future (a client that goes away
     /// while queued) leaves the queue.
     pub async fn admit(&self) -> Result<Slot, QueueFull> {
         if let Ok(p) = self.slots.clone().try_acquire_owned() {
-            return Ok(Slot { _permit: p });
+            return Ok(self.slot(p));
         }
         let before = self.waiting.fetch_add(1, Ordering::SeqCst);
         let waiting = Waiting(self.waiting.clone());
@@ -78,21 +134,24 @@ impl Admission {
         }
         let permit = self.slots.clone().acquire_owned().await.expect("the semaphore is never closed");
         drop(waiting);
-        Ok(Slot { _permit: permit })
+        Ok(self.slot(permit))
     }
 
     /// A slot, however long it takes: for jobs, which wait in the job table (bounded by
     /// `--max-jobs`) rather than in the queue of requests. The semaphore is fair, so jobs and
     /// `/generate` requests take the slots in the order they asked.
     pub async fn wait(&self) -> Slot {
-        Slot { _permit: self.slots.clone().acquire_owned().await.expect("the semaphore is never closed") }
+        self.slot(self.slots.clone().acquire_owned().await.expect("the semaphore is never closed"))
     }
 
     /// Every slot, once the renders holding them have finished (a calibration). Fair: renders
     /// that ask later wait behind it.
     pub async fn take_all(&self) -> Slot {
         let n = u32::try_from(self.total).expect("slots fit in u32");
-        Slot { _permit: self.slots.clone().acquire_many_owned(n).await.expect("the semaphore is never closed") }
+        Slot {
+            pool: None,
+            _permit: self.slots.clone().acquire_many_owned(n).await.expect("the semaphore is never closed"),
+        }
     }
 
     pub fn slots(&self) -> usize {
@@ -116,7 +175,7 @@ mod tests {
 
     #[tokio::test]
     async fn slots_then_queue_then_refusal() {
-        let a = Arc::new(Admission::new(1, 1));
+        let a = Arc::new(Admission::new(1, 1, 1).unwrap());
         let first = a.admit().await.unwrap();
         assert_eq!((a.running(), a.queued()), (1, 0));
         let a2 = a.clone();

@@ -94,11 +94,12 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     let created = existing.is_none();
     let scratch = dir.path().to_path_buf();
     let entry = tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        let entry = existing.unwrap_or_else(|| std::sync::Arc::new(AvatarEntry::new(id, media, bytes.len())));
-        let (engines, _) = set.get(settings.decoder)?;
-        render_job::avatar_for(&set, &engines, &entry, &st.metrics, &scratch)?;
-        Ok::<_, anyhow::Error>(entry)
+        slot.run(|| {
+            let entry = existing.unwrap_or_else(|| std::sync::Arc::new(AvatarEntry::new(id, media, bytes.len())));
+            let (engines, _) = set.get(settings.decoder)?;
+            render_job::avatar_for(&set, &engines, &entry, &st.metrics, &scratch)?;
+            Ok::<_, anyhow::Error>(entry)
+        })
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?

@@ -23,6 +23,11 @@ pub struct ServeArgs {
     /// Renders (and avatar preparations) that run at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub slots: u32,
+    /// Worker threads of each slot's render (0: one per core, as a `cadence render` process
+    /// has). Every slot has threads of its own; lower this when slots x threads oversubscribes
+    /// the cores more than you want.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub slot_threads: u32,
     /// Requests that may wait for a slot; beyond them, 429 with Retry-After.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub queue: u32,
@@ -85,6 +90,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub token: Option<String>,
     pub slots: usize,
+    /// `--slot-threads` (0: one per core).
+    pub slot_threads: usize,
     pub queue: usize,
     pub max_body_bytes: usize,
     pub max_seconds: f64,
@@ -120,6 +127,7 @@ impl ServeArgs {
             listen: self.listen,
             token,
             slots: self.slots as usize,
+            slot_threads: self.slot_threads as usize,
             queue: self.queue as usize,
             max_body_bytes,
             max_seconds: self.max_seconds,

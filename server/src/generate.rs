@@ -125,12 +125,9 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
     }
     let job = checked.into_job(&state, cancel, dir, Target::File, None);
     let st = state.clone();
-    let rendered = tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        render_job::run(&set, &st.metrics, job)
-    })
-    .await
-    .map_err(|e| {
+    let rendered = tokio::task::spawn_blocking(move || slot.run(|| render_job::run(&set, &st.metrics, job)))
+        .await
+        .map_err(|e| {
         state.metrics.render_outcome("failed");
         ApiError::internal(format!("the render thread failed: {e}"))
     })??;
@@ -171,7 +168,7 @@ async fn streamed(
     let render = tokio::task::spawn_blocking(move || {
         let _span = span.enter();
         rec.set_running();
-        let result = render_job::run(&engines, &st.metrics, job);
+        let result = slot.run(|| render_job::run(&engines, &st.metrics, job));
         drop(slot);
         rec.finish(match &result {
             Ok(r) => Ok(FinalStats::new(r, stride, clip_fps, pre_render, ms(t_all))),

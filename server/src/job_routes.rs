@@ -75,11 +75,7 @@ async fn run(
     record.set_running();
     let (stride, clip_fps) = (job.settings.stride, job.settings.fps.hz());
     let st = state.clone();
-    let rendered = tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        render_job::run(&set, &st.metrics, job)
-    })
-    .await;
+    let rendered = tokio::task::spawn_blocking(move || slot.run(|| render_job::run(&set, &st.metrics, job))).await;
     let outcome = match rendered {
         Ok(Ok(r)) => Ok(FinalStats::new(&r, stride, clip_fps, timing, t_all.elapsed().as_secs_f64() * 1e3)),
         Ok(Err(e)) => Err(JobError { code: e.code, message: e.message }),

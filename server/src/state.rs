@@ -50,7 +50,7 @@ impl ServerState {
         let id_prefix = format!("{:x}{:06x}", std::process::id(), started.as_micros() as u64 & 0xff_ffff);
         Ok(Self {
             jobs: JobTable::new(config.jobs_dir.as_deref(), config.job_ttl, config.max_jobs)?,
-            admission: Admission::new(config.slots, config.queue),
+            admission: Admission::new(config.slots, config.queue, config.slot_threads)?,
             calibration: Mutex::new(None),
             calibrating: AtomicBool::new(false),
             avatars: Mutex::new(AvatarCache::new(config.avatar_cache)),

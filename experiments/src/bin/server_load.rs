@@ -51,7 +51,7 @@ struct Args {
     stride: u32,
     /// Renders in the throughput comparison, on each side (rounded up to a multiple of --slots),
     /// in rounds of --slots renders alternating between the server and the CLI.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     compare_renders: u32,
     /// The `cadence` binary [default: `cadence` beside this binary, built by
     /// `cargo build --release -p cadence-cli`].
