@@ -75,6 +75,23 @@ fn release_freed_memory() {
     }
 }
 
+/// Caps glibc's malloc arenas at one per slot plus one, unless `MALLOC_ARENA_MAX` sets them.
+///
+/// glibc gives threads arenas of their own up to 8 per core, and each keeps the fragments its
+/// threads' freed blocks leave. With a worker pool per slot, `server_load` measured resident
+/// memory rising for dozens of renders after warm-up before it levelled off (+9%, a plateau
+/// at 96 renders as at 48); with the environment variable at 2 it ended below its level after
+/// warm-up. Renders allocate a few large buffers per layer, so sharing arenas costs little lock
+/// time. Call once, at start, before the threads.
+pub fn cap_malloc_arenas(slots: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let n = libc::c_int::try_from(slots + 1).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt sets an allocator parameter; M_ARENA_MAX takes effect for arenas made later.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, n) };
+    }
+}
+
 /// Why a request was not admitted: slots and queue are full.
 #[derive(Debug)]
 pub struct QueueFull {

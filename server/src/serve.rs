@@ -27,6 +27,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
     let config = args.config()?;
+    crate::admission::cap_malloc_arenas(config.slots);
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async move {
         let listener =
