@@ -206,4 +206,34 @@ mod tests {
         second.await.unwrap().unwrap();
         assert_eq!((a.running(), a.queued()), (0, 0));
     }
+
+    /// A slot's render runs on the slot's own pool, never on another slot's or the global one,
+    /// and a freed slot's pool serves the next request.
+    #[tokio::test]
+    async fn each_slot_renders_on_threads_of_its_own() {
+        let a = Admission::new(2, 0, 3).unwrap();
+        let where_run = |s: &Slot| {
+            s.run(|| {
+                let name = |_: rayon::BroadcastContext<'_>| std::thread::current().name().unwrap_or("").to_string();
+                let names: Vec<String> = rayon::broadcast(name);
+                (rayon::current_num_threads(), names)
+            })
+        };
+        let (first, second) = (a.admit().await.unwrap(), a.admit().await.unwrap());
+        let ((n1, names1), (n2, names2)) = (where_run(&first), where_run(&second));
+        assert_eq!((n1, n2), (3, 3));
+        let pool = |names: &[String]| {
+            let p = names[0].rsplit_once('-').unwrap().0.to_string();
+            assert!(p.starts_with("cadence-slot"), "{names:?}");
+            assert!(names.iter().all(|n| n.starts_with(&format!("{p}-"))), "{names:?}");
+            p
+        };
+        let (p1, p2) = (pool(&names1), pool(&names2));
+        assert_ne!(p1, p2, "two slots share a pool");
+        drop(first);
+        let third = a.admit().await.unwrap();
+        assert_eq!(pool(&where_run(&third).1), p1, "the freed slot's pool is used again");
+        let all = Admission::new(1, 0, 1).unwrap().take_all().await;
+        assert!(all.run(|| rayon::current_thread_index()).is_none(), "a calibration runs on the caller's thread");
+    }
 }
