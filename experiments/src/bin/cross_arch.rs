@@ -17,9 +17,8 @@ struct Args {
     /// The stride table to read (default: results/stride_table.csv).
     #[arg(long)]
     stride_table: Option<PathBuf>,
-    /// Directory for the CSV (default: results/).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    out: experiments::OutDir,
 }
 
 #[derive(serde::Deserialize)]
@@ -84,10 +83,7 @@ fn main() -> Result<()> {
             "missing (no engine)"
         );
     }
-    let dir = match a.out {
-        Some(d) => experiments::paths::ensure_dir(&d)?,
-        None => results,
-    };
+    let dir = a.out.dir()?;
     let path = dir.join("cross_arch.csv");
     write_csv(&path, &prov, &out)?;
     eprintln!("wrote {}", path.display());

@@ -11,7 +11,6 @@ use cadence_engines::{
 use clap::Parser;
 use experiments::csvout::write_csv;
 use experiments::provenance::{load_average, Provenance};
-use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
@@ -32,9 +31,8 @@ struct Args {
     /// Timed runs per engine (the median is reported; one untimed warm-up run precedes them).
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// Directory for the CSV (default: results/).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    out: experiments::OutDir,
 }
 
 #[derive(serde::Serialize)]
@@ -73,10 +71,7 @@ fn main() -> Result<()> {
     let a = Args::parse();
     cadence_engines::isa::check_env()?;
     ensure!(a.batch > 0 && a.vae_batch > 0 && a.runs > 0, "--batch, --vae-batch and --runs must be positive");
-    let out_dir = match a.out {
-        Some(d) => d,
-        None => experiments::paths::results_dir()?,
-    };
+    let out_dir = a.out.dir()?;
     let profile = Profile::parse(&a.profile)?;
     let dev = select_device(DeviceRequest::Cpu)?.device;
     let w = WeightsSource::Synthetic { seed: DEFAULT_SEED };

@@ -49,9 +49,8 @@ struct Args {
     /// Engines to compare (comma-separated): unet, taesd, sd-vae, whisper.
     #[arg(long, value_delimiter = ',', default_value = "unet,taesd,sd-vae,whisper")]
     engines: Vec<String>,
-    /// Directory for the CSV and plot (default: results/).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    out: experiments::OutDir,
 }
 
 /// One PyTorch worker (`torch_peer.py --worker`).
@@ -239,10 +238,7 @@ fn main() -> Result<()> {
             python.display()
         );
     }
-    let out_dir = match a.out {
-        Some(d) => d,
-        None => experiments::paths::results_dir()?,
-    };
+    let out_dir = a.out.dir()?;
     rayon::ThreadPoolBuilder::new().num_threads(a.threads).build_global().context("rayon's thread pool")?;
     let load_start = load_average();
     let t0 = Instant::now();

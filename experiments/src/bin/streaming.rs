@@ -36,9 +36,8 @@ struct Args {
     /// (they hold the whole clip's audio features: 77 KB per frame, 1.2 GB for 600 s).
     #[arg(long, default_value_t = 60.0)]
     whole_max_seconds: f64,
-    /// Directory for the CSV and plot (default: results/).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    out: experiments::OutDir,
     /// Runs of each mode for the clips compared with their whole-clip render (median kept).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     repeats: u32,
@@ -323,10 +322,7 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string(&row)?);
         return Ok(());
     }
-    let out_dir = match &a.out {
-        Some(d) => experiments::paths::ensure_dir(d)?,
-        None => experiments::paths::results_dir()?,
-    };
+    let out_dir = a.out.dir()?;
     // Provenance (commit and tree state at the start of the run) of the engines and inputs the
     // children use; loading them is cheap next to the renders.
     let session = Session::open(&a.session)?;

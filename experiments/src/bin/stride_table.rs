@@ -13,7 +13,6 @@ use clap::Parser;
 use experiments::plot::{bar_plot, BarChart};
 use experiments::provenance::Provenance;
 use experiments::session::{Session, SessionArgs};
-use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(
@@ -25,9 +24,8 @@ struct Args {
     strides: Vec<usize>,
     #[command(flatten)]
     session: SessionArgs,
-    /// Directory for the CSV and plots (default: results/).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    out: experiments::OutDir,
 }
 
 #[derive(serde::Serialize)]
@@ -64,10 +62,7 @@ struct Row {
 fn main() -> Result<()> {
     let a = Args::parse();
     ensure!(!a.strides.is_empty() && a.strides.iter().all(|&k| k > 0), "--strides must be positive integers");
-    let out_dir = match &a.out {
-        Some(d) => experiments::paths::ensure_dir(d)?,
-        None => experiments::paths::results_dir()?,
-    };
+    let out_dir = a.out.dir()?;
     eprintln!("stride_table: loading engines and inputs ...");
     let session = Session::open(&a.session)?;
     let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
