@@ -66,6 +66,7 @@ pub mod unet_cpu;
 pub mod weights;
 pub mod whisper;
 pub mod whisper_cpu;
+pub mod winograd;
 
 /// One latent frame of MuseTalk: 4 channels x 32 x 32, the UNet's output and the decoders' input
 /// (and the element count the expansion kernels work on per frame).

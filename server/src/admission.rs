@@ -234,6 +234,6 @@ mod tests {
         let third = a.admit().await.unwrap();
         assert_eq!(pool(&where_run(&third).1), p1, "the freed slot's pool is used again");
         let all = Admission::new(1, 0, 1).unwrap().take_all().await;
-        assert!(all.run(|| rayon::current_thread_index()).is_none(), "a calibration runs on the caller's thread");
+        assert!(all.run(rayon::current_thread_index).is_none(), "a calibration runs on the caller's thread");
     }
 }
