@@ -50,6 +50,7 @@ pub mod config;
 pub mod cpu_conv;
 pub mod cpu_conv3d;
 pub mod device;
+pub mod ditto;
 pub mod error;
 mod flops;
 pub mod isa;
