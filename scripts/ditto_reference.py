@@ -212,6 +212,48 @@ class Warping(nn.Module):
         return self.fourth(self.third(warped.reshape(b, c * d, h, w))) * occlusion
 
 
+# ---------------------------------------------------------------- appearance extractor (LivePortrait)
+class ConvBn2d(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm = nn.BatchNorm2d(cout)
+
+
+class Res3d(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv1 = nn.Conv3d(c, c, 3, padding=1)
+        self.conv2 = nn.Conv3d(c, c, 3, padding=1)
+        self.norm1 = nn.BatchNorm3d(c)
+        self.norm2 = nn.BatchNorm3d(c)
+
+    def forward(self, x):
+        h = self.conv1(F.relu(self.norm1(x)))
+        return self.conv2(F.relu(self.norm2(h))) + x
+
+
+class Appearance(nn.Module):
+    def __init__(self, image, be, downs, fmax, rc, rd, res):
+        super().__init__()
+        self.rc, self.rd = rc, rd
+        self.first = ConvBn2d(image, be)
+        width = lambda i: min(fmax, be * 2**i)
+        self.down_blocks = nn.ModuleList([ConvBn2d(width(i), width(i + 1)) for i in range(downs)])
+        self.second = nn.Conv2d(width(downs), fmax, 1)
+        self.resblocks_3d = nn.Sequential()
+        for i in range(res):
+            self.resblocks_3d.add_module(f"3dr{i}", Res3d(rc))
+
+    def forward(self, img):
+        x = F.relu(self.first.norm(self.first.conv(img)))
+        for d in self.down_blocks:
+            x = F.avg_pool2d(F.relu(d.norm(d.conv(x))), 2)
+        x = self.second(x)
+        b, c, h, w = x.shape
+        return self.resblocks_3d(x.reshape(b, self.rc, self.rd, h, w))
+
+
 # ---------------------------------------------------------------- weights and fixtures
 def randomize(model):
     """Non-trivial eval state: BN running statistics and affine parameters away from (0, 1),
@@ -285,6 +327,14 @@ def main(out_dir):
         {"feature_3d": f3d, "kp_source": kp_s, "kp_driving": kp_d},
         {"out": out, "deformation": deformation, "occlusion": occlusion},
     )
+
+    # Appearance extractor: widths 4..16 (64..512), reshape 4 x 4 (32 x 16), 2 resblocks (6),
+    # 16x16 image (256x256).
+    ap = randomize(Appearance(image=3, be=4, downs=2, fmax=16, rc=4, rd=4, res=2))
+    img = torch.rand(1, 3, 16, 16)
+    with torch.no_grad():
+        vol = ap(img)
+    save(out_dir, "appearance", ap, {"image": img}, {"feature_3d": vol})
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cadence_engines::checkpoint::WeightsFile;
+use cadence_engines::ditto::appearance::{AppearanceConfig, AppearanceFeatureExtractor};
 use cadence_engines::ditto::spade::{SpadeConfig, SpadeDecoder};
 use cadence_engines::ditto::stitch::{StitchConfig, StitchingNetwork};
 use cadence_engines::ditto::warp::{WarpConfig, WarpingNetwork};
@@ -34,7 +35,9 @@ fn values(t: &HashMap<String, Tensor>, name: &str) -> Vec<f32> {
 /// Largest absolute difference.
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "lengths");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    eprintln!("max |diff| {d:e} over {} values", a.len());
+    d
 }
 
 /// The fixtures' configurations (see scripts/ditto_reference.py).
@@ -120,6 +123,29 @@ fn warping_network_matches_pytorch() {
 }
 
 #[test]
+fn appearance_extractor_matches_pytorch() {
+    let cfg = AppearanceConfig {
+        image_channels: 3,
+        block_expansion: 4,
+        num_down_blocks: 2,
+        max_features: 16,
+        reshape_channels: 4,
+        reshape_depth: 4,
+        num_resblocks: 2,
+    };
+    assert_table_is_state_dict(&cfg.param_table(), "appearance_weights.safetensors");
+    let net =
+        AppearanceFeatureExtractor::new(&cfg, &WeightsSource::File(fixture("appearance_weights.safetensors"))).unwrap();
+    let t = io("appearance_io.safetensors");
+    let got = net.forward(&values(&t, "in.image"), 16, 16).unwrap();
+    let want = values(&t, "out.feature_3d");
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = max_diff(&got, &want);
+    assert!(d < 1e-5 * scale.max(1.0), "appearance extractor: max |diff| {d} (scale {scale})");
+    assert!(net.forward(&values(&t, "in.image"), 16, 15).is_err());
+}
+
+#[test]
 fn full_size_tables_and_costs_are_liveportraits() {
     // Learned parameters as PyTorch counts them (`sum(p.numel() for p in m.parameters())` of the
     // reference modules at full size: 55,365,388 and 45,529,829; LivePortrait's speed.md rounds
@@ -137,6 +163,11 @@ fn full_size_tables_and_costs_are_liveportraits() {
     assert_eq!(learned(&warp.param_table()), 45_529_829);
     let m = warp.macs(64, 64) / 1e9;
     assert!((m - 171.0).abs() < 2.0, "warp: {m} GMAC");
+    // Appearance extractor: 836,224 parameters (0.84 M), about 32 GMAC per 256x256 image.
+    let ap = AppearanceConfig::default();
+    assert_eq!(learned(&ap.param_table()), 836_224);
+    let m = ap.macs(256, 256) / 1e9;
+    assert!((m - 32.0).abs() < 0.5, "appearance: {m} GMAC");
 }
 
 /// Runs `f` three times and prints the median.
@@ -149,7 +180,7 @@ fn time3(what: &str, mut f: impl FnMut()) {
         })
         .collect();
     t.sort_by(f64::total_cmp);
-    eprintln!("{what}: median of 3 forwards {:.4} s ({t:.4?})", t[1]);
+    eprintln!("{what}: median of 3 forwards {:.3} ms ({t:.4?} s)", t[1] * 1e3);
 }
 
 #[test]
@@ -167,6 +198,13 @@ fn full_size_networks_run_with_synthetic_weights() {
     time3("warping network", || out = warp.forward(&f3d, &kp, &kp_d, 64, 64).unwrap());
     assert_eq!(out.len(), 256 * 64 * 64);
     assert!(out.iter().all(|v| v.is_finite()));
+
+    let ap = AppearanceFeatureExtractor::new(&AppearanceConfig::default(), &seed).unwrap();
+    let img: Vec<f32> = (0..3 * 256 * 256).map(|i| (i % 251) as f32 / 251.0).collect();
+    let mut vol = Vec::new();
+    time3("appearance extractor", || vol = ap.forward(&img, 256, 256).unwrap());
+    assert_eq!(vol.len(), 32 * 16 * 64 * 64);
+    assert!(vol.iter().all(|v| v.is_finite()));
 
     let dec = SpadeDecoder::new(&SpadeConfig::default(), &seed).unwrap();
     let mut img = Vec::new();

@@ -10,6 +10,7 @@
 //! | StitchingNetwork (Ditto `core/models/modules/stitching_network.py`) | [`stitch`] | kp_source, kp_driving (B,21,3) -> kp_driving stitched (B,21,3) |
 //! | SPADEDecoder (LP `src/modules/spade_generator.py`) | [`spade`] | feature (1,256,64,64) -> image (1,3,512,512) in [0,1] |
 //! | WarpingNetwork + DenseMotionNetwork (LP `warping_network.py`, `dense_motion.py`) | [`warp`] | feature_3d (1,32,16,64,64), kp_source, kp_driving (1,21,3) -> (1,256,64,64) |
+//! | AppearanceFeatureExtractor (LP `appearance_feature_extractor.py`; per source image) | [`appearance`] | image (1,3,256,256) in [0,1] -> feature_3d (1,32,16,64,64) |
 //!
 //! **Parameter names** are the published state dicts' (the attribute paths of the PyTorch
 //! modules), so Ditto's `stitch_network.pth`, `warp_network.pth` and `decoder.pth` (and
@@ -28,6 +29,7 @@
 //! power iteration on the seeded `weight_orig` (what training leaves behind), so every
 //! spectral-normalised convolution has spectral norm about 1 as in a trained network.
 
+pub mod appearance;
 pub mod spade;
 pub mod stitch;
 pub mod warp;
@@ -41,7 +43,7 @@ use crate::weights::{self, default_init, Init, ParamSpec, ParamTable};
 use crate::{Device, EngineError, Result, WeightsSource};
 
 /// BatchNorm's eps (PyTorch's default, which LivePortrait keeps).
-const BN_EPS: f64 = 1e-5;
+pub(crate) const BN_EPS: f64 = 1e-5;
 
 /// Builds a [`ParamTable`] in declaration order.
 #[derive(Default)]

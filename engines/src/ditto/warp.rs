@@ -153,7 +153,7 @@ pub(crate) fn normalize(key: &str) -> Option<String> {
 }
 
 /// A Conv3d (PyTorch layout in `p`) packed, with its BatchNorm folded in if `bn`.
-fn conv3d_from(
+pub(crate) fn conv3d_from(
     p: &mut Params,
     name: &str,
     bn: Option<&str>,
@@ -436,7 +436,7 @@ fn depth_into_channels(x: &Ndhwc) -> Nhwc {
 }
 
 /// AvgPool3d((1, 2, 2)): the mean of each 2x2 block of every depth slice.
-fn avg_pool_hw2(x: &Ndhwc) -> Ndhwc {
+pub(crate) fn avg_pool_hw2(x: &Ndhwc) -> Ndhwc {
     let (h, w, c) = (x.h / 2, x.w / 2, x.c);
     let mut out = vec![0f32; x.n * x.d * h * w * c];
     out.par_chunks_mut(w * c).enumerate().for_each(|(row, dst)| {
