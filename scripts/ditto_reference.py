@@ -254,6 +254,62 @@ class Appearance(nn.Module):
         return self.resblocks_3d(x.reshape(b, self.rc, self.rd, h, w))
 
 
+# ---------------------------------------------------------------- motion extractor (ConvNeXtV2, LivePortrait)
+class LN(nn.Module):
+    """LayerNorm over channels, eps 1e-6, for NCHW (channels_first) or NHWC input."""
+
+    def __init__(self, c, channels_first):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(c))
+        self.bias = nn.Parameter(torch.zeros(c))
+        self.cf = channels_first
+
+    def forward(self, x):
+        if self.cf:
+            return F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2], self.weight, self.bias, 1e-6).permute(0, 3, 1, 2)
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, 1e-6)
+
+
+class NextBlock(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.dwconv = nn.Conv2d(d, d, 7, padding=3, groups=d)
+        self.norm = LN(d, False)
+        self.pwconv1 = nn.Linear(d, 4 * d)
+        self.grn = nn.Module()
+        self.grn.gamma = nn.Parameter(torch.zeros(1, 1, 1, 4 * d))
+        self.grn.beta = nn.Parameter(torch.zeros(1, 1, 1, 4 * d))
+        self.pwconv2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        h = self.dwconv(x).permute(0, 2, 3, 1)
+        h = F.gelu(self.pwconv1(self.norm(h)))
+        g = torch.sqrt((h * h).sum(dim=(1, 2), keepdim=True))
+        h = self.grn.gamma * (h * (g / (g.mean(dim=-1, keepdim=True) + 1e-6))) + self.grn.beta + h
+        return x + self.pwconv2(h).permute(0, 3, 1, 2)
+
+
+class Motion(nn.Module):
+    def __init__(self, depths, dims, kp, bins):
+        super().__init__()
+        det = nn.Module()
+        det.downsample_layers = nn.ModuleList([nn.Sequential(nn.Conv2d(3, dims[0], 4, stride=4), LN(dims[0], True))])
+        for i in range(3):
+            det.downsample_layers.append(nn.Sequential(LN(dims[i], True), nn.Conv2d(dims[i], dims[i + 1], 2, stride=2)))
+        det.stages = nn.ModuleList([nn.Sequential(*[NextBlock(dims[i]) for _ in range(depths[i])]) for i in range(4)])
+        det.norm = nn.LayerNorm(dims[-1], eps=1e-6)
+        for name, n in [("kp", 3 * kp), ("scale", 1), ("pitch", bins), ("yaw", bins), ("roll", bins), ("t", 3), ("exp", 3 * kp)]:
+            setattr(det, f"fc_{name}", nn.Linear(dims[-1], n))
+        self.detector = det
+
+    def forward(self, x):
+        d = self.detector
+        for i in range(4):
+            x = d.stages[i](d.downsample_layers[i](x))
+        x = d.norm(x.mean([-2, -1]))
+        return {k: getattr(d, f"fc_{k}")(x) for k in ["pitch", "yaw", "roll", "t", "exp", "scale", "kp"]}
+
+
 # ---------------------------------------------------------------- weights and fixtures
 def randomize(model):
     """Non-trivial eval state: BN running statistics and affine parameters away from (0, 1),
@@ -335,6 +391,19 @@ def main(out_dir):
     with torch.no_grad():
         vol = ap(img)
     save(out_dir, "appearance", ap, {"image": img}, {"feature_3d": vol})
+
+    # Motion extractor: depths [1, 1, 2, 1] ([3, 3, 9, 3]), dims 8..32 (96..768), 3 keypoints
+    # (21), 5 bins (66), 64x64 image (256x256). LayerNorm and GRN parameters randomised (GRN's
+    # are zeros at init, which would hide it).
+    me = Motion([1, 1, 2, 1], [8, 16, 24, 32], kp=3, bins=5).eval()
+    with torch.no_grad():
+        for k, v in me.named_parameters():
+            if "grn" in k or "norm" in k or "downsample_layers.0.1" in k or k.endswith(".0.weight") and v.dim() == 1:
+                v.uniform_(-0.5, 0.5) if "grn" in k else v.uniform_(0.5, 1.5) if k.endswith("weight") else v.uniform_(-0.2, 0.2)
+    img = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        outs = me(img)
+    save(out_dir, "motion", me, {"image": img}, outs)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use cadence_engines::checkpoint::WeightsFile;
 use cadence_engines::ditto::appearance::{AppearanceConfig, AppearanceFeatureExtractor};
+use cadence_engines::ditto::motion::{MotionConfig, MotionExtractor, HEADS};
 use cadence_engines::ditto::spade::{SpadeConfig, SpadeDecoder};
 use cadence_engines::ditto::stitch::{StitchConfig, StitchingNetwork};
 use cadence_engines::ditto::warp::{WarpConfig, WarpingNetwork};
@@ -146,6 +147,21 @@ fn appearance_extractor_matches_pytorch() {
 }
 
 #[test]
+fn motion_extractor_matches_pytorch() {
+    let cfg = MotionConfig { depths: [1, 1, 2, 1], dims: [8, 16, 24, 32], num_kp: 3, num_bins: 5 };
+    assert_table_is_state_dict(&cfg.param_table(), "motion_weights.safetensors");
+    let net = MotionExtractor::new(&cfg, &WeightsSource::File(fixture("motion_weights.safetensors"))).unwrap();
+    let t = io("motion_io.safetensors");
+    let got = net.forward(&values(&t, "in.image"), 64, 64).unwrap();
+    for (head, got) in HEADS.iter().zip(&got) {
+        // Logits of order 1; GELU's erf is Abramowitz & Stegun's (6e-7 absolute).
+        let d = max_diff(got, &values(&t, &format!("out.{head}")));
+        assert!(d < 2e-5, "motion extractor `{head}`: max |diff| {d}");
+    }
+    assert!(net.forward(&[0.0; 3 * 48 * 48], 48, 48).is_err());
+}
+
+#[test]
 fn full_size_tables_and_costs_are_liveportraits() {
     // Learned parameters as PyTorch counts them (`sum(p.numel() for p in m.parameters())` of the
     // reference modules at full size: 55,365,388 and 45,529,829; LivePortrait's speed.md rounds
@@ -168,6 +184,11 @@ fn full_size_tables_and_costs_are_liveportraits() {
     assert_eq!(learned(&ap.param_table()), 836_224);
     let m = ap.macs(256, 256) / 1e9;
     assert!((m - 32.0).abs() < 0.5, "appearance: {m} GMAC");
+    // Motion extractor (ConvNeXtV2-tiny): 28,118,728 parameters (28.1 M), about 5.8 GMAC.
+    let me = MotionConfig::default();
+    assert_eq!(learned(&me.param_table()), 28_118_728);
+    let m = me.macs(256, 256) / 1e9;
+    assert!((m - 5.8).abs() < 0.3, "motion: {m} GMAC");
 }
 
 /// Runs `f` three times and prints the median.
@@ -205,6 +226,11 @@ fn full_size_networks_run_with_synthetic_weights() {
     time3("appearance extractor", || vol = ap.forward(&img, 256, 256).unwrap());
     assert_eq!(vol.len(), 32 * 16 * 64 * 64);
     assert!(vol.iter().all(|v| v.is_finite()));
+
+    let me = MotionExtractor::new(&MotionConfig::default(), &seed).unwrap();
+    let mut heads = Vec::new();
+    time3("motion extractor", || heads = me.forward(&img, 256, 256).unwrap());
+    assert_eq!(heads.iter().map(Vec::len).collect::<Vec<_>>(), [66, 66, 66, 3, 63, 1, 63]);
 
     let dec = SpadeDecoder::new(&SpadeConfig::default(), &seed).unwrap();
     let mut img = Vec::new();

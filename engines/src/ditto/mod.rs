@@ -11,6 +11,7 @@
 //! | SPADEDecoder (LP `src/modules/spade_generator.py`) | [`spade`] | feature (1,256,64,64) -> image (1,3,512,512) in [0,1] |
 //! | WarpingNetwork + DenseMotionNetwork (LP `warping_network.py`, `dense_motion.py`) | [`warp`] | feature_3d (1,32,16,64,64), kp_source, kp_driving (1,21,3) -> (1,256,64,64) |
 //! | AppearanceFeatureExtractor (LP `appearance_feature_extractor.py`; per source image) | [`appearance`] | image (1,3,256,256) in [0,1] -> feature_3d (1,32,16,64,64) |
+//! | MotionExtractor (LP `motion_extractor.py`, ConvNeXtV2-tiny; per source image) | [`motion`] | image (1,3,256,256) -> pitch, yaw, roll (66 bins), t, exp, scale, kp |
 //!
 //! **Parameter names** are the published state dicts' (the attribute paths of the PyTorch
 //! modules), so Ditto's `stitch_network.pth`, `warp_network.pth` and `decoder.pth` (and
@@ -30,6 +31,7 @@
 //! spectral-normalised convolution has spectral norm about 1 as in a trained network.
 
 pub mod appearance;
+pub mod motion;
 pub mod spade;
 pub mod stitch;
 pub mod warp;
