@@ -238,3 +238,41 @@ fn full_size_networks_run_with_synthetic_weights() {
     assert_eq!(img.len(), 3 * 512 * 512);
     assert!(img.iter().all(|v| (0.0..=1.0).contains(v)));
 }
+
+#[test]
+fn synthetic_weights_are_seeded_and_usable_at_reduced_size() {
+    // Same seed, same output; another seed, another output; values finite (the spectral-norm
+    // vectors are power-iterated, so the folded weights are well scaled).
+    let (s1, s2) = (WeightsSource::Synthetic { seed: 1 }, WeightsSource::Synthetic { seed: 2 });
+    let feature: Vec<f32> = (0..8 * 8 * 8).map(|i| (i as f32 * 0.1).sin()).collect();
+    let run = |s: &WeightsSource| SpadeDecoder::new(&spade_small(), s).unwrap().forward(&feature, 1, 8, 8).unwrap();
+    let (a, b, c) = (run(&s1), run(&s1), run(&s2));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert!(a.iter().all(|v| v.is_finite() && (0.0..=1.0).contains(v)));
+    let f3d: Vec<f32> = (0..4 * 4 * 16 * 16).map(|i| (i as f32 * 0.37).cos()).collect();
+    let kp = [0.1, -0.2, 0.3, 0.5, 0.0, -0.4, -0.6, 0.2, 0.1];
+    let kd: Vec<f32> = kp.iter().map(|v| v + 0.05).collect();
+    let run =
+        |s: &WeightsSource| WarpingNetwork::new(&warp_small(), s).unwrap().forward(&f3d, &kp, &kd, 16, 16).unwrap();
+    let (a, b) = (run(&s1), run(&s1));
+    assert_eq!(a, b);
+    assert!(a.iter().all(|v| v.is_finite()) && a.iter().any(|v| *v != 0.0));
+}
+
+#[test]
+fn a_file_of_another_network_is_refused_by_tensor_name() {
+    let err = SpadeDecoder::new(&spade_small(), &WeightsSource::File(fixture("warp_weights.safetensors")))
+        .err()
+        .expect("a warping network's weights are not a decoder's")
+        .to_string();
+    assert!(err.contains("fc.weight"), "{err}");
+    // The right network at the wrong size: a shape error naming the tensor.
+    let mut cfg = warp_small();
+    cfg.out_channels = 16;
+    let err = WarpingNetwork::new(&cfg, &WeightsSource::File(fixture("warp_weights.safetensors")))
+        .err()
+        .expect("wrong width")
+        .to_string();
+    assert!(err.contains("third.conv.weight"), "{err}");
+}
