@@ -8,9 +8,9 @@
 //! | network | module | input -> output |
 //! |---|---|---|
 //! | StitchingNetwork (Ditto `core/models/modules/stitching_network.py`) | [`stitch`] | kp_source, kp_driving (B,21,3) -> kp_driving stitched (B,21,3) |
-//! | SPADEDecoder (LP `src/modules/spade_generator.py`) | [`spade`] | feature (1,256,64,64) -> image (1,3,512,512) in [0,1] |
+//! | SPADEDecoder (LP `src/modules/spade_generator.py`) | [`spade`] | feature (1,256,64,64) -> image (1,3,512,512) in `[0, 1]` |
 //! | WarpingNetwork + DenseMotionNetwork (LP `warping_network.py`, `dense_motion.py`) | [`warp`] | feature_3d (1,32,16,64,64), kp_source, kp_driving (1,21,3) -> (1,256,64,64) |
-//! | AppearanceFeatureExtractor (LP `appearance_feature_extractor.py`; per source image) | [`appearance`] | image (1,3,256,256) in [0,1] -> feature_3d (1,32,16,64,64) |
+//! | AppearanceFeatureExtractor (LP `appearance_feature_extractor.py`; per source image) | [`appearance`] | image (1,3,256,256) in `[0, 1]` -> feature_3d (1,32,16,64,64) |
 //! | MotionExtractor (LP `motion_extractor.py`, ConvNeXtV2-tiny; per source image) | [`motion`] | image (1,3,256,256) -> pitch, yaw, roll (66 bins), t, exp, scale, kp |
 //!
 //! **Parameter names** are the published state dicts' (the attribute paths of the PyTorch
@@ -22,7 +22,7 @@
 //! **Eval-time folding at load**: BatchNorm (running statistics, eps 1e-5) is folded into the
 //! convolution before it; spectral normalisation (`weight_orig`, `weight_u`, `weight_v`) becomes
 //! `weight_orig / (uᵀ W v)` with the stored vectors, which is what `torch.nn.utils.spectral_norm`
-//! computes in eval mode (no power iteration). Both happen once, in [`Params`], so the forward
+//! computes in eval mode (no power iteration). Both happen once, in `Params`, so the forward
 //! passes see plain convolutions.
 //!
 //! **Synthetic weights** (the default, [`WeightsSource::Synthetic`]): the engines' seeded rule

@@ -10,7 +10,7 @@
 //! `dx = conv_0(lrelu(norm_0(x, seg)))`, `dx = conv_1(lrelu(norm_1(dx, seg)))`, out = shortcut + dx
 //! with LeakyReLU slope 0.2. Only where fin != fout (`up_0`, `up_1`) is the shortcut learned:
 //! `conv_s(norm_s(x, seg))`, a 1x1 convolution without bias and *no* activation; otherwise it is x.
-//! conv_0, conv_1 and conv_s are spectral-normalised (folded at load, [`super::Params`]).
+//! conv_0, conv_1 and conv_s are spectral-normalised (folded at load, see [`super`]).
 //!
 //! SPADE(c): InstanceNorm2d(c, affine=False, eps 1e-5)(x) · (1 + γ) + β, with
 //! `actv = ReLU(mlp_shared.0(nearest_resize(seg, x's size)))` (conv3x3 label->hidden, hidden = 128)

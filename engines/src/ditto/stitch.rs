@@ -3,7 +3,7 @@
 //!
 //! MLP `mlp.0` 126->128, ReLU, `mlp.2` 128->128, ReLU, `mlp.4` 128->64, ReLU, `mlp.6` 64->65 on
 //! cat(kp_source.flatten(), kp_driving.flatten()) (21 x 3 each). The output is kp_driving +
-//! delta[:63] as (21, 3), with delta[63] and delta[64] added to x and y of every keypoint.
+//! `delta[:63]` as (21, 3), with `delta[63]` and `delta[64]` added to x and y of every keypoint.
 //!
 //! Weights: Ditto's `stitch_network.pth` is `{"retarget_shoulder": {"module.mlp.0.weight": ...}}`
 //! (LivePortrait's `stitching_retargeting_module.pth` has the same entry beside

@@ -9,7 +9,7 @@
 //! compress 4, `estimate_occlusion_map: True`):
 //! 1. `compress` Conv3d 1x1x1 32->4, `norm` BatchNorm3d, ReLU.
 //! 2. 22 sparse motions: the identity grid (x, y, z each `2·(i/(n−1)) − 1`, i.e. corner-aligned)
-//!    and, per keypoint k, grid − kp_driving[k] + kp_source[k].
+//!    and, per keypoint k, `grid − kp_driving[k] + kp_source[k]`.
 //! 3. The compressed volume sampled at each: `F.grid_sample` trilinear, zero padding,
 //!    align_corners=False (note: the grids are corner-aligned, the sampling is not).
 //! 4. Heatmaps exp(−0.5‖g − kp‖² / 0.01), driving minus source, zero for the background; per
