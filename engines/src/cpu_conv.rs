@@ -231,6 +231,31 @@ pub(crate) unsafe fn gemm_st(
     scale: f32,
 ) {
     // SAFETY: forwarded from the caller.
+    unsafe { gemm_st_into(m, n, k, dst, dst_rs, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, scale, false) }
+}
+
+/// [`gemm_st`] that adds the product to `dst` (dst += scale x lhs rhs) when `accumulate`.
+///
+/// # Safety
+/// As [`gemm_st`]; `lhs` rows may overlap each other (a row stride below `k` reads a sliding
+/// window, as the row path of [`crate::cpu_conv3d`] does).
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_st_into(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: usize,
+    lhs: *const f32,
+    lhs_rs: usize,
+    lhs_cs: usize,
+    rhs: *const f32,
+    rhs_rs: usize,
+    rhs_cs: usize,
+    scale: f32,
+    accumulate: bool,
+) {
+    // SAFETY: forwarded from the caller.
     unsafe {
         gemm::gemm(
             m,
@@ -239,14 +264,14 @@ pub(crate) unsafe fn gemm_st(
             dst,
             1,
             dst_rs as isize,
-            false,
+            accumulate,
             lhs,
             lhs_cs as isize,
             lhs_rs as isize,
             rhs,
             rhs_cs as isize,
             rhs_rs as isize,
-            0.0,
+            if accumulate { 1.0 } else { 0.0 },
             scale,
             false,
             false,
@@ -287,4 +312,54 @@ pub fn upsample2(x: &Nhwc) -> Nhwc {
         }
     });
     Nhwc { n: x.n, h: 2 * h, w: 2 * w, c, data: out }
+}
+
+/// Per image and channel, the mean and 1/sqrt(var + eps) over the pixels (biased variance, two
+/// passes in f64): the statistics of PyTorch's `InstanceNorm2d` (affine=False, no running
+/// statistics), which SPADE normalises with. Returns `n * c` pairs, image-major.
+pub fn instance_norm_stats(x: &Nhwc, eps: f64) -> Vec<(f32, f32)> {
+    let (c, px) = (x.c, x.h * x.w);
+    let mut out = Vec::with_capacity(x.n * c);
+    for img in x.data.chunks_exact(px * c) {
+        // Partial sums per block of rows in parallel, then one reduction.
+        let sums = |f: &(dyn Fn(usize, f32) -> f64 + Sync)| -> Vec<f64> {
+            img.par_chunks(ROWS_PER_TASK * c)
+                .map(|rows| {
+                    let mut acc = vec![0f64; c];
+                    for p in rows.chunks_exact(c) {
+                        acc.iter_mut().zip(p).enumerate().for_each(|(ch, (a, v))| *a += f(ch, *v));
+                    }
+                    acc
+                })
+                .reduce(|| vec![0f64; c], |a, b| a.iter().zip(&b).map(|(a, b)| a + b).collect())
+        };
+        let mean: Vec<f64> = sums(&|_, v| v as f64).iter().map(|s| s / px as f64).collect();
+        let var = sums(&|ch, v| (v as f64 - mean[ch]).powi(2));
+        out.extend(mean.iter().zip(&var).map(|(m, v)| (*m as f32, (1.0 / (v / px as f64 + eps).sqrt()) as f32)));
+    }
+    out
+}
+
+/// Pixels per parallel task of [`instance_norm_stats`].
+const ROWS_PER_TASK: usize = 1024;
+
+/// PyTorch's `PixelShuffle(r)`: channel `c·r² + i·r + j` of pixel (y, x) moves to channel `c` of
+/// pixel (y·r + i, x·r + j).
+pub fn pixel_shuffle(x: &Nhwc, r: usize) -> Nhwc {
+    assert_eq!(x.c % (r * r), 0, "pixel_shuffle: {} channels are not a multiple of {r}²", x.c);
+    let co = x.c / (r * r);
+    let (oh, ow) = (x.h * r, x.w * r);
+    let mut out = vec![0f32; x.data.len()];
+    out.par_chunks_mut(ow * co).enumerate().for_each(|(row, dst)| {
+        let (b, oy) = (row / oh, row % oh);
+        let (y, i) = (oy / r, oy % r);
+        for ox in 0..ow {
+            let (xx, j) = (ox / r, ox % r);
+            let src = &x.data[((b * x.h + y) * x.w + xx) * x.c..][..x.c];
+            for ch in 0..co {
+                dst[ox * co + ch] = src[ch * r * r + i * r + j];
+            }
+        }
+    });
+    Nhwc { n: x.n, h: oh, w: ow, c: co, data: out }
 }

@@ -7,7 +7,7 @@
 //! padding), multiplied with the packed weights by the `gemm` crate, bias and ReLU applied while
 //! the tile is hot; tiles in parallel on rayon.
 
-use crate::cpu_conv::{copy, epilogue, gemm_st};
+use crate::cpu_conv::{copy, epilogue, gemm_st, gemm_st_into};
 use crate::simd::simd_fn;
 use rayon::prelude::*;
 
@@ -113,12 +113,26 @@ thread_local! {
     static COL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Output voxels per im2col tile below which [`conv3d`] takes the row path: a 7x7x7 kernel over
+/// 142 channels (LivePortrait's mask conv, k = 48,706) fits 5 voxels in a tile, and a GEMM of 5
+/// rows re-reads its whole 4 MB weight matrix for every 5 voxels.
+const MIN_TILE_VOXELS: usize = 64;
+
 /// y = conv3d(x) + bias, then ReLU if `relu`.
 pub fn conv3d(x: &Ndhwc, p: &PackedConv3d, relu: bool) -> Ndhwc {
     assert_eq!(x.c, p.cin, "conv3d: channel mismatch");
-    let Some([od, oh, ow]) = p.output_dims([x.d, x.h, x.w]) else {
+    let Some(out) = p.output_dims([x.d, x.h, x.w]) else {
         panic!("conv3d: kernel {:?} with padding {:?} does not fit a {}x{}x{} input", p.kernel, p.pad, x.d, x.h, x.w)
     };
+    if TILE_FLOATS / (p.kernel.iter().product::<usize>() * p.cin) < MIN_TILE_VOXELS {
+        conv3d_rows(x, p, relu, out)
+    } else {
+        conv3d_im2col(x, p, relu, out)
+    }
+}
+
+/// The im2col path: tiles of output voxels gathered in cache, one GEMM each.
+fn conv3d_im2col(x: &Ndhwc, p: &PackedConv3d, relu: bool, [od, oh, ow]: [usize; 3]) -> Ndhwc {
     let (cin, cout) = (p.cin, p.cout);
     let k = p.kernel.iter().product::<usize>() * cin;
     let tile = (TILE_FLOATS / k).clamp(1, od * oh * ow);
@@ -144,6 +158,62 @@ pub fn conv3d(x: &Ndhwc, p: &PackedConv3d, relu: bool) -> Ndhwc {
             epilogue(dst, cout, p.bias.as_deref(), None, relu);
         });
     });
+    Ndhwc { n: x.n, d: od, h: oh, w: ow, c: cout, data: out }
+}
+
+/// The row path, for kernels too large for useful im2col tiles: the input is zero-padded once,
+/// and each output row (all ow voxels of one (z, y)) accumulates one GEMM per (kz, ky) tap pair
+/// whose input row is not padding. That GEMM reads the padded input row in place: output voxel
+/// ox needs the kw·cin contiguous values from padded voxel ox on, so the left matrix is the row
+/// itself with a row stride of cin (overlapping windows) and k = kw·cin. No im2col copy.
+fn conv3d_rows(x: &Ndhwc, p: &PackedConv3d, relu: bool, [od, oh, ow]: [usize; 3]) -> Ndhwc {
+    let ([kd, kh, kw], [pd, ph, pw]) = (p.kernel, p.pad);
+    let (cin, cout) = (p.cin, p.cout);
+    let [zd, zh, zw] = [x.d + 2 * pd, x.h + 2 * ph, x.w + 2 * pw];
+    let (img_in, img_out) = (x.d * x.h * x.w * cin, od * oh * ow * cout);
+    let mut out = vec![0f32; x.n * img_out];
+    for (b, oimg) in out.chunks_mut(img_out).enumerate() {
+        let src = &x.data[b * img_in..(b + 1) * img_in];
+        let mut padded = vec![0f32; zd * zh * zw * cin];
+        padded.par_chunks_mut(zw * cin).enumerate().for_each(|(row, dst)| {
+            let (z, y) = (row / zh, row % zh);
+            if z >= pd && z < pd + x.d && y >= ph && y < ph + x.h {
+                let s = ((z - pd) * x.h + (y - ph)) * x.w * cin;
+                dst[pw * cin..(pw + x.w) * cin].copy_from_slice(&src[s..s + x.w * cin]);
+            }
+        });
+        oimg.par_chunks_mut(ow * cout).enumerate().for_each(|(row, dst)| {
+            let (oz, oy) = (row / oh, row % oh);
+            dst.fill(0.0);
+            for kz in (0..kd).filter(|kz| (pd..pd + x.d).contains(&(oz + kz))) {
+                for ky in (0..kh).filter(|ky| (ph..ph + x.h).contains(&(oy + ky))) {
+                    let lhs = &padded[((oz + kz) * zh + oy + ky) * zw * cin..][..zw * cin];
+                    let rhs = &p.w[(kz * kh + ky) * kw * cin * cout..][..kw * cin * cout];
+                    // SAFETY: dst is ow x cout; lhs row ox reads [ox·cin, ox·cin + kw·cin), whose
+                    // end for ox = ow − 1 is (ow − 1 + kw)·cin = zw·cin, inside the padded row;
+                    // rhs is kw·cin x cout; dst is disjoint from both.
+                    unsafe {
+                        gemm_st_into(
+                            ow,
+                            cout,
+                            kw * cin,
+                            dst.as_mut_ptr(),
+                            cout,
+                            lhs.as_ptr(),
+                            cin,
+                            1,
+                            rhs.as_ptr(),
+                            cout,
+                            1,
+                            1.0,
+                            true,
+                        )
+                    };
+                }
+            }
+            epilogue(dst, cout, p.bias.as_deref(), None, relu);
+        });
+    }
     Ndhwc { n: x.n, d: od, h: oh, w: ow, c: cout, data: out }
 }
 
@@ -281,16 +351,22 @@ mod tests {
         let (want, [od, oh, ow]) = reference(&x, shape, &wt, cout, kernel, pad, b.as_deref());
         let p = PackedConv3d::new(cout, cin, kernel, pad, &wt, b);
         assert_eq!(p.output_dims([d, h, w]), Some([od, oh, ow]));
-        let got = conv3d(&Ndhwc::from_ncdhw(n, cin, d, h, w, &x), &p, relu);
-        assert_eq!((got.n, got.d, got.h, got.w, got.c), (n, od, oh, ow, cout));
-        let got = got.to_ncdhw();
-        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let w = if relu { w.max(0.0) } else { *w };
-            assert!(
-                (*g as f64 - w).abs() <= 1e-5 * scale.max(1.0),
-                "{shape:?} k{kernel:?} p{pad:?}: element {i}: {g} vs {w}"
-            );
+        let input = Ndhwc::from_ncdhw(n, cin, d, h, w, &x);
+        // Both paths, whichever conv3d would pick for this size.
+        for (path, got) in [
+            ("im2col", conv3d_im2col(&input, &p, relu, [od, oh, ow])),
+            ("rows", conv3d_rows(&input, &p, relu, [od, oh, ow])),
+        ] {
+            assert_eq!((got.n, got.d, got.h, got.w, got.c), (n, od, oh, ow, cout));
+            let got = got.to_ncdhw();
+            let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let w = if relu { w.max(0.0) } else { *w };
+                assert!(
+                    (*g as f64 - w).abs() <= 1e-5 * scale.max(1.0),
+                    "{path}: {shape:?} k{kernel:?} p{pad:?}: element {i}: {g} vs {w}"
+                );
+            }
         }
     }
 

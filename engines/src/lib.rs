@@ -14,6 +14,10 @@
 //! | SD VAE encoder | [`SdVae`] | [`ImageEncoder`] | (B,3,H,W) in [-1,1] -> posterior mean x 0.18215 |
 //! | whisper-tiny encoder + MuseTalk windows | [`WhisperAudio`] | [`AudioEncoder`] | 16 kHz mono -> (frames, 50, 384) |
 //!
+//! Ditto's (LivePortrait's) networks are in [`ditto`]: the stitching MLP, the warping and SPADE
+//! decoder networks it runs per frame, and the appearance and motion extractors, on the CPU
+//! path with plain slices (not yet behind these traits).
+//!
 //! ## Weights
 //! [`WeightsSource::Synthetic`] builds seeded deterministic weights (He/LeCun-normal, residual
 //! outputs scaled down, norms 1, biases 0) for the exact expected name -> shape table, and then loads
@@ -50,6 +54,7 @@ pub mod config;
 pub mod cpu_conv;
 pub mod cpu_conv3d;
 pub mod device;
+pub mod ditto;
 pub mod error;
 mod flops;
 pub mod isa;

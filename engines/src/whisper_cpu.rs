@@ -37,7 +37,7 @@ fn erf(x: f32) -> f32 {
 
 /// PyTorch's exact GELU, x/2 (1 + erf(x / sqrt 2)), as whisper's `nn.GELU()`.
 #[inline(always)]
-fn gelu_erf(v: f32) -> f32 {
+pub(crate) fn gelu_erf(v: f32) -> f32 {
     0.5 * v * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2))
 }
 

@@ -3,7 +3,8 @@
 //! 5-D input (N, C, D, H, W) and grid (N, Do, Ho, Wo, 3), whose last axis is (x, y, z) in
 //! [-1, 1] indexing (W, H, D). Ditto's WarpingNetwork (LivePortrait's) warps its appearance
 //! volume with it; TensorRT 8.6 has no such layer, so Ditto ships a plugin. The functions here
-//! are the per-voxel geometry: the kernel (`grid_sample_3d_f32`) and the CPU path both call them.
+//! are the per-voxel geometry: the kernel (`grid_sample_3d_f32`), the host's CPU path and the
+//! engines' CPU warping network (`cadence_engines::ditto::warp`, channels-last) all call them.
 //!
 //! Numerics, following PyTorch's CUDA kernel (`aten/src/ATen/native/cuda/GridSampler.cu{,h}`)
 //! operation for operation, so the f32 result rounds as PyTorch's does:
