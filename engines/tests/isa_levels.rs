@@ -1,7 +1,7 @@
 //! Every instruction-set level of the engines' own loops (`cadence_engines::isa`) that this
 //! machine can run gives the baseline's bits, through whole networks on the CPU fast path (the
-//! TAESD decoder and encoder, the MuseTalk UNet): the gather, the epilogues, GroupNorm+SiLU,
-//! softmax, GEGLU and exp all run at each level. A level the CPU lacks (AVX-512 on an AVX2-only
+//! TAESD decoder and encoder, the MuseTalk UNet, a Winograd convolution): the gather, the
+//! epilogues, GroupNorm+SiLU, softmax, GEGLU, exp and the Winograd transforms all run at each level. A level the CPU lacks (AVX-512 on an AVX2-only
 //! machine) is recorded as skipped, as `scripts/test.sh` counts them.
 
 use cadence_engines::bench::test_input;
@@ -33,7 +33,19 @@ fn run_all() -> Vec<Vec<u32>> {
         bits(&dec.decode(&test_input(vec![2, 4, 12, 10], 1)).unwrap().data),
         bits(&enc.encode(&test_input(vec![1, 3, 40, 24], 2)).unwrap().data),
         bits(&unet.predict(&test_input(vec![2, 8, 32, 32], 3), &test_input(vec![2, 50, 384], 4)).unwrap().data),
+        winograd_conv(),
     ]
+}
+
+/// A convolution wide enough for Winograd (the full profiles' widths, which the cpu-reduced
+/// networks above do not reach): its input and output transforms at each level.
+fn winograd_conv() -> Vec<u32> {
+    use cadence_engines::cpu_conv::{conv3x3, Nhwc, PackedConv, WINOGRAD_MIN_CHANNELS};
+    let c = WINOGRAD_MIN_CHANNELS;
+    let p = PackedConv::new(c, c, &test_input(vec![c, c, 3, 3], 5).data, Some(test_input(vec![c], 6).data), 1);
+    assert!(p.winograd.is_some());
+    let x = Nhwc { n: 1, h: 5, w: 7, c, data: test_input(vec![1, 5, 7, c], 7).data };
+    bits(&conv3x3(&x, &p, true, None, true).data)
 }
 
 #[test]
