@@ -14,7 +14,7 @@
 //! stride, requires_grad, hooks)`, where `storage` is a persistent id
 //! `('storage', torch.FloatStorage, key, location, numel[, view])`. The pickles are run by
 //! candle's pickle machine (`candle_core::pickle`); nothing is executed. Before candle sees a
-//! pickle, [`guard`] walks it once with a shadow stack of sizes: it rejects what candle would
+//! pickle, `guard` walks it once with a shadow stack of sizes: it rejects what candle would
 //! mis-read or could be made to panic or exhaust memory on (unknown or unsupported opcodes with
 //! their byte offset, truncation, 9+ byte LONG1 integers, objects nested deeper than
 //! [`MAX_DEPTH`], memo references that would copy more than [`MAX_CLONED_NODES`] objects).

@@ -31,7 +31,7 @@ pub fn ensure_dir(dir: &Path) -> Result<PathBuf> {
 /// (`#[command(flatten)] out: OutDir`) and call [`OutDir::dir`].
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct OutDir {
-    /// Directory for the CSV and plots (created if missing) [default: <workspace>/results]
+    /// Directory for the CSV and plots (created if missing) [default: the workspace's results/]
     #[arg(long = "out", value_name = "DIR")]
     pub out: Option<PathBuf>,
 }

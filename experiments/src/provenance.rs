@@ -27,7 +27,7 @@ pub struct Provenance {
     pub hardware: String,
     pub backend: String,
     pub engine_profile: String,
-    /// "synthetic", "real (<file>)", or "n/a".
+    /// `"synthetic"`, `"real (<file>)"`, or `"n/a"`.
     pub weights: String,
     pub command_line: String,
     /// Further `key: value` lines particular to one experiment (kept in order).

@@ -1,5 +1,5 @@
 //! A SIMT emulator for the kernels: `kernels.rs` compiled for the host, with the device
-//! intrinsics of `shim.rs` backed by an emulated grid ([`device`]). What it models and checks
+//! intrinsics of `shim.rs` backed by an emulated grid (`device`). What it models and checks
 //! (gpu/README.md has the user's view):
 //!
 //! - **Grid**: 1-D blocks and threads (`%ctaid.x`, `%tid.x`, `%ntid.x`, `%nctaid.x`); lane =
@@ -14,15 +14,15 @@
 //!   `up`/`down`/`bfly`/`idx` follow the PTX ISA's pseudo-code, clamp and segment mask included.
 //! - **Barriers** (`bar.sync 0`, `__syncthreads`): all threads of the block meet; a barrier
 //!   reached while some threads of the block have exited is an error.
-//! - **Memory**: device buffers ([`Buffer`]) are allocations with a name; a device pointer
-//!   ([`DevPtr`]) is an allocation and an element offset. Every load and store is checked: out of
+//! - **Memory**: device buffers (`Buffer`) are allocations with a name; a device pointer
+//!   (`DevPtr`) is an allocation and an element offset. Every load and store is checked: out of
 //!   the allocation's bounds, a read of an element nothing has written (host upload or kernel
 //!   store), a read of an element another thread wrote in the same launch, and a store to an
 //!   element another thread stored in the same launch (data races: the kernels have no barriers
 //!   or atomics, so threads may not communicate through memory within a launch). A store after
 //!   another thread's read is not detected (that would need every reader recorded). Memory is
 //!   accessed through relaxed atomics, so even a racy kernel is defined behaviour here.
-//! - **Faults**: the first violation stops the launch, which returns a [`Fault`] naming the
+//! - **Faults**: the first violation stops the launch, which returns a `Fault` naming the
 //!   kernel, the block, the thread and what went wrong (for memory: the buffer and the index). A
 //!   panic in the kernel code, `trap` and integer division by zero are faults too.
 //!
@@ -426,7 +426,7 @@ struct Shfl {
 }
 
 /// The lane a `shfl.sync` reads and whether it is in range (`p`), as the PTX ISA defines it:
-/// c[4:0] is the clamp value, c[12:8] the segment mask; out of range, a lane reads itself.
+/// `c[4:0]` is the clamp value, `c[12:8]` the segment mask; out of range, a lane reads itself.
 pub fn shfl_source(mode: Mode, lane: u32, b: u32, c: u32) -> (u32, bool) {
     let (lane, bval, cval, segmask) = (lane as i32, (b & 31) as i32, (c & 31) as i32, ((c >> 8) & 31) as i32);
     let max_lane = (lane & segmask) | (cval & !segmask);

@@ -12,7 +12,7 @@
 //!   The grid's -1 and +1 are the *outer edges* of the first and last voxels, not their centres:
 //!   [-1, 1] is split into W cells of width 2/W and voxel i's centre is x = (2i + 1)/W - 1, which
 //!   maps to u = i. So x = -1 is u = -0.5, half a voxel before the first centre, and sampling
-//!   there blends voxel 0 half-and-half with the zero padding: the edge value is v[0] / 2 (per
+//!   there blends voxel 0 half-and-half with the zero padding: the edge value is `v[0] / 2` (per
 //!   axis). (align_corners=True would map ±1 to the corner centres, u = (x + 1)(W - 1) / 2.)
 //! - **Corners**: i0 = floor(u), i1 = i0 + 1, weights w0 = (i0 + 1) - u and w1 = u - i0 (both
 //!   from u as PyTorch writes them, so w0 + w1 may differ from 1 by a rounding); a corner's weight

@@ -1,5 +1,5 @@
 //! Kernel entry points (device only). Each frame-pair kernel gives one warp to a pair: a
-//! strided pass accumulates the four [`PairSums`] (coalesced: lane l reads elements l, l+32,
+//! strided pass accumulates the four `PairSums` (coalesced: lane l reads elements l, l+32,
 //! ...), a butterfly shuffle gives every lane the totals, the pair's geometry is computed
 //! once, and the warp writes its frames. No shared memory, no barriers; launch with a block
 //! size that is a multiple of 32 and enough blocks to cover every warp.

@@ -27,7 +27,7 @@ extern crate std;
 #[cfg(target_arch = "nvptx64")]
 mod shim;
 
-/// The SIMT emulator: the device intrinsics of [`shim`] backed by an emulated grid on the host.
+/// The SIMT emulator: the device intrinsics of `shim` backed by an emulated grid on the host.
 #[cfg(all(feature = "emulate", not(target_arch = "nvptx64")))]
 pub mod emu;
 

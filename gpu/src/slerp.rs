@@ -1,6 +1,6 @@
 //! Geodesic interpolation of two frames v0, v1 (flattened to D-vectors) as two scalar
 //! coefficients: out = c0 * v0 + c1 * v1. The kernels make one reduction pass over a pair to
-//! get four sums ([`PairSums`]), turn them into the pair's geometry once ([`PairGeometry`]), and
+//! get four sums (`PairSums`), turn them into the pair's geometry once ([`PairGeometry`]), and
 //! then write any number of in-between frames with one multiply-add per element, so an
 //! interval of k frames costs one read of its two keyframes, not k.
 //!

@@ -10,7 +10,7 @@
 //! | 16 | magic `cadence-avatar\n\0` |
 //! | 4 | format version ([`VERSION`]) |
 //! | 4 | header length H |
-//! | H | header, JSON ([`Header`]): frame size, per avatar frame its face box and feather, the colour matrix, the engines the latents belong to, section sizes |
+//! | H | header, JSON (`Header`): frame size, per avatar frame its face box and feather, the colour matrix, the engines the latents belong to, section sizes |
 //! | ... | sections in header order (`frame<i>.<name>`, per avatar frame in order): f32 or u8 arrays |
 //! | 32 | SHA-256 of everything before it |
 //!

@@ -5,7 +5,7 @@
 //!
 //! An argument struct is generic over where its buffers live ([`Mem`]): [`Cuda`] device pointers
 //! or [`Emulated`] checked pointers. Its fields are declared in the entry point's parameter order
-//! once ([`kernel_args!`]); both the driver's argument list and the emulator's call are generated
+//! once (`kernel_args!`); both the driver's argument list and the emulator's call are generated
 //! from that declaration, and the emulator's call is type-checked against the entry point.
 
 use crate::composite::FaceBox;

@@ -175,7 +175,7 @@ pub fn parse(bytes: &[u8]) -> Result<Array> {
 }
 
 /// Writes an array to `path`, replacing what is there (for programs that own the path: tests,
-/// experiments); the CLI checks its outputs with [`OutputPath::check`] and calls [`write`].
+/// experiments); the CLI checks its outputs with [`OutputPath::check`] and calls [`write()`].
 pub fn save<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[usize], data: &[T]) -> Result<()> {
     write(&OutputPath::check(path, Overwrite::Replace, &[])?, shape, data)
 }

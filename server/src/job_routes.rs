@@ -123,7 +123,7 @@ pub async fn result(State(state): State<AppState>, Path(id): Path<String>, req: 
 }
 
 /// Server-sent events: one `progress` event at once and then as the render advances (at most
-/// one per [`EVENT_INTERVAL`]), then one event named after the final state (`done`, `failed`
+/// one per `EVENT_INTERVAL`), then one event named after the final state (`done`, `failed`
 /// or `cancelled`), and the stream ends. Each event's data is the job's JSON.
 pub async fn events(
     State(state): State<AppState>,

@@ -23,7 +23,7 @@ pub const TEXT: &str = r#"<speak>Good evening. The mayor promised more buses, bi
 #[derive(Parser)]
 #[command(about = "Speak the adaptive_strides text clip with libespeak-ng: WAV + phoneme alignment + source notes")]
 struct Args {
-    /// Directory for the three files [default: <workspace>/experiments/assets]
+    /// Directory for the three files [default: experiments/assets in the workspace]
     #[arg(long)]
     out_dir: Option<PathBuf>,
     #[arg(long, default_value = espeak::DEFAULT_VOICE)]

@@ -1,5 +1,5 @@
 //! The render server under load (issue 14's benchmark). Starts `cadence serve` as a child
-//! process on 127.0.0.1:0 (its resident memory read from /proc/<pid>/status), then:
+//! process on 127.0.0.1:0 (its resident memory read from `/proc/<pid>/status`), then:
 //! 1. warm-up: renders of each kind from as many clients as the load phase has, so that every
 //!    code path (and the allocator's arenas) has allocated before memory is compared;
 //! 2. load: a bounded number of requests from concurrent clients, a fixed mix of renders

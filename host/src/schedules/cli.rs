@@ -60,7 +60,7 @@ pub struct ScheduleArgs {
 pub struct RenderInput {
     pub audio: Audio,
     pub alignment: Option<Alignment>,
-    /// What the audio is: the WAV's path, or "espeak-ng <version> (<voice>, <rate> words/min)".
+    /// What the audio is: the WAV's path, or `"espeak-ng <version> (<voice>, <rate> words/min)"`.
     pub source: String,
 }
 
