@@ -7,6 +7,7 @@
 //! ReLU while the tile is hot; nearest x2 upsampling is folded into the im2col gather. Tiles run in
 //! parallel on rayon.
 
+use crate::direct_conv::{self, DirectWeights, DIRECT_MAX_COUT};
 use crate::simd::simd_fn;
 use crate::winograd::WinogradWeights;
 use rayon::prelude::*;
@@ -52,15 +53,17 @@ impl Nhwc {
 }
 
 /// A 3x3 convolution (padding 1): weights packed as `[(ky*3+kx)*cin + ci][cout]` for im2col,
-/// or transformed for Winograd's F(2x2, 3x3) where that is faster ([`WINOGRAD_MIN_CHANNELS`]).
+/// transformed for Winograd's F(2x2, 3x3) where that is faster ([`WINOGRAD_MIN_CHANNELS`]), or
+/// packed for the direct kernel of narrow layers ([`DIRECT_MAX_COUT`]).
 #[derive(Debug, Clone)]
 pub struct PackedConv {
     pub cin: usize,
     pub cout: usize,
     pub stride: usize,
-    /// The im2col packing; empty when `winograd` holds the weights.
+    /// The im2col packing; empty when `winograd` or `direct` holds the weights.
     pub w: Vec<f32>,
     pub winograd: Option<Box<WinogradWeights>>,
+    pub direct: Option<Box<DirectWeights>>,
     pub bias: Option<Vec<f32>>,
 }
 
@@ -78,7 +81,11 @@ impl PackedConv {
         assert_eq!(w.len(), cout * cin * 9);
         if stride == 1 && cin.min(cout) >= WINOGRAD_MIN_CHANNELS {
             let winograd = Some(Box::new(WinogradWeights::new(cout, cin, w)));
-            return PackedConv { cin, cout, stride, w: Vec::new(), winograd, bias };
+            return PackedConv { cin, cout, stride, w: Vec::new(), winograd, direct: None, bias };
+        }
+        if stride == 1 && cout <= DIRECT_MAX_COUT && direct_conv::Arm::best().is_some() {
+            let direct = Some(Box::new(DirectWeights::new(cout, cin, w, bias.as_deref())));
+            return PackedConv { cin, cout, stride, w: Vec::new(), winograd: None, direct, bias };
         }
         Self::im2col(cout, cin, w, bias, stride)
     }
@@ -94,7 +101,7 @@ impl PackedConv {
                 }
             }
         }
-        PackedConv { cin, cout, stride, w: p, winograd: None, bias }
+        PackedConv { cin, cout, stride, w: p, winograd: None, direct: None, bias }
     }
 }
 
@@ -127,6 +134,9 @@ pub fn conv3x3(x: &Nhwc, p: &PackedConv, upsample: bool, residual: Option<&Nhwc>
     assert_eq!(x.c, p.cin, "conv3x3: channel mismatch");
     if let Some(q) = &p.winograd {
         return crate::winograd::conv3x3(x, q, p.bias.as_deref(), upsample, residual, relu);
+    }
+    if let Some(q) = &p.direct {
+        return direct_conv::conv3x3(x, q, upsample, residual, relu);
     }
     let (ih, iw) = if upsample { (2 * x.h, 2 * x.w) } else { (x.h, x.w) };
     let oh = (ih + 2 - 3) / p.stride + 1;

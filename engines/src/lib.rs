@@ -51,9 +51,12 @@
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
+#[cfg(test)]
+mod conv_reference;
 pub mod cpu_conv;
 pub mod cpu_conv3d;
 pub mod device;
+pub mod direct_conv;
 pub mod ditto;
 pub mod error;
 mod flops;

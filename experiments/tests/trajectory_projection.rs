@@ -163,10 +163,17 @@ fn projection_by_hand() {
         composite_nv12_ms_per_frame: 1.0,
         encoder_ms_per_frame: 2.0,
         fixed_ms_per_render: 50.0,
+        loop_threads: 1,
     };
     let n = RenderCounts { frames: 10, unet_evaluations: 4, decoded_frames: 8 };
-    // 4 x 100 + 8 x 10 + 10 x (1 + 2) + 0.5 + 50.
+    // One loop thread, serial: 4 x 100 + 8 x 10 + 10 x (1 + 2) + 0.5 + 50.
     assert!(close(projected_render_ms(&c, &n, 0.5), 560.5, 1e-12));
+    // The encoder beside a loop on 2 threads: its 20 ms shared over them.
+    let two = ComponentCosts { loop_threads: 2, ..c };
+    assert!(close(projected_render_ms(&two, &n, 0.5), 550.5, 1e-12));
+    // An encoder slower than the whole loop sets the time: 10 x 100 ms.
+    let slow = ComponentCosts { encoder_ms_per_frame: 100.0, ..two };
+    assert!(close(projected_render_ms(&slow, &n, 0.5), 1050.0, 1e-12));
     // Fewer UNet evaluations (a longer stride) can only make it faster.
     let k2 = RenderCounts { unet_evaluations: 2, ..n };
     assert!(projected_render_ms(&c, &k2, 0.5) < projected_render_ms(&c, &n, 0.5));

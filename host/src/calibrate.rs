@@ -6,9 +6,11 @@
 //! (which writes `results/calibrate.{json,csv}`) and the server's `POST /calibrate` both call
 //! [`calibrate`].
 //!
-//! The projection: the stages run one after another on the CPU path, so the frame loop of a
-//! render takes UNet ms x evaluations + decoder ms x decoded frames + (compositing + encoder) ms
-//! x frames + expansion ([`projected_render_ms`]); `projected_fps` is the frame loop's
+//! The projection: the neural stages and the compositing run one after another, so the frame
+//! loop takes UNet ms x evaluations + decoder ms x decoded frames + compositing ms x frames +
+//! expansion; the video encoder runs beside that loop on a thread of its own, so its time (encoder
+//! ms x frames) is shared over the loop's threads when the loop keeps them busy, and the render
+//! cannot end before the encoder has ([`projected_render_ms`]); `projected_fps` is the frame loop's
 //! throughput (what the source's projections describe), `*_end_to_end` adds the once-per-render
 //! audio encoder + avatar preparation. The evaluation counts come from the keyframe schedule and
 //! the clip's voice activity before rendering (silence far enough from speech bypasses the UNet
@@ -43,6 +45,8 @@ pub struct ComponentCosts {
     pub encoder_ms_per_frame: f64,
     /// Once per render: audio encoder on the clip plus avatar preparation.
     pub fixed_ms_per_render: f64,
+    /// Threads the frame loop's stages run on (the encoder's thread shares their cores).
+    pub loop_threads: usize,
 }
 
 /// What one render at a given stride evaluates: known before rendering from the schedule and the
@@ -77,15 +81,18 @@ impl RenderCounts {
     }
 }
 
-/// Projected wall time of one render in ms, the stages taken as serial (they are, on the CPU
-/// path): UNet x evaluations + decoder x decoded frames + (compositing + encoder) x frames +
-/// the keyframe expansion + the fixed per-render work.
+/// Projected wall time of one render in ms: the frame loop's serial stages (UNet x evaluations
+/// + decoder x decoded frames + compositing x frames + the keyframe expansion) plus the encoder's
+/// time (encoder x frames) spread over the loop's threads, at least the encoder's own time
+/// (it runs beside the loop on one thread), plus the fixed per-render work. With one loop thread
+/// this is the serial sum.
 pub fn projected_render_ms(c: &ComponentCosts, n: &RenderCounts, expand_ms: f64) -> f64 {
-    c.unet_ms_per_frame * n.unet_evaluations as f64
+    let frame_loop = c.unet_ms_per_frame * n.unet_evaluations as f64
         + c.decoder_ms_per_frame * n.decoded_frames as f64
-        + (c.composite_nv12_ms_per_frame + c.encoder_ms_per_frame) * n.frames as f64
-        + expand_ms
-        + c.fixed_ms_per_render
+        + c.composite_nv12_ms_per_frame * n.frames as f64
+        + expand_ms;
+    let encoder = c.encoder_ms_per_frame * n.frames as f64;
+    (frame_loop + encoder / c.loop_threads.max(1) as f64).max(encoder) + c.fixed_ms_per_render
 }
 
 /// Frames per second of a render of `frames` frames taking `ms`.
@@ -253,6 +260,7 @@ pub fn calibrate(c: &CalibrateSetup, progress: &mut dyn FnMut(Step)) -> Result<C
         composite_nv12_ms_per_frame: comp_ms,
         encoder_ms_per_frame: enc_ms,
         fixed_ms_per_render: 0.0, // the frame loop; the preparation is added for end to end
+        loop_threads: rayon::current_num_threads(),
     };
 
     // 2. Projection per stride, then 3. a real render per stride.

@@ -425,6 +425,7 @@ fn add_times(sum: &mut StageTimes, t: &StageTimes) {
     sum.decoder_ms += t.decoder_ms;
     sum.composite_nv12_ms += t.composite_nv12_ms;
     sum.encoder_ms += t.encoder_ms;
+    sum.encoder_busy_ms += t.encoder_busy_ms;
     sum.other_ms += t.other_ms;
 }
 

@@ -272,7 +272,12 @@ pub struct StageTimes {
     pub ease_ms: f64,
     pub decoder_ms: f64,
     pub composite_nv12_ms: f64,
+    /// The frame loop's time on the encoder: handing frames over (waiting when the encoder is
+    /// behind) and, for an MP4, waiting for it to finish. Where the encoder runs beside the loop
+    /// (`render::render_clip` to an MP4) this is what it added to the render, not its own work.
     pub encoder_ms: f64,
+    /// The encoder thread's own time where it runs beside the frame loop (0 where it runs inline).
+    pub encoder_busy_ms: f64,
     pub other_ms: f64,
     pub total_ms: f64,
 }

@@ -28,7 +28,10 @@ pub struct StageMs {
     pub ease: f64,
     pub composite_nv12: f64,
     pub other: f64,
+    /// What the video encoder added to the render (see `StageTimes::encoder_ms`).
     pub encoder: f64,
+    /// The encoder's own time where it ran beside the frame loop (not part of the sum).
+    pub encoder_busy: f64,
 }
 
 /// Where and with what a render ran (every output says it).
@@ -178,6 +181,7 @@ impl RenderReport {
             composite_nv12: t.composite_nv12_ms,
             other: t.other_ms + prepared.prepare_other_ms,
             encoder: t.encoder_ms,
+            encoder_busy: t.encoder_busy_ms,
         };
         let s = &stages_ms;
         let neural_ms = s.audio_encoder + s.avatar_encoder + s.unet + s.decoder;

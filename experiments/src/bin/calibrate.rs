@@ -91,7 +91,7 @@ fn run(mut a: Args) -> Result<()> {
     let mut prov = session.provenance();
     prov.note(
         "projection",
-        "serial stages: frame loop = UNet ms x evaluations + decoder ms x decoded frames + (composite/NV12 + encoder) ms x frames + expansion; end to end adds prepare (audio encoder + avatar, once per render); evaluation counts from the schedule and voice activity (silence bypass) before rendering; measured = wall time of render::render_clip (MP4 to a temporary file, finish included) and of render::prepare; easing and bookkeeping are not projected",
+        "frame loop = UNet ms x evaluations + decoder ms x decoded frames + composite/NV12 ms x frames + expansion, plus encoder ms x frames shared over the loop's threads (the encoder runs beside the loop on a thread of its own), at least the encoder's own time; end to end adds prepare (audio encoder + avatar, once per render); evaluation counts from the schedule and voice activity (silence bypass) before rendering; measured = wall time of render::render_clip (MP4 to a temporary file, finish included) and of render::prepare; easing and bookkeeping are not projected",
     );
     prov.note(
         "components",
