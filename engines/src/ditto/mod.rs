@@ -1,9 +1,11 @@
-//! Ditto's per-frame networks (antgroup/ditto-talkinghead), which are LivePortrait's
-//! (KwaiVGI/LivePortrait), on cadence's CPU kernels.
+//! Ditto's networks (antgroup/ditto-talkinghead): the per-frame and per-avatar ones are
+//! LivePortrait's (KwaiVGI/LivePortrait); the per-clip ones are HuBERT and Ditto's own LMDM; all
+//! on cadence's CPU kernels.
 //!
 //! Per video frame Ditto runs the stitching MLP on the keypoints, then the warping network
 //! (≈171 GMAC) and the SPADE decoder (≈446 GMAC); together they are nearly all of its per-frame
-//! cost, which is why these three come first:
+//! cost, which is why these three came first. Per clip, HuBERT turns the audio into 25 fps
+//! features and the LMDM samples the motion from them (≈2.6 GMAC per forward, two per DDIM step).
 //!
 //! | network | module | input -> output |
 //! |---|---|---|
