@@ -252,7 +252,7 @@ fn run_ditto(a: EngineRunArgs) -> Result<()> {
     for spec in &a.inputs {
         let (name, file) =
             spec.split_once('=').with_context(|| format!("--inputs `{spec}`: expected NAME=FILE.npy"))?;
-        let name: &str = *in_names
+        let name = *in_names
             .iter()
             .find(|n| **n == name)
             .with_context(|| format!("{model:?} has no input `{name}` (its inputs: {})", in_names.join(", ")))?;
