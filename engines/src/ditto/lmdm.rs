@@ -53,6 +53,7 @@
 
 use rayon::prelude::*;
 
+use crate::cpu_conv::gemm_st;
 use crate::ditto::{Params, TableBuilder};
 use crate::unet_cpu::{LayerNorm, Linear};
 use crate::weights::{synthetic_values, Init, ParamTable};
@@ -250,30 +251,56 @@ impl Mha {
         let d = self.q.dout;
         let dh = d / self.heads;
         let nk = k.len() / d;
+        let nq = q.len() / d;
         let scale = 1.0 / (dh as f32).sqrt();
+        // Per head: scores = q kᵀ·scale by GEMM (the heads are column slices of q, k, v with row
+        // stride d), softmax per row with the max subtracted (f64 sum), then scores·v.
+        let per_head: Vec<Vec<f32>> = (0..self.heads)
+            .into_par_iter()
+            .map(|h| {
+                let mut s = vec![0f32; nq * nk];
+                // SAFETY: s is nq x nk; q rows (nq x dh at column h·dh, row stride d) and kᵀ
+                // (dh x nk: element (c, j) at k[j·d + h·dh + c]) lie within q and k.
+                unsafe {
+                    gemm_st(
+                        nq,
+                        nk,
+                        dh,
+                        s.as_mut_ptr(),
+                        nk,
+                        q.as_ptr().add(h * dh),
+                        d,
+                        1,
+                        k.as_ptr().add(h * dh),
+                        1,
+                        d,
+                        scale,
+                    )
+                };
+                for row in s.chunks_exact_mut(nk) {
+                    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                    let mut sum = 0f64;
+                    row.iter_mut().for_each(|v| {
+                        *v = ((*v - m) as f64).exp() as f32;
+                        sum += *v as f64;
+                    });
+                    let inv = 1.0 / sum;
+                    row.iter_mut().for_each(|v| *v = (*v as f64 * inv) as f32);
+                }
+                let mut o = vec![0f32; nq * dh];
+                // SAFETY: o is nq x dh; s nq x nk; v's head columns (nk x dh, row stride d).
+                unsafe {
+                    gemm_st(nq, dh, nk, o.as_mut_ptr(), dh, s.as_ptr(), nk, 1, v.as_ptr().add(h * dh), d, 1, 1.0)
+                };
+                o
+            })
+            .collect();
         let mut attn = vec![0f32; q.len()];
-        // Each query row: all heads, scores in f32 as PyTorch, softmax with the max subtracted.
-        attn.par_chunks_mut(d).enumerate().for_each(|(i, row)| {
-            let mut s = vec![0f32; nk];
-            for h in 0..self.heads {
-                let qh = &q[i * d + h * dh..][..dh];
-                for (j, sj) in s.iter_mut().enumerate() {
-                    let kh = &k[j * d + h * dh..][..dh];
-                    *sj = qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * scale;
-                }
-                let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                let mut sum = 0f64;
-                s.iter_mut().for_each(|v| {
-                    *v = ((*v - m) as f64).exp() as f32;
-                    sum += *v as f64;
-                });
-                let o = &mut row[h * dh..(h + 1) * dh];
-                for (j, &w) in s.iter().enumerate() {
-                    let w = (w as f64 / sum) as f32;
-                    o.iter_mut().zip(&v[j * d + h * dh..][..dh]).for_each(|(a, b)| *a += w * b);
-                }
+        for (h, o) in per_head.iter().enumerate() {
+            for (dst, src) in attn.chunks_exact_mut(d).zip(o.chunks_exact(dh)) {
+                dst[h * dh..(h + 1) * dh].copy_from_slice(src);
             }
-        });
+        }
         self.out.forward(&attn, residual)
     }
 }
