@@ -132,3 +132,50 @@ fn bad_ditto_inputs_are_one_line_errors_and_write_nothing() {
         assert!(!out.join("x_start.npy").exists() && !out.join("pred_noise.npy").exists());
     }
 }
+
+/// Every Ditto network and HuBERT at its published size with synthetic weights on small inputs:
+/// each output is written under its ONNX name with the network's shape, and is finite.
+#[test]
+fn every_ditto_network_writes_its_outputs_by_onnx_name() {
+    let d = tempfile::tempdir().unwrap();
+    let p = |n: &str| d.path().join(format!("{n}.npy"));
+    npy::save(&p("image16"), &[1, 3, 16, 16], &ramp(3 * 16 * 16, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>())
+        .unwrap();
+    npy::save(&p("image64"), &[1, 3, 64, 64], &ramp(3 * 64 * 64, 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>())
+        .unwrap();
+    npy::save(&p("f3d"), &[1, 32, 16, 32, 32], &ramp(32 * 16 * 32 * 32, 1.0)).unwrap();
+    npy::save(&p("kp_s"), &[1, 21, 3], &ramp(63, 0.5)).unwrap();
+    npy::save(&p("kp_d"), &[1, 21, 3], &ramp(63, 0.55)).unwrap();
+    npy::save(&p("feature"), &[1, 256, 4, 4], &ramp(256 * 16, 1.0)).unwrap();
+    npy::save(&p("audio"), &[1, 800], &ramp(800, 0.2)).unwrap();
+    let kp = format!("kp_source={},kp_driving={}", s(&p("kp_s")), s(&p("kp_d")));
+    let cases: [(&str, String, Vec<(&str, Vec<usize>)>); 5] = [
+        ("ditto-appearance", format!("image={}", s(&p("image16"))), vec![("pred", vec![1, 32, 16, 4, 4])]),
+        (
+            "ditto-motion",
+            format!("image={}", s(&p("image64"))),
+            vec![
+                ("pitch", vec![1, 66]),
+                ("yaw", vec![1, 66]),
+                ("roll", vec![1, 66]),
+                ("t", vec![1, 3]),
+                ("exp", vec![1, 63]),
+                ("scale", vec![1, 1]),
+                ("kp", vec![1, 63]),
+            ],
+        ),
+        ("ditto-warp", format!("feature_3d={},{kp}", s(&p("f3d"))), vec![("out", vec![1, 256, 32, 32])]),
+        ("ditto-decoder", format!("feature={}", s(&p("feature"))), vec![("output", vec![1, 3, 32, 32])]),
+        ("hubert", format!("input_values={}", s(&p("audio"))), vec![("encoding_out", vec![1, 2, 1024])]),
+    ];
+    for (model, inputs, outputs) in cases {
+        let out = d.path().join(model);
+        let o = cadence(&["engine-run", "--model", model, "--inputs", &inputs, "--output-dir", s(&out)]);
+        assert!(o.status.success(), "{model}: {}", stderr(&o));
+        for (name, shape) in outputs {
+            let (got, data) = read(&out.join(format!("{name}.npy")));
+            assert_eq!(got, shape, "{model} `{name}`");
+            assert!(data.iter().all(|v| v.is_finite()), "{model} `{name}`");
+        }
+    }
+}
