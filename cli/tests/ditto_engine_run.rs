@@ -133,6 +133,9 @@ fn bad_ditto_inputs_are_one_line_errors_and_write_nothing() {
     }
 }
 
+/// Output names and shapes.
+type Outputs = Vec<(&'static str, Vec<usize>)>;
+
 /// Every Ditto network and HuBERT at its published size with synthetic weights on small inputs:
 /// each output is written under its ONNX name with the network's shape, and is finite.
 #[test]
@@ -149,7 +152,7 @@ fn every_ditto_network_writes_its_outputs_by_onnx_name() {
     npy::save(&p("feature"), &[1, 256, 4, 4], &ramp(256 * 16, 1.0)).unwrap();
     npy::save(&p("audio"), &[1, 800], &ramp(800, 0.2)).unwrap();
     let kp = format!("kp_source={},kp_driving={}", s(&p("kp_s")), s(&p("kp_d")));
-    let cases: [(&str, String, Vec<(&str, Vec<usize>)>); 5] = [
+    let cases: [(&str, String, Outputs); 5] = [
         ("ditto-appearance", format!("image={}", s(&p("image16"))), vec![("pred", vec![1, 32, 16, 4, 4])]),
         (
             "ditto-motion",
