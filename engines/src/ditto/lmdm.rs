@@ -396,7 +396,7 @@ pub fn cosine_alphas_cumprod(n: usize, s: f64) -> Vec<f32> {
 
 /// The DDIM steps from the top: int(linspace(−1, T − 1, S + 1)) reversed, with linspace in f32
 /// as PyTorch computes it (start + i·step up to the middle, end − (S − i)·step after it) and the
-/// cast truncating. Returns the S + 1 times; step k goes from times[k] to times[k + 1].
+/// cast truncating. Returns the S + 1 times; step k goes from `times[k]` to `times[k + 1]`.
 pub fn ddim_times(steps: usize, total: usize) -> Vec<i64> {
     let n = steps + 1;
     let (start, end) = (-1f32, (total - 1) as f32);
@@ -668,7 +668,7 @@ pub fn fuse_alpha(fuse: usize) -> Vec<f32> {
 }
 
 /// Appends a new window `pred` (seq_len rows of `dim`) to `res` as Ditto's offline fuse: the last
-/// `overlap` rows of `res` become (1 − αᵢ)·res + αᵢ·pred[i], and pred's rows from `overlap` on are
+/// `overlap` rows of `res` become (1 − αᵢ)·res + αᵢ·`pred[i]`, and pred's rows from `overlap` on are
 /// appended (seq_len − overlap new frames).
 pub fn fuse_window(res: &mut Vec<f32>, pred: &[f32], dim: usize, overlap: usize) {
     let n = res.len() / dim;
