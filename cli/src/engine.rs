@@ -7,6 +7,7 @@ use cadence::output::{OutputPath, Overwrite};
 use cadence_engines::device::DEVICE_HELP;
 use cadence_engines::{DeviceRequest, ModelKind, ModelsDir, WeightsSource, DEFAULT_SEED};
 use clap::Args;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -15,16 +16,41 @@ pub enum EngineModel {
     SdVae,
     MusetalkUnet,
     WhisperTiny,
+    DittoAppearance,
+    DittoMotion,
+    DittoWarp,
+    DittoDecoder,
+    DittoStitch,
+    DittoLmdm,
+    Hubert,
 }
 
 impl EngineModel {
-    fn kind(self) -> ModelKind {
+    /// The MuseTalk-family model's file in a models folder (None for Ditto's networks).
+    fn kind(self) -> Option<ModelKind> {
         match self {
-            EngineModel::Taesd => ModelKind::TaesdDecoder,
-            EngineModel::SdVae => ModelKind::SdVaeDecoder,
-            EngineModel::MusetalkUnet => ModelKind::MuseTalkUnet,
-            EngineModel::WhisperTiny => ModelKind::WhisperTiny,
+            EngineModel::Taesd => Some(ModelKind::TaesdDecoder),
+            EngineModel::SdVae => Some(ModelKind::SdVaeDecoder),
+            EngineModel::MusetalkUnet => Some(ModelKind::MuseTalkUnet),
+            EngineModel::WhisperTiny => Some(ModelKind::WhisperTiny),
+            _ => None,
         }
+    }
+
+    /// Ditto's networks: the input and output names of Ditto's ONNX exports.
+    fn ditto_io(self) -> Option<(&'static [&'static str], &'static [&'static str])> {
+        type Names = &'static [&'static str];
+        let io: (Names, Names) = match self {
+            EngineModel::DittoAppearance => (&["image"], &["pred"]),
+            EngineModel::DittoMotion => (&["image"], &cadence_engines::ditto::motion::HEADS),
+            EngineModel::DittoWarp => (&["feature_3d", "kp_source", "kp_driving"], &["out"]),
+            EngineModel::DittoDecoder => (&["feature"], &["output"]),
+            EngineModel::DittoStitch => (&["kp_source", "kp_driving"], &["out"]),
+            EngineModel::DittoLmdm => (&["x", "cond_frame", "cond", "time_cond"], &["pred_noise", "x_start"]),
+            EngineModel::Hubert => (&["input_values"], &["encoding_out"]),
+            _ => return None,
+        };
+        Some(io)
     }
 }
 
@@ -41,14 +67,25 @@ pub struct EngineRunArgs {
     #[arg(long)]
     models: Option<PathBuf>,
     /// taesd / sd-vae: latents (B,4,h,w); musetalk-unet: (B,8,32,32) = [masked, reference];
-    /// whisper-tiny: 16 kHz mono samples (n,) as float32.
+    /// whisper-tiny: 16 kHz mono samples (n,) as float32. (Ditto's networks: --inputs.)
     #[arg(long)]
-    input: PathBuf,
+    input: Option<PathBuf>,
     /// musetalk-unet only: audio windows (B,50,384) before the positional encoding.
     #[arg(long)]
     audio: Option<PathBuf>,
     #[arg(long)]
-    output: PathBuf,
+    output: Option<PathBuf>,
+    /// Ditto's networks and hubert: NAME=FILE.npy for each input of Ditto's ONNX export
+    /// (ditto-appearance, ditto-motion: image; ditto-warp: feature_3d, kp_source, kp_driving;
+    /// ditto-decoder: feature; ditto-stitch: kp_source, kp_driving; ditto-lmdm: x, cond_frame,
+    /// cond, time_cond; hubert: input_values), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    inputs: Vec<String>,
+    /// Ditto's networks and hubert: the folder for one NAME.npy per output (ditto-appearance:
+    /// pred; ditto-motion: pitch, yaw, roll, t, exp, scale, kp; ditto-warp, ditto-stitch: out;
+    /// ditto-decoder: output; ditto-lmdm: pred_noise, x_start; hubert: encoding_out).
+    #[arg(long)]
+    output_dir: Option<PathBuf>,
     /// full (default; what real weights need) or cpu-reduced (synthetic weights only).
     #[arg(long, default_value = "full")]
     profile: String,
@@ -86,8 +123,12 @@ fn weights_source(model: EngineModel, file: Option<PathBuf>, models: Option<&Pat
     if let Some(p) = file {
         return Ok(WeightsSource::File(p));
     }
+    let Some(kind) = model.kind() else {
+        ensure!(models.is_none(), "{model:?}: --models holds MuseTalk's files; give Ditto's with --weights");
+        return Ok(WeightsSource::Synthetic { seed: DEFAULT_SEED });
+    };
     Ok(match ModelsDir::requested(models)? {
-        Some(dir) => dir.weights(model.kind())?,
+        Some(dir) => dir.weights(kind)?,
         None => WeightsSource::Synthetic { seed: DEFAULT_SEED },
     })
 }
@@ -134,21 +175,32 @@ fn check_inputs(
         EngineModel::WhisperTiny => {
             ensure!(s.len() == 1 && s[0] > 0, "whisper-tiny takes 16 kHz mono samples of shape (n,), got {s:?}");
         }
+        _ => anyhow::bail!("{model:?} takes --inputs NAME=FILE.npy,... and --output-dir DIR"),
     }
     Ok(())
 }
 
 pub fn run(a: EngineRunArgs) -> Result<()> {
     use cadence_engines::*;
-    let mut inputs = vec![a.input.as_path()];
+    if a.model.ditto_io().is_some() {
+        return run_ditto(a);
+    }
+    ensure!(
+        a.inputs.is_empty() && a.output_dir.is_none(),
+        "--inputs and --output-dir are for Ditto's networks and hubert"
+    );
+    let (Some(input_path), Some(output)) = (a.input.clone(), a.output.clone()) else {
+        anyhow::bail!("{:?} needs --input FILE.npy and --output FILE.npy", a.model);
+    };
+    let mut inputs = vec![input_path.as_path()];
     inputs.extend(a.audio.as_deref());
     inputs.extend(a.weights.as_deref());
-    let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &inputs)?;
+    let out = OutputPath::check(&output, Overwrite::from_force(a.force), &inputs)?;
     let engine_device = select_device(a.device)?;
     let dev = engine_device.device.clone();
     let w = weights_source(a.model, a.weights.clone(), a.models.as_deref())?;
     let profile = Profile::for_weights(Some(Profile::parse(&a.profile)?), &dev, matches!(w, WeightsSource::File(_)))?;
-    let input = read_f32(&a.input, "the input")?;
+    let input = read_f32(&input_path, "the input")?;
     let audio = a.audio.as_deref().map(|p| read_f32(p, "the audio windows")).transpose()?;
     check_inputs(a.model, &input, audio.as_ref())?;
     let (out_batch, label) = match a.model {
@@ -169,6 +221,7 @@ pub fn run(a: EngineRunArgs) -> Result<()> {
             let e = WhisperAudio::new(profile, &w, &dev)?;
             (e.encode_audio(&input.data, 25.0)?, e.weights_label())
         }
+        _ => unreachable!("Ditto's networks return above"),
     };
     npy::write(&out, &out_batch.shape, &out_batch.data)?;
     eprintln!(
@@ -177,7 +230,171 @@ pub fn run(a: EngineRunArgs) -> Result<()> {
         profile,
         input.shape,
         out_batch.shape,
-        a.output.display()
+        output.display()
+    );
+    Ok(())
+}
+
+/// Ditto's networks at their published sizes on the CPU: inputs by ONNX name, every input
+/// checked (names, shapes, finite values) before the weights load, one `.npy` per output.
+fn run_ditto(a: EngineRunArgs) -> Result<()> {
+    use cadence_engines::ditto::*;
+    let model = a.model;
+    let (in_names, out_names) = model.ditto_io().context("a Ditto network")?;
+    ensure!(
+        a.input.is_none() && a.output.is_none() && a.audio.is_none(),
+        "{model:?} takes --inputs {} and --output-dir DIR, not --input/--output/--audio",
+        in_names.iter().map(|n| format!("{n}=FILE.npy")).collect::<Vec<_>>().join(",")
+    );
+    let dir = a.output_dir.clone().context("--output-dir DIR is required for Ditto's networks")?;
+    ensure!(a.profile == "full", "{model:?} has one size (full), not `{}`", a.profile);
+    let mut files: HashMap<&str, PathBuf> = HashMap::new();
+    for spec in &a.inputs {
+        let (name, file) =
+            spec.split_once('=').with_context(|| format!("--inputs `{spec}`: expected NAME=FILE.npy"))?;
+        let name = *in_names
+            .iter()
+            .find(|n| **n == name)
+            .with_context(|| format!("{model:?} has no input `{name}` (its inputs: {})", in_names.join(", ")))?;
+        ensure!(files.insert(name, PathBuf::from(file)).is_none(), "input `{name}` given twice");
+    }
+    if let Some(missing) = in_names.iter().find(|n| !files.contains_key(*n)) {
+        anyhow::bail!("{model:?}: input `{missing}` is missing (its inputs: {})", in_names.join(", "));
+    }
+    let engine_device = cadence_engines::select_device(a.device)?;
+    ensure!(engine_device.device.is_cpu(), "{model:?} runs on the CPU only so far (got {engine_device})");
+    let mut read = HashMap::new();
+    for name in in_names {
+        read.insert(*name, read_f32(&files[name], &format!("input `{name}`"))?);
+    }
+    let arr = |n: &str| &read[n];
+    let shape_is = |n: &str, want: &[usize]| -> Result<()> {
+        let s = &arr(n).shape;
+        ensure!(s == want, "{model:?}: input `{n}` must have shape {want:?}, got {s:?}");
+        Ok(())
+    };
+    let image_hw = |n: &str| -> Result<(usize, usize)> {
+        let s = &arr(n).shape;
+        ensure!(s.len() == 4 && s[0] == 1 && s[1] == 3, "{model:?}: input `{n}` must be (1,3,H,W), got {s:?}");
+        Ok((s[2], s[3]))
+    };
+    match model {
+        EngineModel::DittoAppearance | EngineModel::DittoMotion => {
+            image_hw("image")?;
+        }
+        EngineModel::DittoWarp => {
+            let c = warp::WarpConfig::default();
+            let s = &arr("feature_3d").shape;
+            ensure!(
+                s.len() == 5 && s[..3] == [1, c.feature_channels, c.depth],
+                "{model:?}: input `feature_3d` must be (1,{},{},h,w), got {s:?}",
+                c.feature_channels,
+                c.depth
+            );
+            shape_is("kp_source", &[1, c.num_kp, 3])?;
+            shape_is("kp_driving", &[1, c.num_kp, 3])?;
+        }
+        EngineModel::DittoDecoder => {
+            let s = &arr("feature").shape;
+            let c = spade::SpadeConfig::default().channels;
+            ensure!(s.len() == 4 && s[0] > 0 && s[1] == c, "{model:?}: input `feature` must be (N,{c},H,W), got {s:?}");
+        }
+        EngineModel::DittoStitch => {
+            let s = &arr("kp_source").shape;
+            ensure!(
+                s.len() == 3 && s[0] > 0 && s[1..] == [21, 3],
+                "{model:?}: `kp_source` must be (B,21,3), got {s:?}"
+            );
+            shape_is("kp_driving", s)?;
+        }
+        EngineModel::DittoLmdm => {
+            let c = lmdm::LmdmConfig::default();
+            shape_is("x", &[1, c.seq_len, c.nfeats])?;
+            shape_is("cond_frame", &[1, c.nfeats])?;
+            shape_is("cond", &[1, c.seq_len, c.cond_dim])?;
+            let t = &arr("time_cond").data;
+            ensure!(
+                t.len() == 1 && t[0].fract() == 0.0 && (0.0..lmdm::NUM_TIMESTEPS as f32).contains(&t[0]),
+                "{model:?}: `time_cond` must be one whole step in 0..{}, got {t:?}",
+                lmdm::NUM_TIMESTEPS
+            );
+        }
+        EngineModel::Hubert => {
+            let s = &arr("input_values").shape;
+            ensure!(
+                s.len() == 2 && s[0] == 1 && s[1] >= 400,
+                "{model:?}: `input_values` must be (1,n) 16 kHz samples, n >= 400, got {s:?}"
+            );
+        }
+        _ => unreachable!("not a Ditto network"),
+    }
+    let w = weights_source(model, a.weights.clone(), a.models.as_deref())?;
+    let mut input_paths: Vec<&Path> = files.values().map(PathBuf::as_path).collect();
+    input_paths.extend(a.weights.as_deref());
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let outs = out_names
+        .iter()
+        .map(|n| OutputPath::check(&dir.join(format!("{n}.npy")), Overwrite::from_force(a.force), &input_paths))
+        .collect::<Result<Vec<_>>>()?;
+    let results: Vec<(Vec<usize>, Vec<f32>)> = match model {
+        EngineModel::DittoAppearance => {
+            let c = appearance::AppearanceConfig::default();
+            let (h, wd) = image_hw("image")?;
+            let net = appearance::AppearanceFeatureExtractor::new(&c, &w)?;
+            let f = 1 << c.num_down_blocks;
+            vec![(vec![1, c.reshape_channels, c.reshape_depth, h / f, wd / f], net.forward(&arr("image").data, h, wd)?)]
+        }
+        EngineModel::DittoMotion => {
+            let (h, wd) = image_hw("image")?;
+            let net = motion::MotionExtractor::new(&motion::MotionConfig::default(), &w)?;
+            net.forward(&arr("image").data, h, wd)?.into_iter().map(|v| (vec![1, v.len()], v)).collect()
+        }
+        EngineModel::DittoWarp => {
+            let c = warp::WarpConfig::default();
+            let s = arr("feature_3d").shape.clone();
+            let net = warp::WarpingNetwork::new(&c, &w)?;
+            let out =
+                net.forward(&arr("feature_3d").data, &arr("kp_source").data, &arr("kp_driving").data, s[3], s[4])?;
+            vec![(vec![1, c.out_channels, s[3], s[4]], out)]
+        }
+        EngineModel::DittoDecoder => {
+            let s = arr("feature").shape.clone();
+            let net = spade::SpadeDecoder::new(&spade::SpadeConfig::default(), &w)?;
+            let out = net.forward(&arr("feature").data, s[0], s[2], s[3])?;
+            // The output side over the input side, from the sizes (the decoder's upscaling).
+            let f = ((out.len() / (3 * s[0] * s[2] * s[3])) as f64).sqrt() as usize;
+            vec![(vec![s[0], 3, f * s[2], f * s[3]], out)]
+        }
+        EngineModel::DittoStitch => {
+            let s = arr("kp_source").shape.clone();
+            let net = stitch::StitchingNetwork::new(&stitch::StitchConfig::default(), &w)?;
+            vec![(s, net.forward(&arr("kp_source").data, &arr("kp_driving").data)?)]
+        }
+        EngineModel::DittoLmdm => {
+            let c = lmdm::LmdmConfig::default();
+            let net = lmdm::MotionDecoder::new(&c, &w)?;
+            let time = arr("time_cond").data[0] as i64;
+            let st = net.step(&arr("x").data, &arr("cond_frame").data, &arr("cond").data, time)?;
+            vec![(vec![1, c.seq_len, c.nfeats], st.pred_noise), (vec![1, c.seq_len, c.nfeats], st.x_start)]
+        }
+        EngineModel::Hubert => {
+            let c = hubert::HubertConfig::default();
+            let net = hubert::Hubert::new(&c, &w)?;
+            let out = net.last_hidden_state(&arr("input_values").data)?;
+            vec![(vec![1, out.len() / c.hidden, c.hidden], out)]
+        }
+        _ => unreachable!("not a Ditto network"),
+    };
+    for (out, (shape, data)) in outs.iter().zip(&results) {
+        npy::write(out, shape, data)?;
+    }
+    eprintln!(
+        "cadence: {model:?} (weights {}, on {engine_device}) -> {} in {}",
+        w.label(),
+        out_names.iter().zip(&results).map(|(n, (s, _))| format!("{n} {s:?}")).collect::<Vec<_>>().join(", "),
+        dir.display()
     );
     Ok(())
 }
@@ -187,6 +404,7 @@ pub fn bench(a: EngineBenchArgs) -> Result<()> {
     use cadence_engines::bench::*;
     use cadence_engines::*;
     anyhow::ensure!(batch > 0 && runs > 0, "--batch and --runs must be positive");
+    anyhow::ensure!(model.ditto_io().is_none(), "engine-bench does not cover {model:?} yet (engine-run does)");
     let engine_device = select_device(device)?;
     let dev = engine_device.device.clone();
     let w = weights_source(model, weights, models.as_deref())?;
@@ -210,6 +428,7 @@ pub fn bench(a: EngineBenchArgs) -> Result<()> {
             let e = WhisperAudio::new(profile, &w, &dev)?;
             (bench_audio(&e, 25.6, runs)?, e.weights_label())
         }
+        _ => unreachable!("refused above"),
     };
     let mm2 = matmul_probe(&dev, 2048, 5)?;
     let rate = 0.5 * (mm + mm2);

@@ -43,7 +43,7 @@ pub(crate) fn gelu_erf(v: f32) -> f32 {
 
 simd_fn! {
     /// v = gelu_erf(v) in place.
-    fn gelu_in_place(v: &mut [f32]) {
+    pub(crate) fn gelu_in_place(v: &mut [f32]) {
         v.iter_mut().for_each(|x| *x = gelu_erf(*x));
     }
 }
@@ -114,16 +114,16 @@ impl Conv1d {
 }
 
 /// One pre-LN encoder block: x + attn(ln1 x), then + fc2(gelu(fc1(ln2 x))).
-struct Block {
-    ln1: LayerNorm,
-    attn: Attention,
-    ln2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
+pub(crate) struct Block {
+    pub(crate) ln1: LayerNorm,
+    pub(crate) attn: Attention,
+    pub(crate) ln2: LayerNorm,
+    pub(crate) fc1: Linear,
+    pub(crate) fc2: Linear,
 }
 
 impl Block {
-    fn forward(&self, x: &[f32]) -> Vec<f32> {
+    pub(crate) fn forward(&self, x: &[f32]) -> Vec<f32> {
         let x = self.attn.forward(&self.ln1.forward(x), 1, None, x);
         let h = self.ln2.forward(&x);
         let (d, hidden) = (self.fc1.din, self.fc1.dout);

@@ -1,9 +1,11 @@
-//! Ditto's per-frame networks (antgroup/ditto-talkinghead), which are LivePortrait's
-//! (KwaiVGI/LivePortrait), on cadence's CPU kernels.
+//! Ditto's networks (antgroup/ditto-talkinghead): the per-frame and per-avatar ones are
+//! LivePortrait's (KwaiVGI/LivePortrait); the per-clip ones are HuBERT and Ditto's own LMDM; all
+//! on cadence's CPU kernels.
 //!
 //! Per video frame Ditto runs the stitching MLP on the keypoints, then the warping network
 //! (≈171 GMAC) and the SPADE decoder (≈446 GMAC); together they are nearly all of its per-frame
-//! cost, which is why these three come first:
+//! cost, which is why these three came first. Per clip, HuBERT turns the audio into 25 fps
+//! features and the LMDM samples the motion from them (≈2.6 GMAC per forward, two per DDIM step).
 //!
 //! | network | module | input -> output |
 //! |---|---|---|
@@ -12,6 +14,8 @@
 //! | WarpingNetwork + DenseMotionNetwork (LP `warping_network.py`, `dense_motion.py`) | [`warp`] | feature_3d (1,32,16,64,64), kp_source, kp_driving (1,21,3) -> (1,256,64,64) |
 //! | AppearanceFeatureExtractor (LP `appearance_feature_extractor.py`; per source image) | [`appearance`] | image (1,3,256,256) in `[0, 1]` -> feature_3d (1,32,16,64,64) |
 //! | MotionExtractor (LP `motion_extractor.py`, ConvNeXtV2-tiny; per source image) | [`motion`] | image (1,3,256,256) -> pitch, yaw, roll (66 bins), t, exp, scale, kp |
+//! | LMDM MotionDecoder + DDIM sampler (Ditto `core/models/modules/LMDM.py`; per clip) | [`lmdm`] | x (80,265), cond_frame (265), cond (80,1103), step -> x_start (80,265) |
+//! | HuBERT-large (HF `HubertModel`; per clip) | [`hubert`] | audio 16 kHz -> features (N,1024) at 25 fps |
 //!
 //! **Parameter names** are the published state dicts' (the attribute paths of the PyTorch
 //! modules), so Ditto's `stitch_network.pth`, `warp_network.pth` and `decoder.pth` (and
@@ -31,6 +35,8 @@
 //! spectral-normalised convolution has spectral norm about 1 as in a trained network.
 
 pub mod appearance;
+pub mod hubert;
+pub mod lmdm;
 pub mod motion;
 pub mod spade;
 pub mod stitch;
@@ -96,6 +102,10 @@ fn init_rule(name: &str, shape: &[usize]) -> Init {
         "running_mean" => Init::Const(0.0),
         "running_var" => Init::Const(1.0),
         "weight_u" | "weight_v" => Init::Normal(1.0),
+        // LMDM's null-condition embeddings are torch.randn at init.
+        "null_cond_embed" | "null_cond_hidden" => Init::Normal(1.0),
+        // Weight norm's scale: 1 gives each tap of the positional convolution unit norm.
+        "weight_g" => Init::Const(1.0),
         _ => default_init(name, shape),
     }
 }
