@@ -81,11 +81,11 @@ impl RenderCounts {
     }
 }
 
-/// Projected wall time of one render in ms: the frame loop's serial stages (UNet x evaluations
-/// + decoder x decoded frames + compositing x frames + the keyframe expansion) plus the encoder's
-/// time (encoder x frames) spread over the loop's threads, at least the encoder's own time
-/// (it runs beside the loop on one thread), plus the fixed per-render work. With one loop thread
-/// this is the serial sum.
+/// Projected wall time of one render in ms: the frame loop's serial stages (UNet x evaluations,
+/// decoder x decoded frames, compositing x frames and the keyframe expansion, added up), plus the
+/// encoder's time (encoder x frames) spread over the loop's threads, at least the encoder's own
+/// time (it runs beside the loop on one thread), plus the fixed per-render work. With one loop
+/// thread this is the serial sum.
 pub fn projected_render_ms(c: &ComponentCosts, n: &RenderCounts, expand_ms: f64) -> f64 {
     let frame_loop = c.unet_ms_per_frame * n.unet_evaluations as f64
         + c.decoder_ms_per_frame * n.decoded_frames as f64
