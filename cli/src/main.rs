@@ -8,6 +8,7 @@ mod gpu_check;
 mod info;
 mod models;
 mod render;
+mod render_ditto;
 
 use anyhow::Result;
 use cadence::output::{OutputPath, Overwrite};

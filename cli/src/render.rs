@@ -1,9 +1,10 @@
 //! `cadence render`: speech + avatar to an MP4.
 
 use anyhow::{ensure, Result};
-use cadence::args::{parse_face_box, parse_frame_rate, parse_seconds, EncoderArg, EngineArgs};
+use cadence::args::{parse_face_box, parse_frame_rate, parse_seconds, EncoderArg, EngineArgs, EngineFamily};
 use cadence::avatar::AvatarSource;
 use cadence::clip_audio::{ClipAudio, StreamedAudio};
+use cadence::ditto::DittoInfill;
 use cadence::output::{OutputPath, Overwrite};
 use cadence::pipeline::RenderOptions;
 use cadence::report::{RenderReport, RenderSetup};
@@ -98,20 +99,42 @@ pub struct RenderArgs {
     /// Adaptive keyframe schedules and text to speech (docs/adaptive_keyframes.md).
     #[command(flatten)]
     pub schedule: ScheduleArgs,
+    /// The talking-head engine (see docs/ditto.md for Ditto's path).
+    #[arg(long, value_enum, default_value = "musetalk")]
+    pub engine: EngineFamily,
+    /// Ditto: how the frames between keyframes are made. feature: SLERP of the warping
+    /// network's output, decoder on every frame; image: SLERP of the decoded crops; motion: the
+    /// nearest keyframe's crop moved along the keypoints' flow (no network between keyframes).
+    #[arg(long, value_enum, default_value = "feature")]
+    pub ditto_infill: DittoInfill,
+    /// Ditto: the clip's audio features as .npy, (frames, 1024) float32 at 25 fps (HuBERT-large's
+    /// width; the cpu-reduced profile's is 256), instead of running HuBERT on --audio. The
+    /// audio still gives the sound track and the silence easing; its length must match.
+    #[arg(long)]
+    pub audio_features: Option<PathBuf>,
+    /// Ditto: DDIM steps of the motion diffusion (Ditto's offline default).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub ditto_steps: u32,
 }
 
 pub fn run(a: RenderArgs) -> Result<()> {
     // Everything that can be checked from the arguments and the input files comes first: the
     // engines take seconds to gigabytes to load.
     let live = a.audio.as_deref().is_some_and(|p| p.as_os_str() == "-");
-    let inputs: Vec<&std::path::Path> =
-        [&a.audio, &a.schedule.phonemes, &a.schedule.calibration, &a.schedule.text_file, &a.face_boxes]
-            .into_iter()
-            .flatten()
-            .map(|p| p.as_path())
-            .filter(|p| p.as_os_str() != "-")
-            .chain([a.avatar.as_path()])
-            .collect();
+    let inputs: Vec<&std::path::Path> = [
+        &a.audio,
+        &a.schedule.phonemes,
+        &a.schedule.calibration,
+        &a.schedule.text_file,
+        &a.face_boxes,
+        &a.audio_features,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|p| p.as_path())
+    .filter(|p| p.as_os_str() != "-")
+    .chain([a.avatar.as_path()])
+    .collect();
     let to_stdout = a.output.as_os_str() == "-";
     let fragmented = a.fragmented || to_stdout;
     if live {
@@ -141,6 +164,14 @@ pub fn run(a: RenderArgs) -> Result<()> {
     a.schedule.validate(stride, a.keyframes.is_some())?;
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
+    if a.engine == EngineFamily::Ditto {
+        ensure!(!live, "--engine ditto renders a whole clip: --audio - (a live stream) is for MuseTalk so far");
+        return crate::render_ditto::run(&a, out.as_ref(), fragmented, encoder, engine_device, profile);
+    }
+    ensure!(
+        a.audio_features.is_none(),
+        "--audio-features gives Ditto's HuBERT features: add --engine ditto (MuseTalk computes whisper's from --audio)"
+    );
     if live {
         return run_live(a, out.as_ref(), encoder, engine_device, profile);
     }
@@ -231,7 +262,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
 /// A render's summary: JSON on standard output with --json (the report, the output, `fields`,
 /// the first frame's and fragment's times), else lines on standard error (`line` says how the
 /// keyframes were chosen).
-fn print_summary(
+pub(crate) fn print_summary(
     a: &RenderArgs,
     report: &RenderReport,
     result: &render::RenderResult,

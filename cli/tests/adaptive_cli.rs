@@ -2,6 +2,9 @@
 //! bad schedule input (clear one-line error, non-zero exit, nothing at the output path). Uses
 //! the committed speech fixtures; needs no espeak-ng (a missing libespeak-ng is simulated).
 
+mod common;
+use common::s;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -24,10 +27,6 @@ fn cadence(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     c.output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Runs a render that must fail: non-zero exit, one `cadence: error:` line containing `needle`,

@@ -2,12 +2,11 @@
 //! video as preparing the image in the render, and every damaged file refused with a clear
 //! message, a non-zero exit and no output file.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+use common::cadence;
 
-fn cadence(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cadence")).args(args).output().expect("run cadence")
-}
+use std::path::{Path, PathBuf};
+use std::process::Output;
 
 fn speech() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/speech/goodnight.wav")

@@ -1,20 +1,10 @@
 //! The `cadence` binary end to end: outputs, and bad input (clear error, non-zero exit, no
 //! output file).
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+use common::{cadence, s, stderr};
 
-fn cadence(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cadence")).args(args).output().expect("run cadence")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use std::process::Command;
 
 #[test]
 fn expand_f32_and_f16_roundtrip() {

@@ -3,25 +3,15 @@
 //! numbers are tested against PyTorch in engines/tests/ditto*.rs; here the CLI's outputs must be
 //! the library's on the same inputs and weights.
 
+mod common;
+use common::{cadence, s, stderr};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use cadence::npy::{self, Array};
 use cadence_engines::ditto::lmdm::{LmdmConfig, MotionDecoder};
 use cadence_engines::ditto::stitch::{StitchConfig, StitchingNetwork};
 use cadence_engines::{WeightsSource, DEFAULT_SEED};
-
-fn cadence(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cadence")).args(args).output().expect("run cadence")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/ditto").join(name)

@@ -3,6 +3,9 @@
 //! where the case is about memory, the child's peak resident memory is measured and bounded.
 //! (README: "What cadence refuses and why".)
 
+mod common;
+use common::s;
+
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -47,10 +50,6 @@ fn finish(mut child: std::process::Child, started: Instant) -> Run {
 fn cadence(args: &[&str]) -> Run {
     let t = Instant::now();
     finish(spawn(args, || Ok(())), t)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// The run failed cleanly: exit 1 or 2 (clap), the needle in a one-line message, no panic.

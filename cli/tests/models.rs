@@ -6,19 +6,13 @@
 //! checkpoints in both formats, configurations beside them) at the reduced profile: the published
 //! UNet alone is 3.4 GB.
 
+mod common;
+use common::{cadence, s};
+
 use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
 use cadence_engines::torch_write::write_musetalk_folder;
 use cadence_engines::{Device, ModelsDir, Profile, DEFAULT_SEED};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn cadence(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cadence")).args(args).output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -2,8 +2,10 @@
 //! is checked, frames in the sustained pause are bypassed and identical, and every bad input
 //! fails with a clear error, a non-zero exit and nothing left at the output path.
 
+mod common;
+use common::{cadence, s};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 const PAUSE_S: f64 = 2.5;
 
@@ -43,14 +45,6 @@ fn avatar(dir: &Path, w: u32, h: u32) -> PathBuf {
     let p = dir.join(format!("avatar_{w}x{h}.png"));
     img.save(&p).unwrap();
     p
-}
-
-fn cadence(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cadence")).args(args).output().unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 #[test]

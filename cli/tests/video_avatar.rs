@@ -5,12 +5,15 @@
 //! every bad avatar is refused with a clear message, a non-zero exit and no output file. The
 //! avatar clips are written here with cadence's own MP4 writer (no system tool).
 
+mod common;
+use common::{cadence, s};
+
 use cadence::avatar::AvatarSource;
 use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
 use cadence::{render, Backend, KeyframeSchedule};
 use cadence_media::{EncoderKind, FaceBox, FrameRate, Mp4Reader, RgbImage, VideoWriter};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 const W: u32 = 128;
 const H: u32 = 160;
@@ -19,14 +22,6 @@ const FACE_ARG: &str = "--face-box=32,40,64,80";
 /// Luma level of each avatar frame's background: far apart, so a frame's background is
 /// recognised in the output whatever the codec's rounding.
 const LEVELS: [u8; 3] = [60, 120, 180];
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn cadence(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cadence")).args(args).output().unwrap()
-}
 
 /// NV12 frame `i` of a test avatar: a flat background at `level` with a textured face (a
 /// different texture per frame, so the reference latents differ too).

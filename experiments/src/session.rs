@@ -57,8 +57,23 @@ pub struct Session {
     pub encoder: Option<cadence_media::EncoderKind>,
 }
 
-impl Session {
-    pub fn open(a: &SessionArgs) -> Result<Session> {
+/// A session's inputs without the MuseTalk engines (what an experiment on another engine
+/// family, e.g. `stride_table --engine ditto`, needs).
+pub struct Inputs {
+    pub backend: Backend,
+    pub engine_device: EngineDevice,
+    pub profile: cadence_engines::Profile,
+    pub opts: RenderOptions,
+    pub audio: cadence_media::Audio,
+    pub audio_path: PathBuf,
+    pub avatar_path: PathBuf,
+    pub img: cadence_media::RgbImage,
+    pub face: FaceBox,
+    pub encoder: Option<cadence_media::EncoderKind>,
+}
+
+impl Inputs {
+    pub fn open(a: &SessionArgs) -> Result<Inputs> {
         let root = crate::paths::workspace_root();
         let audio_path = a.audio.clone().unwrap_or_else(|| root.join(DEFAULT_AUDIO));
         let avatar_path = a.avatar.clone().unwrap_or_else(|| root.join(DEFAULT_AVATAR));
@@ -71,7 +86,6 @@ impl Session {
         let (engine_device, profile) = a.engines.device()?;
         let backend = Backend::for_engines(a.backend, &engine_device.device)?;
         let opts = RenderOptions { batch: a.engines.batch as usize, ..RenderOptions::default() };
-        let engines = a.engines.load(&engine_device, profile)?;
         let mut audio = render::load_audio(&audio_path, 3600.0)?;
         if let Some(n) = a.frames {
             let keep = (n as f64 / opts.fps.hz() * cadence_media::TARGET_RATE as f64).round() as usize;
@@ -84,7 +98,48 @@ impl Session {
         }
         let img = render::load_avatar(&avatar_path)?;
         let face = render::face_box(&img, face)?;
-        Ok(Session { backend, engine_device, engines, opts, audio, audio_path, avatar_path, img, face, encoder })
+        Ok(Inputs { backend, engine_device, profile, opts, audio, audio_path, avatar_path, img, face, encoder })
+    }
+
+    /// The provenance of a run on these inputs with engines described by `engines` and weights
+    /// `weights`.
+    pub fn provenance(&self, engines: &str, weights: &str) -> crate::provenance::Provenance {
+        let mut p = crate::provenance::Provenance::for_backend(&self.backend, self.profile.to_string(), weights);
+        p.note(crate::provenance::ENGINE_DEVICE_KEY, self.engine_device.label());
+        p.note("engines", engines.to_string());
+        input_notes(&mut p, &self.audio_path, &self.avatar_path, self.face, &self.img);
+        p
+    }
+}
+
+/// The provenance notes that say what was rendered.
+fn input_notes(
+    p: &mut crate::provenance::Provenance,
+    audio: &std::path::Path,
+    avatar: &std::path::Path,
+    face: FaceBox,
+    img: &cadence_media::RgbImage,
+) {
+    p.note("input", format!("{} + {} face box {:?}", audio.display(), avatar.display(), face));
+    p.note("output_frame", format!("{}x{} NV12", img.width(), img.height()));
+}
+
+impl Session {
+    pub fn open(a: &SessionArgs) -> Result<Session> {
+        let i = Inputs::open(a)?;
+        let engines = a.engines.load(&i.engine_device, i.profile)?;
+        Ok(Session {
+            backend: i.backend,
+            engine_device: i.engine_device,
+            engines,
+            opts: i.opts,
+            audio: i.audio,
+            audio_path: i.audio_path,
+            avatar_path: i.avatar_path,
+            img: i.img,
+            face: i.face,
+            encoder: i.encoder,
+        })
     }
 
     pub fn provenance(&self) -> crate::provenance::Provenance {
@@ -99,11 +154,7 @@ impl Session {
             cadence::resident::residency(&self.backend, &self.engines.device).to_string(),
         );
         p.note("engines", self.engines.describe());
-        p.note(
-            "input",
-            format!("{} + {} face box {:?}", self.audio_path.display(), self.avatar_path.display(), self.face),
-        );
-        p.note("output_frame", format!("{}x{} NV12", self.img.width(), self.img.height()));
+        input_notes(&mut p, &self.audio_path, &self.avatar_path, self.face, &self.img);
         p
     }
 }

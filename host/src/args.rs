@@ -56,6 +56,18 @@ fn parse_profile(s: &str) -> std::result::Result<Profile, String> {
     Profile::parse(s).map_err(|e| e.to_string())
 }
 
+/// The talking-head engine a render runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineFamily {
+    /// MuseTalk: whisper features, a latent inpainting UNet on keyframes, SLERP of latents, a
+    /// VAE decoder (--decoder).
+    Musetalk,
+    /// Ditto: HuBERT features, motion diffusion (LMDM), the warping network and SPADE decoder on
+    /// keyframes, --ditto-infill between them (a still image avatar, 25 fps).
+    Ditto,
+}
+
 /// The H.264 encoder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum EncoderArg {

@@ -12,6 +12,7 @@ pub mod clip_audio;
 pub mod composite;
 pub mod cpu;
 pub mod cuda;
+pub mod ditto;
 pub mod elem;
 pub mod emulated;
 pub mod features;

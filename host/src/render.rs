@@ -328,7 +328,36 @@ pub fn render_clip(
         prepared.frames
     );
     let c = &prepared.compositors[0];
-    let (w, h) = (c.width as u32, c.height as u32);
+    let size = (c.width as u32, c.height as u32);
+    let frames = |sink: &mut dyn FnMut(usize, &[u8]) -> Result<()>, progress: Box<dyn FnMut(usize) + '_>| {
+        prepared.render_frames(engines, backend, opts, schedule, sink, progress)
+    };
+    write_video(&prepared.audio, size, opts.fps, output, frames, progress)
+}
+
+/// A frame loop as [`write_video`] runs it: it hands each NV12 frame to the sink in order and
+/// reports progress in frames.
+pub trait FrameLoop:
+    FnMut(&mut dyn FnMut(usize, &[u8]) -> Result<()>, Box<dyn FnMut(usize) + '_>) -> Result<RenderStats>
+{
+}
+impl<F> FrameLoop for F where
+    F: FnMut(&mut dyn FnMut(usize, &[u8]) -> Result<()>, Box<dyn FnMut(usize) + '_>) -> Result<RenderStats>
+{
+}
+
+/// Runs `frames` (any engine's frame loop, `size` pixels at `fps`) into `output` with `audio` as
+/// the sound track: the one place where frames become an MP4 (checked output, encoder beside the
+/// loop), a fragmented MP4 or nothing.
+pub fn write_video(
+    audio: &ClipAudio,
+    size: (u32, u32),
+    fps: cadence_media::FrameRate,
+    output: Output,
+    mut frames: impl FrameLoop,
+    progress: impl FnMut(usize),
+) -> Result<RenderResult> {
+    let (w, h) = size;
     let t0 = Instant::now();
     let mut first_frame_ms = None;
     let mut go = |sink: &mut dyn FnMut(usize, &[u8]) -> Result<()>, progress: Box<dyn FnMut(usize) + '_>| {
@@ -336,7 +365,7 @@ pub fn render_clip(
             first_frame_ms.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
             sink(i, f)
         };
-        prepared.render_frames(engines, backend, opts, schedule, &mut timed, progress)
+        frames(&mut timed, progress)
     };
     let result =
         |stats, video| RenderResult { stats, video, first_frame_ms: None, first_fragment_ms: None, late_frames: 0 };
@@ -347,8 +376,8 @@ pub fn render_clip(
         }
         Output::Mp4 { out, encoder } => {
             let partial = out.begin()?;
-            let audio = prepared.audio.whole().context("a progressive MP4 needs the audio decoded whole")?;
-            let writer = VideoWriter::create(partial.path(), w, h, opts.fps, encoder, Some(audio))
+            let whole = audio.whole().context("a progressive MP4 needs the audio decoded whole")?;
+            let writer = VideoWriter::create(partial.path(), w, h, fps, encoder, Some(whole))
                 .map_err(|e| partial.user_error(e.into()))?;
             let (mut stats, beside) =
                 encode_beside(writer, |sink| go(sink, Box::new(progress))).map_err(|e| partial.user_error(e))?;
@@ -364,25 +393,15 @@ pub fn render_clip(
             let file = std::fs::File::create(partial.path())
                 .map_err(|e| partial.user_error(anyhow::anyhow!("{}: cannot create: {e}", partial.path().display())))?;
             let name = out.path().display().to_string();
-            let mut r = render_fragmented(
-                go,
-                prepared,
-                opts,
-                w,
-                h,
-                encoder,
-                pace,
-                std::io::BufWriter::new(file),
-                &name,
-                progress,
-            )
-            .map_err(|e| partial.user_error(e))?;
+            let mut r =
+                render_fragmented(go, audio, fps, w, h, encoder, pace, std::io::BufWriter::new(file), &name, progress)
+                    .map_err(|e| partial.user_error(e))?;
             partial.commit()?;
             r.first_frame_ms = first_frame_ms;
             Ok(r)
         }
         Output::Fragmented { sink: Sink::Writer { out, name }, encoder, pace } => {
-            let mut r = render_fragmented(go, prepared, opts, w, h, encoder, pace, out, name, progress)?;
+            let mut r = render_fragmented(go, audio, fps, w, h, encoder, pace, out, name, progress)?;
             r.first_frame_ms = first_frame_ms;
             Ok(r)
         }
@@ -451,9 +470,9 @@ fn encode_beside<T>(
 /// frame waits for its time.
 #[allow(clippy::too_many_arguments)]
 fn render_fragmented<W: Write>(
-    mut go: impl FnMut(&mut dyn FnMut(usize, &[u8]) -> Result<()>, Box<dyn FnMut(usize) + '_>) -> Result<RenderStats>,
-    prepared: &Prepared,
-    opts: &RenderOptions,
+    mut go: impl FrameLoop,
+    clip: &ClipAudio,
+    fps: cadence_media::FrameRate,
     w: u32,
     h: u32,
     encoder: EncoderKind,
@@ -463,14 +482,13 @@ fn render_fragmented<W: Write>(
     progress: impl FnMut(usize),
 ) -> Result<RenderResult> {
     let t0 = Instant::now();
-    let clip = &prepared.audio;
     let audio = clip.track_format();
-    let mut writer = FragmentedWriter::new(out, name, w, h, opts.fps, encoder, audio)?;
+    let mut writer = FragmentedWriter::new(out, name, w, h, fps, encoder, audio)?;
     let mut audio_sent = 0; // sample frames of the track already given to the writer
     let mut first_fragment_ms = None;
     let mut late_frames = 0;
     let mut started: Option<Instant> = None;
-    let period = 1.0 / opts.fps.hz();
+    let period = 1.0 / fps.hz();
     let mut stats = go(
         &mut |i, f| {
             if pace {

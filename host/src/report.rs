@@ -45,6 +45,10 @@ pub struct RenderSetup {
     pub profile: String,
     /// Synthetic (seeded) or real weights, per engine.
     pub weights: String,
+    /// The network the keyframes run (summary text; `stages_ms.unet` is its time): MuseTalk's
+    /// UNet, or Ditto's warping network.
+    #[serde(skip)]
+    pub keyframe_network: &'static str,
 }
 
 impl RenderSetup {
@@ -59,6 +63,7 @@ impl RenderSetup {
             engines: engines.describe(),
             profile: engines.profile.to_string(),
             weights: engines.weights_summary(),
+            keyframe_network: "UNet",
         }
     }
 }
@@ -107,19 +112,21 @@ impl RenderReport {
         let s = &self.stages_ms;
         [
             format!(
-                "cadence: {} frames ({} keyframes scheduled, {} UNet evaluations, {} bypassed in silence) -> {}",
+                "cadence: {} frames ({} keyframes scheduled, {} {} evaluations, {} bypassed in silence) -> {}",
                 self.frames,
                 self.keyframes_scheduled,
                 self.unet_evaluations,
+                self.setup.keyframe_network,
                 self.bypassed_frames,
                 output.display()
             ),
             format!(
-                "  neural {:.0} ms (audio {:.0}, avatar {:.0}, UNet {:.0}, decoder {:.0}) | expand {:.1} ms, ease {:.1} ms, \
+                "  neural {:.0} ms (audio {:.0}, avatar {:.0}, {} {:.0}, decoder {:.0}) | expand {:.1} ms, ease {:.1} ms, \
                  composite+NV12 {:.0} ms, outside the networks {:.1}% | encoder {:.0} ms",
                 self.neural_ms,
                 s.audio_encoder,
                 s.avatar_encoder,
+                self.setup.keyframe_network,
                 s.unet,
                 s.decoder,
                 s.expand,

@@ -36,11 +36,15 @@
 
 pub mod appearance;
 pub mod hubert;
+pub mod keypoints;
 pub mod lmdm;
 pub mod motion;
+pub mod profile;
 pub mod spade;
 pub mod stitch;
 pub mod warp;
+
+pub use profile::DittoConfigs;
 
 use std::collections::HashMap;
 

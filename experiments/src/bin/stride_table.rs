@@ -4,15 +4,17 @@
 //! Writes results/stride_table.csv (with provenance) and a frames/s plot.
 
 use anyhow::{ensure, Context, Result};
+use cadence::args::EngineFamily;
+use cadence::ditto::{self, DittoEngines, DittoInfill};
 use cadence::output::{OutputPath, Overwrite};
 use cadence::render::{self, Output};
-use cadence::report::{RenderReport, RenderSetup};
-use cadence::KeyframeSchedule;
+use cadence::report::{PreparationTimes, RenderReport, RenderSetup};
+use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::Engine;
 use clap::Parser;
 use experiments::plot::{bar_plot, BarChart};
 use experiments::provenance::Provenance;
-use experiments::session::{Session, SessionArgs};
+use experiments::session::{Inputs, Session, SessionArgs};
 
 #[derive(Parser)]
 #[command(
@@ -26,11 +28,24 @@ struct Args {
     session: SessionArgs,
     #[command(flatten)]
     out: experiments::OutDir,
+    /// The engine family: musetalk writes results/stride_table.csv, ditto
+    /// results/stride_table_ditto.csv (docs/ditto.md).
+    #[arg(long, value_enum, default_value = "musetalk")]
+    engine: EngineFamily,
+    /// Ditto: the infills to measure at each stride above 1 (stride 1 has no frames between
+    /// keyframes and is measured once).
+    #[arg(long, value_enum, default_value = "feature,image,motion", value_delimiter = ',')]
+    ditto_infill: Vec<DittoInfill>,
+    /// Ditto: DDIM steps of the motion diffusion.
+    #[arg(long, default_value_t = ditto::DEFAULT_STEPS)]
+    ditto_steps: usize,
 }
 
 #[derive(serde::Serialize)]
 struct Row {
     stride: usize,
+    engine: String,
+    infill: String,
     frames: usize,
     keyframes: usize,
     unet_evaluations: usize,
@@ -64,6 +79,9 @@ fn main() -> Result<()> {
     let a = Args::parse();
     ensure!(!a.strides.is_empty() && a.strides.iter().all(|&k| k > 0), "--strides must be positive integers");
     let out_dir = a.out.dir()?;
+    if a.engine == EngineFamily::Ditto {
+        return ditto_table(&a, &out_dir);
+    }
     eprintln!("stride_table: loading engines and inputs ...");
     let session = Session::open(&a.session)?;
     let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
@@ -90,56 +108,179 @@ fn main() -> Result<()> {
             .with_context(|| format!("render at stride {k}"))?;
         let setup = RenderSetup::new(backend, &session.engine_device, engines);
         let rep = RenderReport::new(setup, &prepared, &r.stats, r.video.as_ref(), opts.fps, 0.0);
-        let st = &rep.stages_ms;
-        rows.push(Row {
-            stride: k,
-            frames: n,
-            keyframes: rep.keyframes_scheduled,
-            unet_evaluations: rep.unet_evaluations,
-            bypassed_frames: rep.bypassed_frames,
-            unet_duty_cycle_pct: 100.0 * rep.keyframes_scheduled as f64 / n as f64,
-            unet_engine: engines.unet.describe(),
-            decoder_engine: engines.decoder.describe(),
-            precision: "f32".into(),
-            slerp_infill_ms: st.expand,
-            easing_ms: st.ease,
-            audio_encoder_ms: st.audio_encoder,
-            avatar_encoder_ms: st.avatar_encoder,
-            unet_ms: st.unet,
-            decoder_ms: st.decoder,
-            compositor_setup_ms: st.compositor_setup,
-            pure_neural_ms: rep.neural_ms,
-            neural_fps: rep.neural_fps,
-            neural_rtf: rep.neural_fps / opts.fps.hz(),
-            composite_nv12_ms: st.composite_nv12,
-            other_ms: st.other,
-            outside_neural_pct: rep.outside_neural_pct,
-            encoder: rep.encoder.clone().unwrap_or_else(|| "none".into()),
-            encoder_ms: st.encoder,
-            encoder_thread_ms: st.encoder_busy,
-            end_to_end_ms: rep.end_to_end_ms,
-            end_to_end_fps: rep.render_fps,
-            end_to_end_rtf: rep.realtime_factor,
-        });
+        let names = Names {
+            engine: "musetalk",
+            infill: "latent slerp".into(),
+            keyframe_net: engines.unet.describe(),
+            decoder: engines.decoder.describe(),
+        };
+        rows.push(row(k, n, &rep, names, opts.fps.hz()));
     }
     bar.finish_and_clear();
 
     let prov = session.provenance();
-    print_table(&rows, &prov);
-    let csv = out_dir.join("stride_table.csv");
-    experiments::csvout::write_csv(&csv, &prov, &rows)?;
+    write_outputs(&rows, &prov, &out_dir, "stride_table", &format!("{} profile, {}", engines.profile, backend.name()))
+}
+
+impl Row {
+    /// The stride, with the infill where the engine has more than one (Ditto).
+    fn label(&self) -> String {
+        if self.engine == "ditto" && self.stride > 1 {
+            format!("{} {}", self.stride, self.infill)
+        } else {
+            self.stride.to_string()
+        }
+    }
+}
+
+/// The names a row carries.
+struct Names {
+    engine: &'static str,
+    infill: String,
+    keyframe_net: String,
+    decoder: String,
+}
+
+fn row(k: usize, n: usize, rep: &RenderReport, names: Names, fps: f64) -> Row {
+    let st = &rep.stages_ms;
+    Row {
+        stride: k,
+        engine: names.engine.into(),
+        infill: names.infill,
+        frames: n,
+        keyframes: rep.keyframes_scheduled,
+        unet_evaluations: rep.unet_evaluations,
+        bypassed_frames: rep.bypassed_frames,
+        unet_duty_cycle_pct: 100.0 * rep.keyframes_scheduled as f64 / n as f64,
+        unet_engine: names.keyframe_net,
+        decoder_engine: names.decoder,
+        precision: "f32".into(),
+        slerp_infill_ms: st.expand,
+        easing_ms: st.ease,
+        audio_encoder_ms: st.audio_encoder,
+        avatar_encoder_ms: st.avatar_encoder,
+        unet_ms: st.unet,
+        decoder_ms: st.decoder,
+        compositor_setup_ms: st.compositor_setup,
+        pure_neural_ms: rep.neural_ms,
+        neural_fps: rep.neural_fps,
+        neural_rtf: rep.neural_fps / fps,
+        composite_nv12_ms: st.composite_nv12,
+        other_ms: st.other,
+        outside_neural_pct: rep.outside_neural_pct,
+        encoder: rep.encoder.clone().unwrap_or_else(|| "none".into()),
+        encoder_ms: st.encoder,
+        encoder_thread_ms: st.encoder_busy,
+        end_to_end_ms: rep.end_to_end_ms,
+        end_to_end_fps: rep.render_fps,
+        end_to_end_rtf: rep.realtime_factor,
+    }
+}
+
+/// `stride_table --engine ditto`: the same clip through Ditto's path (docs/ditto.md) at each
+/// stride, into results/stride_table_ditto.csv.
+fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
+    eprintln!("stride_table: loading Ditto's networks and the inputs ...");
+    let inputs = Inputs::open(&a.session)?;
+    ensure!(inputs.opts.fps.hz() == ditto::DITTO_FPS as f64, "Ditto renders at 25 frames per second");
+    let engines = DittoEngines::load(inputs.profile, a.session.engines.models.as_deref())?;
+    let avatar = ditto::prepare_avatar(&engines, &Backend::Cpu, &inputs.img, inputs.face)?;
+    let scratch = experiments::paths::workspace_root().join("target/stride_table");
+    std::fs::create_dir_all(&scratch)?;
+    let ramp = inputs.opts.ramp;
+    let mut rows = Vec::new();
+    let bar = experiments::progress::progress_bar(0, "stride_table ditto");
+    bar.set_message("HuBERT + motion diffusion");
+    // The clip's motion does not depend on the schedule: made once, its time counted in every row
+    // (each row is what one render of the clip costs).
+    let clip = ditto::prepare_clip(&engines, &avatar, inputs.audio.clone(), None, a.ditto_steps, ramp, &|_| {})?;
+    let n = clip.frames;
+    let runs: Vec<(usize, Option<DittoInfill>)> = a
+        .strides
+        .iter()
+        .flat_map(|&k| {
+            let infills: Vec<Option<DittoInfill>> =
+                if k == 1 { vec![None] } else { a.ditto_infill.iter().map(|&i| Some(i)).collect() };
+            infills.into_iter().map(move |i| (k, i))
+        })
+        .collect();
+    bar.set_length((runs.len() * n) as u64);
+    for (k, infill) in runs {
+        let schedule = KeyframeSchedule::fixed_stride(n, k)?;
+        let label = infill.map_or("none (dense)", |i| i.name());
+        bar.set_message(format!("stride {k}, {label}: {} keyframes", schedule.count()));
+        let out = OutputPath::check(
+            &scratch.join(format!("ditto_stride_{k}_{}.mp4", infill.map_or("dense", |i| i.name()))),
+            Overwrite::Replace,
+            &[],
+        )?;
+        let output = match inputs.encoder {
+            Some(e) => Output::Mp4 { out: &out, encoder: e },
+            None => Output::Discard,
+        };
+        let r = ditto::render_clip(
+            &engines,
+            &avatar,
+            &clip,
+            &schedule,
+            infill.unwrap_or(DittoInfill::Feature),
+            inputs.opts.method,
+            ramp,
+            output,
+            |d| bar.inc(d as u64),
+        )
+        .with_context(|| format!("Ditto render at stride {k}, infill {label}"))?;
+        let setup = RenderSetup {
+            backend: Backend::Cpu.describe(),
+            engine_device: inputs.engine_device.label(),
+            engines: engines.describe(),
+            profile: inputs.profile.to_string(),
+            weights: engines.weights.clone(),
+            keyframe_network: "warp",
+        };
+        let times = PreparationTimes {
+            audio_encoder_ms: clip.audio_ms,
+            avatar_encoder_ms: avatar.encoder_ms,
+            compositor_setup_ms: avatar.compositor_setup_ms,
+            prepare_other_ms: 0.0,
+        };
+        let rep = RenderReport::with_preparation(setup, &times, &r.stats, r.video.as_ref(), inputs.opts.fps, 0.0);
+        let names = Names {
+            engine: "ditto",
+            infill: label.into(),
+            keyframe_net: "ditto warping network (cadence CPU kernels)".into(),
+            decoder: "ditto SPADE decoder (cadence CPU kernels)".into(),
+        };
+        rows.push(row(k, n, &rep, names, inputs.opts.fps.hz()));
+    }
+    bar.finish_and_clear();
+    let mut prov = inputs.provenance(&engines.describe(), &engines.weights);
+    prov.note("ditto_infills", a.ditto_infill.iter().map(|i| i.name()).collect::<Vec<_>>().join(","));
+    prov.note("ditto_ddim_steps", a.ditto_steps.to_string());
+    prov.note(
+        "ditto_weights_caveat",
+        "synthetic weights measure the method's cost on this network, not a trained face",
+    );
+    write_outputs(&rows, &prov, out_dir, "stride_table_ditto", &format!("Ditto, {} profile, cpu", inputs.profile))
+}
+
+/// The CSV (`{name}.csv`), the frames/s plot (`{name}_fps`) and the printed table.
+fn write_outputs(rows: &[Row], prov: &Provenance, out_dir: &std::path::Path, name: &str, what: &str) -> Result<()> {
+    print_table(rows, prov);
+    let csv = out_dir.join(format!("{name}.csv"));
+    experiments::csvout::write_csv(&csv, prov, rows)?;
     let chart = BarChart {
-        title: format!("Render frames/s per cadence stride ({} profile, {})", engines.profile, backend.name()),
+        title: format!("Render frames/s per cadence stride ({what})"),
         x_label: "stride".into(),
         y_label: "frames per second".into(),
-        categories: rows.iter().map(|r| format!("k={}", r.stride)).collect(),
+        categories: rows.iter().map(|r| format!("k={}", r.label())).collect(),
         series: vec![
             ("pure neural".into(), rows.iter().map(|r| r.neural_fps).collect()),
             ("end to end (incl. encoder)".into(), rows.iter().map(|r| r.end_to_end_fps).collect()),
         ],
         value_labels: true,
     };
-    let plots = bar_plot(&out_dir.join("stride_table_fps"), &chart, &prov)?;
+    let plots = bar_plot(&out_dir.join(format!("{name}_fps")), &chart, prov)?;
     eprintln!("wrote {}, {}, {}", csv.display(), plots.png.display(), plots.svg.display());
     Ok(())
 }
@@ -147,7 +288,7 @@ fn main() -> Result<()> {
 fn print_table(rows: &[Row], prov: &Provenance) {
     type Cell = dyn Fn(&Row) -> String;
     let lines: Vec<(&str, Box<Cell>)> = vec![
-        ("Metric", Box::new(|r| format!("Stride {}", r.stride))),
+        ("Metric", Box::new(|r| format!("Stride {}", r.label()))),
         ("UNet keyframes scheduled", Box::new(|r| format!("{} / {}", r.keyframes, r.frames))),
         (
             "UNet evaluations (silence bypassed)",

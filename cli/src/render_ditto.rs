@@ -1,0 +1,147 @@
+//! `cadence render --engine ditto`: the same inputs, output policy, encoder, progress and
+//! summary as the MuseTalk path, with Ditto's networks ([`cadence::ditto`]).
+
+use crate::render::{print_summary, RenderArgs};
+use anyhow::{ensure, Context, Result};
+use cadence::avatar::AvatarSource;
+use cadence::ditto::{self, DittoEngines, DITTO_FPS};
+use cadence::output::OutputPath;
+use cadence::report::{PreparationTimes, RenderReport, RenderSetup};
+use cadence::schedules::cli::DEFAULT_STRIDE;
+use cadence::{render, Backend};
+use cadence_engines::{EngineDevice, Profile};
+use cadence_media::{EncoderKind, FrameRate, RgbImage};
+use std::time::Instant;
+
+pub fn run(
+    a: &RenderArgs,
+    out: Option<&OutputPath>,
+    fragmented: bool,
+    encoder: EncoderKind,
+    engine_device: EngineDevice,
+    profile: Profile,
+) -> Result<()> {
+    // Everything that can be checked before the networks load, first.
+    ensure!(
+        a.fps == FrameRate::whole(DITTO_FPS),
+        "--engine ditto: Ditto's motion is made at {DITTO_FPS} frames per second; --fps {} is not supported",
+        a.fps
+    );
+    ensure!(
+        a.schedule.schedule.is_none() && a.schedule.calibration.is_none() && a.schedule.phonemes.is_none(),
+        "--engine ditto: adaptive schedules (--schedule, --calibration, --phonemes) are for MuseTalk so far; use --stride or --keyframes"
+    );
+    let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
+    let frames = cadence::clip_audio::frames_for_samples(input.audio.samples_16k.len(), DITTO_FPS as f64);
+    ensure!(frames > 0, "{}: the audio is too short for one video frame", input.source);
+    let user_features = match &a.audio_features {
+        Some(path) => {
+            let arr = cadence::npy::read(path)?;
+            let cadence::npy::Array::F32 { shape, data } = arr else {
+                anyhow::bail!("{}: audio features must be float32", path.display());
+            };
+            let width = cadence_engines::ditto::DittoConfigs::for_profile(profile).audio_features();
+            ditto::check_features(&data, &shape, width, frames, &path.display().to_string())?;
+            Some(data)
+        }
+        None => None,
+    };
+    let (img, face) = still_avatar(a)?;
+    let stride = a.stride.map_or(DEFAULT_STRIDE, |k| k as usize);
+    let (schedule, label) = render::fixed_schedule(frames, a.keyframes.as_deref(), stride)?;
+    let backend = Backend::Cpu;
+    if !engine_device.device.is_cpu() {
+        eprintln!(
+            "cadence: note: Ditto's networks run on cadence's CPU kernels (no CUDA path yet); the device is not used"
+        );
+    }
+    let say = |what: &str| {
+        if !a.json {
+            eprintln!("cadence: ditto: {what}");
+        }
+    };
+
+    let t0 = Instant::now();
+    say(&format!("loading the networks ({profile} profile)"));
+    let engines = DittoEngines::load(profile, a.engines.models.as_deref())?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    say("preparing the avatar (appearance and motion extractors, rest frame)");
+    let avatar = ditto::prepare_avatar(&engines, &backend, &img, face)?;
+    let clip =
+        ditto::prepare_clip(&engines, &avatar, input.audio, user_features, a.ditto_steps as usize, a.ramp, &say)?;
+    let bar = indicatif::ProgressBar::new(frames as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} ditto [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    if a.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let mut stdout = std::io::stdout().lock();
+    let output = match out {
+        Some(out) if fragmented => {
+            render::Output::Fragmented { sink: render::Sink::File(out), encoder, pace: a.realtime }
+        }
+        Some(out) => render::Output::Mp4 { out, encoder },
+        None => render::Output::Fragmented {
+            sink: render::Sink::Writer { out: &mut stdout, name: "standard output" },
+            encoder,
+            pace: a.realtime,
+        },
+    };
+    let result =
+        ditto::render_clip(&engines, &avatar, &clip, &schedule, a.ditto_infill, a.method, a.ramp, output, |d| {
+            bar.inc(d as u64)
+        })?;
+    bar.finish_and_clear();
+    let setup = RenderSetup {
+        backend: "cpu".into(),
+        engine_device: engine_device.label(),
+        engines: engines.describe(),
+        profile: profile.to_string(),
+        weights: engines.weights.clone(),
+        keyframe_network: "warp",
+    };
+    let times = PreparationTimes {
+        audio_encoder_ms: clip.audio_ms,
+        avatar_encoder_ms: avatar.encoder_ms,
+        compositor_setup_ms: avatar.compositor_setup_ms,
+        prepare_other_ms: 0.0,
+    };
+    let report = RenderReport::with_preparation(setup, &times, &result.stats, result.video.as_ref(), a.fps, load_ms);
+    let features_from = a.audio_features.as_ref().map_or_else(|| "hubert".to_string(), |p| p.display().to_string());
+    let fields = serde_json::json!({
+        "audio": input.source,
+        "engine": "ditto",
+        "schedule": label,
+        "fragmented": fragmented,
+        "ditto": {"infill": a.ditto_infill, "ddim_steps": a.ditto_steps, "audio_features": features_from},
+    });
+    let line = format!(
+        "  ditto: {label}, infill {}, {} DDIM steps, audio features from {features_from}",
+        a.ditto_infill.name(),
+        a.ditto_steps
+    );
+    print_summary(a, &report, &result, fields, &line)
+}
+
+/// The avatar as one image and its face box: Ditto's path takes a still image.
+fn still_avatar(a: &RenderArgs) -> Result<(RgbImage, cadence_media::FaceBox)> {
+    ensure!(
+        !cadence::avatar_file::is_avatar_file(&a.avatar),
+        "--engine ditto: a prepared avatar file holds MuseTalk's latents; give the portrait image"
+    );
+    let source = AvatarSource::open(&a.avatar, a.face_box, a.face_boxes.as_deref())?;
+    ensure!(
+        source.frames() == 1,
+        "--engine ditto: the avatar has {} frames; Ditto's path takes a still image so far",
+        source.frames()
+    );
+    let mut img = None;
+    source.for_each_frame(|_, frame| {
+        img = Some(frame.clone());
+        Ok(())
+    })?;
+    Ok((img.context("the avatar has no frame")?, source.faces[0]))
+}
