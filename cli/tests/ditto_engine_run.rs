@@ -172,3 +172,16 @@ fn every_ditto_network_writes_its_outputs_by_onnx_name() {
         }
     }
 }
+
+/// `engine-bench` on Ditto's per-frame networks and the LMDM at the cpu-reduced profile: a rate
+/// against the same run's matmul for each.
+#[test]
+fn engine_bench_covers_dittos_networks() {
+    for model in ["ditto-warp", "ditto-decoder", "ditto-stitch", "ditto-lmdm"] {
+        let o = cadence(&["engine-bench", "--model", model, "--batch", "1", "--runs", "1", "--device", "cpu"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{model}: {}", stderr(&o));
+        assert!(out.contains("profile cpu-reduced") && out.contains("% of the matmul rate"), "{model}: {out}");
+        assert!(out.contains("weights synthetic"), "{model}: {out}");
+    }
+}

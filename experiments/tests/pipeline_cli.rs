@@ -65,8 +65,16 @@ fn stride_table_and_cross_arch_on_a_tiny_clip() {
         assert!(dir.path().join(f).is_file(), "{f}");
     }
 
-    run(env!("CARGO_BIN_EXE_cross_arch"), &["--stride-table", csv.to_str().unwrap(), "--out", out]);
-    let cross = std::fs::read_to_string(dir.path().join("cross_arch.csv")).unwrap();
+    // Without Ditto's table the Ditto columns say how to make it.
+    let no_ditto = dir.path().join("no_such_ditto.csv");
+    let cross_args = |ditto: &std::path::Path| {
+        run(
+            env!("CARGO_BIN_EXE_cross_arch"),
+            &["--stride-table", csv.to_str().unwrap(), "--ditto-table", ditto.to_str().unwrap(), "--out", out],
+        );
+        std::fs::read_to_string(dir.path().join("cross_arch.csv")).unwrap()
+    };
+    let cross = cross_args(&no_ditto);
     let data: Vec<&str> = cross.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(data.len(), 3, "{cross}");
     for (line, r) in data[1..].iter().zip(&rows) {
@@ -76,6 +84,27 @@ fn stride_table_and_cross_arch_on_a_tiny_clip() {
         assert!(close(cells[3].parse::<f64>().unwrap(), r.end_to_end_fps), "{line}");
         assert!(line.contains("missing"), "the Ditto column says what is missing: {line}");
     }
+
+    // Ditto's stride table on the same tiny clip (two DDIM steps), then both in the cross table.
+    let ditto_args = ["--engine", "ditto", "--ditto-steps", "2", "--ditto-infill", "image,motion"];
+    run(env!("CARGO_BIN_EXE_stride_table"), &[&args[..], &ditto_args[..], &["--out", out]].concat());
+    let ditto_csv = dir.path().join("stride_table_ditto.csv");
+    let ditto: Vec<StrideRow> = experiments::read_rows(&ditto_csv).unwrap();
+    // Stride 1 once (dense), stride 3 once per infill.
+    assert_eq!(ditto.iter().map(|r| r.stride).collect::<Vec<_>>(), [1, 3, 3]);
+    assert!(ditto.iter().all(|r| r.frames == 12 && r.bypassed_frames == ditto[0].bypassed_frames));
+    assert!(ditto[1].unet_evaluations < ditto[0].unet_evaluations);
+    let cross = cross_args(&ditto_csv);
+    let data: Vec<&str> = cross.lines().filter(|l| !l.starts_with('#')).collect();
+    let header: Vec<&str> = data[0].split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let stride3: Vec<&str> = data[2].split(',').collect();
+    let image_fps: f64 = stride3[col("ditto_image_end_to_end_fps")].parse().unwrap();
+    assert!((image_fps - ditto[1].end_to_end_fps).abs() < 0.006, "{cross}");
+    let speedup: f64 = stride3[col("ditto_image_speedup")].parse().unwrap();
+    assert!((speedup - ditto[1].end_to_end_fps / ditto[0].end_to_end_fps).abs() < 0.006, "{cross}");
+    // Feature infill was not measured: its column says so.
+    assert!(stride3[col("ditto_feature_end_to_end_fps")].starts_with("missing"), "{cross}");
     assert!(cross.contains("# source: "), "{cross}");
 }
 

@@ -32,7 +32,9 @@
 //! **Synthetic weights** (the default, [`WeightsSource::Synthetic`]): the engines' seeded rule
 //! ([`crate::weights`]), BatchNorm running statistics (0, 1), and spectral-norm vectors set by
 //! power iteration on the seeded `weight_orig` (what training leaves behind), so every
-//! spectral-normalised convolution has spectral norm about 1 as in a trained network.
+//! spectral-normalised convolution has spectral norm about 1 as in a trained network; and the
+//! output layers that give keypoints and motion sized as a trained network's ([`output_scale`]),
+//! so that the warp samples inside the source's feature volume.
 
 pub mod appearance;
 pub mod hubert;
@@ -110,7 +112,30 @@ fn init_rule(name: &str, shape: &[usize]) -> Init {
         "null_cond_embed" | "null_cond_hidden" => Init::Normal(1.0),
         // Weight norm's scale: 1 gives each tap of the positional convolution unit norm.
         "weight_g" => Init::Const(1.0),
-        _ => default_init(name, shape),
+        _ => match output_scale(name) {
+            Some((std, _)) if last == "weight" => Init::Normal(std / (weights::fan_in(shape) as f32).sqrt()),
+            Some((_, bias)) => Init::Const(bias),
+            None => default_init(name, shape),
+        },
+    }
+}
+
+/// Output layers whose synthetic values are sized like a trained network's (weight std making
+/// the output's std `.0` for unit inputs, bias `.1`): the motion extractor's canonical
+/// keypoints within the unit cube the warp samples (std 0.3), a neutral scale of 1, expression
+/// and translation of a few hundredths; the LMDM's motion (std 0.02), whose frame-to-frame
+/// differences drive the face, and the stitching MLP's correction. With the default rule these come out of unit size, the keypoints
+/// land far outside the feature volume and the warp samples only its zero padding.
+fn output_scale(name: &str) -> Option<(f32, f32)> {
+    let layer = name.rsplit_once('.').map_or(name, |(l, _)| l);
+    match layer {
+        "detector.fc_kp" => Some((0.3, 0.0)),
+        "detector.fc_scale" => Some((0.02, 1.0)),
+        "detector.fc_exp" | "detector.fc_t" => Some((0.02, 0.0)),
+        "final_layer" => Some((0.02, 0.0)),
+        // The stitching MLP's output: a correction of a few hundredths.
+        "mlp.6" => Some((0.02, 0.0)),
+        _ => None,
     }
 }
 

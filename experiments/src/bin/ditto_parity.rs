@@ -1,0 +1,244 @@
+//! Ditto's strides against its dense render (the source's sections 5.2-5.3): for each stride and
+//! infill, PSNR and SSIM of the face box's luma against the dense render, and the flicker index
+//! (mean absolute difference between consecutive frames in the mouth region) beside the dense
+//! render's own; plus a picture grid of the face box at the source's frames 17, 22, 25, 50, 62:
+//! Ditto dense, stride 2 and stride 3 (image infill), stride 3 (motion infill), MuseTalk dense.
+//! Writes results/ditto_parity.csv and results/ditto_parity_grid.png.
+//!
+//! With synthetic weights these numbers measure the method on this network, not a trained face:
+//! the files say so.
+
+use anyhow::{ensure, Result};
+use cadence::composite::FaceBox;
+use cadence::ditto::{self, DittoEngines, DittoInfill};
+use cadence::{Backend, KeyframeSchedule, Method};
+use clap::Parser;
+use experiments::metrics::{psnr, ssim_gray};
+use experiments::session::{Session, SessionArgs};
+
+#[derive(Parser)]
+#[command(about = "Ditto strides and infills against the dense render: PSNR, SSIM, mouth flicker, picture grid")]
+struct Args {
+    /// Strides to compare with the dense render.
+    #[arg(long, default_value = "2,3", value_delimiter = ',')]
+    strides: Vec<usize>,
+    /// DDIM steps of the motion diffusion.
+    #[arg(long, default_value_t = ditto::DEFAULT_STEPS)]
+    ditto_steps: usize,
+    #[command(flatten)]
+    session: SessionArgs,
+    #[command(flatten)]
+    out: experiments::OutDir,
+}
+
+/// The source's picture frames (its sections 5.2-5.3).
+const GRID_FRAMES: [usize; 5] = [17, 22, 25, 50, 62];
+/// Frames rendered when --frames is not given: enough for the grid's frames.
+const DEFAULT_FRAMES: usize = 125;
+
+#[derive(serde::Serialize)]
+struct Row {
+    stride: usize,
+    infill: String,
+    frames: usize,
+    keyframes: usize,
+    infilled_frames: usize,
+    /// PSNR of the face box's luma over every frame (one MSE over the sequence).
+    psnr_db: f64,
+    /// PSNR over the infilled frames only (not keyframes, not bypassed).
+    psnr_infilled_db: f64,
+    /// Mean SSIM of the infilled frames' face-box luma.
+    ssim_infilled: f64,
+    /// Mean |frame t+1 − frame t| in the mouth region, 8-bit luma.
+    flicker_mouth: f64,
+    flicker_mouth_dense: f64,
+}
+
+/// The face box's luma of an NV12 frame, as f32 in 0..255.
+fn face_luma(nv12: &[u8], width: usize, face: FaceBox) -> Vec<f32> {
+    let (x, y, w, h) = face.as_usize();
+    (y..y + h).flat_map(|r| nv12[r * width + x..r * width + x + w].iter().map(|&v| v as f32)).collect()
+}
+
+/// Rows 60-85% and columns 30-70% of the face box: where the mouth of a centred face is.
+fn mouth(luma: &[f32], w: usize, h: usize) -> Vec<f32> {
+    let (r0, r1, c0, c1) = (h * 60 / 100, h * 85 / 100, w * 30 / 100, w * 70 / 100);
+    (r0..r1).flat_map(|r| luma[r * w + c0..r * w + c1].iter().copied()).collect()
+}
+
+fn flicker(frames: &[Vec<f32>], w: usize, h: usize) -> f64 {
+    let m: Vec<Vec<f32>> = frames.iter().map(|f| mouth(f, w, h)).collect();
+    let total: f64 = m.windows(2).map(|p| p[0].iter().zip(&p[1]).map(|(a, b)| (a - b).abs() as f64).sum::<f64>()).sum();
+    total / ((m.len() - 1) * m[0].len()) as f64
+}
+
+/// Every frame of a render: face-box luma, and the full NV12 of the grid's frames.
+struct Captured {
+    luma: Vec<Vec<f32>>,
+    grid: Vec<Vec<u8>>,
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    ensure!(a.strides.iter().all(|&k| k > 1), "--strides: the dense render is stride 1; give strides above 1");
+    let out_dir = a.out.dir()?;
+    let mut session_args = a.session.clone();
+    session_args.frames = Some(session_args.frames.unwrap_or(DEFAULT_FRAMES));
+    eprintln!("ditto_parity: loading the engines (Ditto's and, for the grid, MuseTalk's) and the inputs ...");
+    let session = Session::open(&session_args)?;
+    let Session { backend, engines, opts, audio, img, face, .. } = &session;
+    let (width, (_, _, fw, fh)) = (img.width() as usize, face.as_usize());
+    let dengines = DittoEngines::load(engines.profile, None)?;
+    let avatar = ditto::prepare_avatar(&dengines, &Backend::Cpu, img, *face)?;
+    let clip = ditto::prepare_clip(&dengines, &avatar, audio.clone(), None, a.ditto_steps, opts.ramp, &|_| {})?;
+    let n = clip.frames;
+    let grid_frames: Vec<usize> = GRID_FRAMES.iter().copied().filter(|&f| f < n).collect();
+
+    let render = |schedule: &KeyframeSchedule, infill: DittoInfill| -> Result<Captured> {
+        let mut c = Captured { luma: Vec::with_capacity(n), grid: Vec::new() };
+        ditto::render_frames(
+            &dengines,
+            &avatar,
+            &clip.kp_driving,
+            &clip.distance,
+            opts.ramp,
+            schedule,
+            infill,
+            Method::Slerp,
+            |i, f| {
+                c.luma.push(face_luma(f, width, *face));
+                if grid_frames.contains(&i) {
+                    c.grid.push(f.to_vec());
+                }
+                Ok(())
+            },
+            |_| {},
+        )?;
+        Ok(c)
+    };
+    eprintln!("ditto_parity: dense render ({n} frames)");
+    let dense = render(&KeyframeSchedule::fixed_stride(n, 1)?, DittoInfill::Feature)?;
+    let dense_flicker = flicker(&dense.luma, fw, fh);
+    let bypassed = cadence::schedule::bypassed_frames(&clip.distance, opts.ramp);
+
+    let mut rows = Vec::new();
+    let mut grid_rows: Vec<(String, Vec<Vec<u8>>)> = vec![("ditto dense".into(), dense.grid.clone())];
+    for &k in &a.strides {
+        let schedule = KeyframeSchedule::fixed_stride(n, k)?;
+        let keys: Vec<usize> = schedule.keyframes().iter().map(|&f| f as usize).collect();
+        let infilled: Vec<usize> = (0..n).filter(|f| !keys.contains(f) && !bypassed[*f]).collect();
+        for infill in [DittoInfill::Feature, DittoInfill::Image, DittoInfill::Motion] {
+            eprintln!("ditto_parity: stride {k}, {} infill", infill.name());
+            let r = render(&schedule, infill)?;
+            let all_a: Vec<f32> = r.luma.concat();
+            let all_b: Vec<f32> = dense.luma.concat();
+            let inf_a: Vec<f32> = infilled.iter().flat_map(|&f| r.luma[f].iter().copied()).collect();
+            let inf_b: Vec<f32> = infilled.iter().flat_map(|&f| dense.luma[f].iter().copied()).collect();
+            let to64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+            let ssim_sum: f64 = infilled
+                .iter()
+                .map(|&f| ssim_gray(&to64(&r.luma[f]), &to64(&dense.luma[f]), fw, fh, 255.0))
+                .sum::<Result<f64>>()?;
+            rows.push(Row {
+                stride: k,
+                infill: infill.name().into(),
+                frames: n,
+                keyframes: keys.len(),
+                infilled_frames: infilled.len(),
+                psnr_db: psnr(&all_a, &all_b, 255.0)?,
+                psnr_infilled_db: if infilled.is_empty() { f64::INFINITY } else { psnr(&inf_a, &inf_b, 255.0)? },
+                ssim_infilled: if infilled.is_empty() { 1.0 } else { ssim_sum / infilled.len() as f64 },
+                flicker_mouth: flicker(&r.luma, fw, fh),
+                flicker_mouth_dense: dense_flicker,
+            });
+            if infill == DittoInfill::Image || (infill == DittoInfill::Motion && k == 3) {
+                grid_rows.push((format!("ditto stride {k} {}", infill.name()), r.grid));
+            }
+        }
+    }
+
+    eprintln!("ditto_parity: MuseTalk dense render for the grid");
+    let prepared = cadence::render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+    let mut musetalk = Vec::new();
+    prepared.render_frames(
+        engines,
+        backend,
+        opts,
+        &KeyframeSchedule::fixed_stride(prepared.frames, 1)?,
+        |i, f| {
+            if grid_frames.contains(&i) {
+                musetalk.push(f.to_vec());
+            }
+            Ok(())
+        },
+        |_| {},
+    )?;
+    grid_rows.push(("musetalk dense".into(), musetalk));
+
+    let mut prov = session.provenance();
+    prov.note("ditto_engines", dengines.describe());
+    prov.note("ditto_weights", dengines.weights.clone());
+    prov.note("ditto_ddim_steps", a.ditto_steps.to_string());
+    prov.note("reference", "each stride is compared with Ditto's dense render (stride 1) of the same clip and motion");
+    prov.note("caveat", "synthetic weights: these numbers measure the method on this network, not a trained face");
+    prov.note("metrics", "luma (NV12 Y) of the face box; flicker over rows 60-85% and columns 30-70% of the box");
+    let grid_desc: Vec<String> = grid_rows.iter().map(|(name, _)| name.clone()).collect();
+    prov.note("grid", format!("rows: {}; columns: frames {:?}", grid_desc.join(" | "), grid_frames));
+    print_rows(&rows);
+    let csv = out_dir.join("ditto_parity.csv");
+    experiments::csvout::write_csv(&csv, &prov, &rows)?;
+    let png = out_dir.join("ditto_parity_grid.png");
+    write_grid(&png, &grid_rows, img.width() as usize, img.height() as usize, *face)?;
+    eprintln!("wrote {}, {}", csv.display(), png.display());
+    Ok(())
+}
+
+fn print_rows(rows: &[Row]) {
+    println!(
+        "{:<8} {:<8} {:>10} {:>14} {:>10} {:>10} {:>10}",
+        "stride", "infill", "PSNR dB", "PSNR infill", "SSIM", "flicker", "dense"
+    );
+    for r in rows {
+        println!(
+            "{:<8} {:<8} {:>10.2} {:>14.2} {:>10.4} {:>10.3} {:>10.3}",
+            r.stride, r.infill, r.psnr_db, r.psnr_infilled_db, r.ssim_infilled, r.flicker_mouth, r.flicker_mouth_dense
+        );
+    }
+}
+
+/// The face boxes of every row's frames side by side, halved (written through a temporary file
+/// and renamed, like every output).
+fn write_grid(
+    path: &std::path::Path,
+    rows: &[(String, Vec<Vec<u8>>)],
+    w: usize,
+    h: usize,
+    face: FaceBox,
+) -> Result<()> {
+    let (fx, fy, fw, fh) = face.as_usize();
+    let (cw, ch) = (fw / 2, fh / 2);
+    let cols = rows.iter().map(|(_, f)| f.len()).max().unwrap_or(0);
+    ensure!(cols > 0, "no frames for the grid");
+    let mut grid = cadence_media::RgbImage::new((cols * cw) as u32, (rows.len() * ch) as u32);
+    let mut rgb = Vec::new();
+    for (ri, (_, frames)) in rows.iter().enumerate() {
+        for (ci, nv12) in frames.iter().enumerate() {
+            cadence_media::avatar_video::nv12_to_rgb(nv12, w, h, &mut rgb);
+            for y in 0..ch {
+                for x in 0..cw {
+                    let mut acc = [0u32; 3];
+                    for (dy, dx) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                        let p = ((fy + 2 * y + dy) * w + fx + 2 * x + dx) * 3;
+                        (0..3).for_each(|c| acc[c] += rgb[p + c] as u32);
+                    }
+                    let px = image::Rgb(acc.map(|v| (v / 4) as u8));
+                    grid.put_pixel((ci * cw + x) as u32, (ri * ch + y) as u32, px);
+                }
+            }
+        }
+    }
+    cadence::output::write_atomically(path, |f| {
+        grid.write_to(f, image::ImageFormat::Png)?;
+        Ok(())
+    })
+}
