@@ -230,33 +230,48 @@ pub fn run(a: RenderArgs) -> Result<()> {
     }
     let schedule = planned.as_ref().map_or(fixed, |p| p.schedule.clone());
     let schedule_summary = cli::summary(planned.as_ref(), &schedule, &legacy);
-    let bar = indicatif::ProgressBar::new(prepared.frames as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} render [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    if a.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = progress_bar(prepared.frames, "render", a.json);
     let mut stdout = std::io::stdout().lock();
-    let output = match &out {
-        Some(out) if fragmented => {
-            render::Output::Fragmented { sink: render::Sink::File(out), encoder, pace: a.realtime }
-        }
-        Some(out) => render::Output::Mp4 { out, encoder },
-        None => render::Output::Fragmented {
-            sink: render::Sink::Writer { out: &mut stdout, name: "standard output" },
-            encoder,
-            pace: a.realtime,
-        },
-    };
+    let output = output_for(out.as_ref(), fragmented, encoder, a.realtime, &mut stdout);
     let result = render::render_clip(&engines, &backend, &opts, &prepared, &schedule, output, |d| bar.inc(d as u64))?;
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::new(setup, &prepared, &result.stats, result.video.as_ref(), a.fps, load_ms);
     let fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented});
     print_summary(&a, &report, &result, fields, &cli::summary_line(planned.as_ref(), &schedule, &legacy))
+}
+
+/// The render's progress bar over `frames` (hidden with --json, whose standard output is data).
+pub(crate) fn progress_bar(frames: usize, label: &str, json: bool) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(frames as u64);
+    let template = format!("{{spinner}} {label} [{{bar:40}}] {{pos}}/{{len}} frames {{per_sec}} eta {{eta}}");
+    bar.set_style(indicatif::ProgressStyle::with_template(&template).expect("valid template").progress_chars("=> "));
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// Where a render's video goes: the checked output file (an MP4, or a fragmented MP4 with
+/// --fragmented), or a fragmented MP4 on standard output (`-o -`).
+pub(crate) fn output_for<'a>(
+    out: Option<&'a OutputPath>,
+    fragmented: bool,
+    encoder: cadence_media::EncoderKind,
+    realtime: bool,
+    stdout: &'a mut dyn std::io::Write,
+) -> render::Output<'a> {
+    match out {
+        Some(out) if fragmented => {
+            render::Output::Fragmented { sink: render::Sink::File(out), encoder, pace: realtime }
+        }
+        Some(out) => render::Output::Mp4 { out, encoder },
+        None => render::Output::Fragmented {
+            sink: render::Sink::Writer { out: stdout, name: "standard output" },
+            encoder,
+            pace: realtime,
+        },
+    }
 }
 
 /// A render's summary: JSON on standard output with --json (the report, the output, `fields`,

@@ -1,12 +1,11 @@
 //! `cadence render --engine ditto`: the same inputs, output policy, encoder, progress and
 //! summary as the MuseTalk path, with Ditto's networks ([`cadence::ditto`]).
 
-use crate::render::{print_summary, RenderArgs};
+use crate::render::{output_for, print_summary, progress_bar, RenderArgs};
 use anyhow::{ensure, Context, Result};
 use cadence::avatar::AvatarSource;
 use cadence::ditto::{self, DittoEngines, DITTO_FPS};
 use cadence::output::OutputPath;
-use cadence::report::{PreparationTimes, RenderReport, RenderSetup};
 use cadence::schedules::cli::DEFAULT_STRIDE;
 use cadence::{render, Backend};
 use cadence_engines::{EngineDevice, Profile};
@@ -69,47 +68,15 @@ pub fn run(
     let avatar = ditto::prepare_avatar(&engines, &backend, &img, face)?;
     let clip =
         ditto::prepare_clip(&engines, &avatar, input.audio, user_features, a.ditto_steps as usize, a.ramp, &say)?;
-    let bar = indicatif::ProgressBar::new(frames as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} ditto [{bar:40}] {pos}/{len} frames {per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    if a.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = progress_bar(frames, "ditto", a.json);
     let mut stdout = std::io::stdout().lock();
-    let output = match out {
-        Some(out) if fragmented => {
-            render::Output::Fragmented { sink: render::Sink::File(out), encoder, pace: a.realtime }
-        }
-        Some(out) => render::Output::Mp4 { out, encoder },
-        None => render::Output::Fragmented {
-            sink: render::Sink::Writer { out: &mut stdout, name: "standard output" },
-            encoder,
-            pace: a.realtime,
-        },
-    };
+    let output = output_for(out, fragmented, encoder, a.realtime, &mut stdout);
     let result =
         ditto::render_clip(&engines, &avatar, &clip, &schedule, a.ditto_infill, a.method, a.ramp, output, |d| {
             bar.inc(d as u64)
         })?;
     bar.finish_and_clear();
-    let setup = RenderSetup {
-        backend: "cpu".into(),
-        engine_device: engine_device.label(),
-        engines: engines.describe(),
-        profile: profile.to_string(),
-        weights: engines.weights.clone(),
-        keyframe_network: "warp",
-    };
-    let times = PreparationTimes {
-        audio_encoder_ms: clip.audio_ms,
-        avatar_encoder_ms: avatar.encoder_ms,
-        compositor_setup_ms: avatar.compositor_setup_ms,
-        prepare_other_ms: 0.0,
-    };
-    let report = RenderReport::with_preparation(setup, &times, &result.stats, result.video.as_ref(), a.fps, load_ms);
+    let report = ditto::render_report(&engines, &avatar, &clip, &engine_device, &result, load_ms);
     let features_from = a.audio_features.as_ref().map_or_else(|| "hubert".to_string(), |p| p.display().to_string());
     let fields = serde_json::json!({
         "audio": input.source,

@@ -44,17 +44,22 @@ pub struct SessionArgs {
 }
 
 pub struct Session {
-    pub backend: Backend,
-    /// Where the neural engines run (`--device`).
-    pub engine_device: EngineDevice,
+    /// Everything but the engines (and, through `Deref`, its fields: `session.audio`, ...).
+    pub inputs: Inputs,
     pub engines: Engines,
-    pub opts: RenderOptions,
-    pub audio: cadence_media::Audio,
-    pub audio_path: PathBuf,
-    pub avatar_path: PathBuf,
-    pub img: cadence_media::RgbImage,
-    pub face: FaceBox,
-    pub encoder: Option<cadence_media::EncoderKind>,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Inputs;
+    fn deref(&self) -> &Inputs {
+        &self.inputs
+    }
+}
+
+impl std::ops::DerefMut for Session {
+    fn deref_mut(&mut self) -> &mut Inputs {
+        &mut self.inputs
+    }
 }
 
 /// A session's inputs without the MuseTalk engines (what an experiment on another engine
@@ -126,20 +131,9 @@ fn input_notes(
 
 impl Session {
     pub fn open(a: &SessionArgs) -> Result<Session> {
-        let i = Inputs::open(a)?;
-        let engines = a.engines.load(&i.engine_device, i.profile)?;
-        Ok(Session {
-            backend: i.backend,
-            engine_device: i.engine_device,
-            engines,
-            opts: i.opts,
-            audio: i.audio,
-            audio_path: i.audio_path,
-            avatar_path: i.avatar_path,
-            img: i.img,
-            face: i.face,
-            encoder: i.encoder,
-        })
+        let inputs = Inputs::open(a)?;
+        let engines = a.engines.load(&inputs.engine_device, inputs.profile)?;
+        Ok(Session { inputs, engines })
     }
 
     pub fn provenance(&self) -> crate::provenance::Provenance {

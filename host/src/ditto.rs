@@ -198,6 +198,11 @@ pub struct DittoAvatar {
 }
 
 impl DittoAvatar {
+    /// The source keypoints x_s (21 × 3), in the warp's normalised coordinates.
+    pub fn source_keypoints(&self) -> &[f32] {
+        &self.x_s
+    }
+
     /// The rest state's pose (the source's own motion).
     fn rest_pose(&self) -> Pose {
         Pose::of(&self.source)
@@ -386,6 +391,42 @@ pub fn render_clip(
     };
     let fps = cadence_media::FrameRate::whole(DITTO_FPS);
     crate::render::write_video(&clip.audio, (c.width as u32, c.height as u32), fps, output, frames, progress)
+}
+
+/// The render's report (the MuseTalk path's, with Ditto's stages in its fields: docs/ditto.md):
+/// HuBERT, the LMDM and the keypoints as the audio encoder, the extractors and the rest frame as
+/// the avatar's, the warp as the keyframe network.
+pub fn render_report(
+    engines: &DittoEngines,
+    avatar: &DittoAvatar,
+    clip: &DittoClip,
+    engine_device: &cadence_engines::EngineDevice,
+    result: &crate::render::RenderResult,
+    engine_load_ms: f64,
+) -> crate::report::RenderReport {
+    let setup = crate::report::RenderSetup {
+        backend: Backend::Cpu.describe(),
+        engine_device: engine_device.label(),
+        engines: engines.describe(),
+        profile: engines.cfg.profile.to_string(),
+        weights: engines.weights.clone(),
+        keyframe_network: "warp",
+    };
+    let times = crate::report::PreparationTimes {
+        audio_encoder_ms: clip.audio_ms,
+        avatar_encoder_ms: avatar.encoder_ms,
+        compositor_setup_ms: avatar.compositor_setup_ms,
+        prepare_other_ms: 0.0,
+    };
+    let fps = cadence_media::FrameRate::whole(DITTO_FPS);
+    crate::report::RenderReport::with_preparation(
+        setup,
+        &times,
+        &result.stats,
+        result.video.as_ref(),
+        fps,
+        engine_load_ms,
+    )
 }
 
 /// A keyframe's outputs: the warp's feature and, where the infill needs it, the decoded crop.

@@ -64,6 +64,17 @@ fn render(schedule: &KeyframeSchedule, infill: DittoInfill) -> (Vec<Vec<u8>>, ca
     (frames, stats)
 }
 
+/// The synthetic extractor's keypoints lie where a trained one's do, inside the feature volume
+/// the warp samples (x, y in [−1, 1]); and speech moves them by hundredths, not by the volume.
+#[test]
+fn synthetic_keypoints_fall_inside_the_feature_volume() {
+    let s = setup();
+    let x_s = s.avatar.source_keypoints();
+    assert!(x_s.iter().all(|v| v.abs() < 1.2), "{x_s:?}");
+    let far = s.kp.iter().zip(x_s.iter().cycle()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(far > 1e-3 && far < 0.3, "driving keypoints move {far} from the source's");
+}
+
 #[test]
 fn silence_eases_to_the_rest_keypoints_and_stays_there() {
     let s = setup();

@@ -39,7 +39,7 @@ use clap::Parser;
 use experiments::frames::{decode_each, frame_of, unet_frames, CROP};
 use experiments::metrics::{self, ImageShape, Region};
 use experiments::plot::{line_plot_grid, timeline_plot, Legend, LineChart, LineStyle, Series, Timeline};
-use experiments::session::{Session, SessionArgs};
+use experiments::session::{Inputs as SessionInputs, Session, SessionArgs};
 use experiments::{progress_bar, write_csv, OutDir, Provenance};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -433,7 +433,7 @@ fn dense_render(
     audio: cadence_media::Audio,
     alignment: Option<Alignment>,
 ) -> Result<Dense> {
-    let Session { backend, engines, opts, img, face, .. } = session;
+    let Session { inputs: SessionInputs { backend, opts, img, face, .. }, engines } = session;
     ensure!(opts.fps == cadence_media::FrameRate::whole(25), "the experiment runs at 25 fps");
     let samples = audio.samples_16k.clone();
     let prepared = render::prepare(engines, backend, audio, img, *face, opts)?;

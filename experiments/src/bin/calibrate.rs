@@ -9,7 +9,7 @@
 use anyhow::{Context, Result};
 use cadence::calibrate::{calibrate, check_parameters, CalibrateSetup, Step};
 use clap::Parser;
-use experiments::session::{Session, SessionArgs};
+use experiments::session::{Inputs, Session, SessionArgs};
 use experiments::OutDir;
 use std::time::Instant;
 
@@ -52,7 +52,7 @@ fn run(mut a: Args) -> Result<()> {
     let out_dir = a.out.dir()?;
     eprintln!("calibrate: loading engines and inputs ...");
     let session = Session::open(&a.session)?;
-    let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
+    let Session { inputs: Inputs { backend, opts, audio, img, face, encoder, .. }, engines } = &session;
     let scratch = std::env::temp_dir().join(format!("cadence-calibrate-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
     let setup = CalibrateSetup {

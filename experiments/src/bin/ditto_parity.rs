@@ -14,7 +14,7 @@ use cadence::ditto::{self, DittoEngines, DittoInfill};
 use cadence::{Backend, KeyframeSchedule, Method};
 use clap::Parser;
 use experiments::metrics::{psnr, ssim_gray};
-use experiments::session::{Session, SessionArgs};
+use experiments::session::{Inputs, Session, SessionArgs};
 
 #[derive(Parser)]
 #[command(about = "Ditto strides and infills against the dense render: PSNR, SSIM, mouth flicker, picture grid")]
@@ -86,7 +86,7 @@ fn main() -> Result<()> {
     session_args.frames = Some(session_args.frames.unwrap_or(DEFAULT_FRAMES));
     eprintln!("ditto_parity: loading the engines (Ditto's and, for the grid, MuseTalk's) and the inputs ...");
     let session = Session::open(&session_args)?;
-    let Session { backend, engines, opts, audio, img, face, .. } = &session;
+    let Session { inputs: Inputs { backend, opts, audio, img, face, .. }, engines } = &session;
     let (width, (_, _, fw, fh)) = (img.width() as usize, face.as_usize());
     let dengines = DittoEngines::load(engines.profile, None)?;
     let avatar = ditto::prepare_avatar(&dengines, &Backend::Cpu, img, *face)?;

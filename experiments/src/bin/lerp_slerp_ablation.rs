@@ -28,7 +28,7 @@ use clap::Parser;
 use experiments::frames::{decode_each, frame_of, unet_frames};
 use experiments::metrics::{self, ImageShape, SignedSummary};
 use experiments::plot::{line_plot, line_plot_grid, Legend, LineChart, LineStyle, Series};
-use experiments::session::{Session, SessionArgs};
+use experiments::session::{Inputs, Session, SessionArgs};
 use experiments::{progress_bar, write_csv, OutDir, Provenance};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -477,7 +477,7 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     sa.frames = Some(args.start + n);
     eprintln!("lerp_slerp_ablation: trajectory part: loading engines and inputs ...");
     let session = Session::open(&sa)?;
-    let Session { backend, engines, opts, audio, img, face, .. } = &session;
+    let Session { inputs: Inputs { backend, opts, audio, img, face, .. }, engines } = &session;
     let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
     let features = prepared.whole_features(engines, opts)?;
     ensure!(

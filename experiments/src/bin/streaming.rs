@@ -14,7 +14,7 @@ use cadence::render::{self, Output, Sink};
 use cadence::KeyframeSchedule;
 use clap::Parser;
 use experiments::plot::{line_plot_grid, LineChart, Series};
-use experiments::session::{Session, SessionArgs};
+use experiments::session::{Inputs, Session, SessionArgs};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
@@ -174,7 +174,7 @@ fn child(a: &Args, seconds: f64) -> Result<Row> {
     let mut session = Session::open(&a.session)?;
     let window = if a.whole { None } else { cadence::pipeline::window_frames(a.window, session.opts.fps) };
     session.opts.window = window;
-    let Session { backend, engines, opts, img, face, encoder, .. } = &session;
+    let Session { inputs: Inputs { backend, opts, img, face, encoder, .. }, engines } = &session;
     let encoder = encoder.context("the streaming experiment needs the video encoder")?;
     let wav = a.clip_wav.as_deref().context("--child needs --clip-wav")?;
     let t0 = Instant::now();
@@ -231,7 +231,7 @@ fn child(a: &Args, seconds: f64) -> Result<Row> {
 /// rendered part by part as it is read.
 fn live_child(a: &Args, seconds: f64) -> Result<Row> {
     let session = Session::open(&a.session)?;
-    let Session { backend, engines, opts, img, face, encoder, .. } = &session;
+    let Session { inputs: Inputs { backend, opts, img, face, encoder, .. }, engines } = &session;
     let encoder = encoder.context("the streaming experiment needs the video encoder")?;
     let wav = a.clip_wav.as_deref().context("--child needs --clip-wav")?;
     let live = cadence::live::LiveOptions::new(a.stride, cadence::pipeline::window_frames(a.window, opts.fps), opts)?;

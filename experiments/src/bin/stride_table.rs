@@ -8,7 +8,7 @@ use cadence::args::EngineFamily;
 use cadence::ditto::{self, DittoEngines, DittoInfill};
 use cadence::output::{OutputPath, Overwrite};
 use cadence::render::{self, Output};
-use cadence::report::{PreparationTimes, RenderReport, RenderSetup};
+use cadence::report::{RenderReport, RenderSetup};
 use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::Engine;
 use clap::Parser;
@@ -84,7 +84,7 @@ fn main() -> Result<()> {
     }
     eprintln!("stride_table: loading engines and inputs ...");
     let session = Session::open(&a.session)?;
-    let Session { backend, engines, opts, audio, img, face, encoder, .. } = &session;
+    let Session { inputs: Inputs { backend, opts, audio, img, face, encoder, .. }, engines } = &session;
     let scratch = experiments::paths::workspace_root().join("target/stride_table");
     std::fs::create_dir_all(&scratch)?;
 
@@ -230,21 +230,7 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
             |d| bar.inc(d as u64),
         )
         .with_context(|| format!("Ditto render at stride {k}, infill {label}"))?;
-        let setup = RenderSetup {
-            backend: Backend::Cpu.describe(),
-            engine_device: inputs.engine_device.label(),
-            engines: engines.describe(),
-            profile: inputs.profile.to_string(),
-            weights: engines.weights.clone(),
-            keyframe_network: "warp",
-        };
-        let times = PreparationTimes {
-            audio_encoder_ms: clip.audio_ms,
-            avatar_encoder_ms: avatar.encoder_ms,
-            compositor_setup_ms: avatar.compositor_setup_ms,
-            prepare_other_ms: 0.0,
-        };
-        let rep = RenderReport::with_preparation(setup, &times, &r.stats, r.video.as_ref(), inputs.opts.fps, 0.0);
+        let rep = ditto::render_report(&engines, &avatar, &clip, &inputs.engine_device, &r, 0.0);
         let names = Names {
             engine: "ditto",
             infill: label.into(),
