@@ -33,7 +33,7 @@
 //! ([`crate::weights`]), BatchNorm running statistics (0, 1), and spectral-norm vectors set by
 //! power iteration on the seeded `weight_orig` (what training leaves behind), so every
 //! spectral-normalised convolution has spectral norm about 1 as in a trained network; and the
-//! output layers that give keypoints and motion sized as a trained network's ([`output_scale`]),
+//! output layers that give keypoints and motion sized as a trained network's (`output_scale`),
 //! so that the warp samples inside the source's feature volume.
 
 pub mod appearance;
