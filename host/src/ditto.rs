@@ -192,9 +192,9 @@ pub struct DittoAvatar {
     rest_feature: Vec<f32>,
     rest_crop: Vec<f32>,
     pub compositor: Compositor,
-    /// Time of the extractors and the rest frame.
+    /// Time of the whole preparation: the crop, the extractors, the compositor's tables and the
+    /// rest frame (reported as the avatar's; its compositor share is not split out).
     pub encoder_ms: f64,
-    pub compositor_setup_ms: f64,
 }
 
 impl DittoAvatar {
@@ -238,7 +238,6 @@ pub fn prepare_avatar(engines: &DittoEngines, backend: &Backend, img: &RgbImage,
             ColorMatrix::Bt709,
         )?,
         encoder_ms: 0.0,
-        compositor_setup_ms: 0.0,
     };
     avatar.rest_feature = engines.warp(&avatar, &rest_kp)?;
     avatar.rest_crop = engines.decode(&avatar.rest_feature)?;
@@ -415,7 +414,7 @@ pub fn render_report(
     let times = crate::report::PreparationTimes {
         audio_encoder_ms: clip.audio_ms,
         avatar_encoder_ms: avatar.encoder_ms,
-        compositor_setup_ms: avatar.compositor_setup_ms,
+        compositor_setup_ms: 0.0,
         prepare_other_ms: 0.0,
     };
     let fps = cadence_media::FrameRate::whole(DITTO_FPS);
