@@ -37,6 +37,21 @@ impl EngineModel {
         }
     }
 
+    /// Ditto's networks (and HuBERT) as the engines crate names them.
+    fn ditto_net(self) -> Option<cadence_engines::ditto::bench::DittoNet> {
+        use cadence_engines::ditto::bench::DittoNet;
+        Some(match self {
+            EngineModel::DittoAppearance => DittoNet::Appearance,
+            EngineModel::DittoMotion => DittoNet::Motion,
+            EngineModel::DittoWarp => DittoNet::Warp,
+            EngineModel::DittoDecoder => DittoNet::Decoder,
+            EngineModel::DittoStitch => DittoNet::Stitch,
+            EngineModel::DittoLmdm => DittoNet::Lmdm,
+            EngineModel::Hubert => DittoNet::Hubert,
+            _ => return None,
+        })
+    }
+
     /// Ditto's networks: the input and output names of Ditto's ONNX exports.
     fn ditto_io(self) -> Option<(&'static [&'static str], &'static [&'static str])> {
         type Names = &'static [&'static str];
@@ -235,87 +250,6 @@ pub fn run(a: EngineRunArgs) -> Result<()> {
     Ok(())
 }
 
-/// One of Ditto's networks (or HuBERT) at `profile`'s sizes ([`DittoConfigs`]) on seeded inputs:
-/// `batch` frames per call (the LMDM: one guided DDIM step on an 80-frame window per call;
-/// HuBERT: 25.6 s of audio), FLOPs = 2 × the network's multiply-adds.
-///
-/// [`DittoConfigs`]: cadence_engines::ditto::DittoConfigs
-fn bench_ditto(
-    model: EngineModel,
-    profile: cadence_engines::Profile,
-    w: &WeightsSource,
-    batch: usize,
-    runs: usize,
-) -> Result<cadence_engines::bench::BenchResult> {
-    use cadence_engines::bench::{test_input, time_it};
-    use cadence_engines::ditto::*;
-    let cfg = DittoConfigs::for_profile(profile);
-    let (side, fs) = (cfg.source_side, cfg.feature_side());
-    let input = |shape: Vec<usize>, scale: f32| -> Vec<f32> {
-        test_input(shape, DEFAULT_SEED).data.iter().map(|v| v * scale).collect()
-    };
-    let kp = |n: usize| input(vec![n, cfg.warp.num_kp, 3], 0.5);
-    let name = format!("{model:?} ({profile})").to_lowercase();
-    Ok(match model {
-        EngineModel::DittoAppearance => {
-            let net = appearance::AppearanceFeatureExtractor::new(&cfg.appearance, w)?;
-            let img = input(vec![1, 3, side, side], 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>();
-            let flops = 2.0 * cfg.appearance.macs(side, side) * batch as f64;
-            time_it(&name, batch, batch, flops, runs, || {
-                (0..batch).try_for_each(|_| net.forward(&img, side, side).map(drop))
-            })?
-        }
-        EngineModel::DittoMotion => {
-            let net = motion::MotionExtractor::new(&cfg.motion, w)?;
-            let img = input(vec![1, 3, side, side], 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>();
-            let flops = 2.0 * cfg.motion.macs(side, side) * batch as f64;
-            time_it(&name, batch, batch, flops, runs, || {
-                (0..batch).try_for_each(|_| net.forward(&img, side, side).map(drop))
-            })?
-        }
-        EngineModel::DittoWarp => {
-            let net = warp::WarpingNetwork::new(&cfg.warp, w)?;
-            let f3d = input(vec![1, cfg.warp.feature_channels, cfg.warp.depth, fs, fs], 1.0);
-            let (ks, kd) = (kp(1), input(vec![1, cfg.warp.num_kp, 3], 0.45));
-            let flops = 2.0 * cfg.warp.macs(fs, fs) * batch as f64;
-            time_it(&name, batch, batch, flops, runs, || {
-                (0..batch).try_for_each(|_| net.forward(&f3d, &ks, &kd, fs, fs).map(drop))
-            })?
-        }
-        EngineModel::DittoDecoder => {
-            let net = spade::SpadeDecoder::new(&cfg.spade, w)?;
-            let feature = input(vec![batch, cfg.spade.channels, fs, fs], 1.0);
-            let flops = 2.0 * cfg.spade.macs(fs, fs) * batch as f64;
-            time_it(&name, batch, batch, flops, runs, || net.forward(&feature, batch, fs, fs).map(drop))?
-        }
-        EngineModel::DittoStitch => {
-            let net = stitch::StitchingNetwork::new(&cfg.stitch, w)?;
-            let (ks, kd) = (kp(batch), input(vec![batch, cfg.warp.num_kp, 3], 0.45));
-            let flops = 2.0 * cfg.stitch.macs() * batch as f64;
-            time_it(&name, batch, batch, flops, runs, || net.forward(&ks, &kd).map(drop))?
-        }
-        EngineModel::DittoLmdm => {
-            let net = lmdm::MotionDecoder::new(&cfg.lmdm, w)?;
-            let c = &cfg.lmdm;
-            let (x, frame) = (input(vec![c.seq_len, c.nfeats], 1.0), input(vec![c.nfeats], 1.0));
-            let cond = input(vec![c.seq_len, c.cond_dim], 1.0);
-            // One guided step: two forwards (conditional and unconditional).
-            let flops = 2.0 * 2.0 * c.macs() * batch as f64;
-            time_it(&name, batch, batch * c.seq_len, flops, runs, || {
-                (0..batch).try_for_each(|_| net.step(&x, &frame, &cond, 500).map(drop))
-            })?
-        }
-        EngineModel::Hubert => {
-            let net = hubert::Hubert::new(&cfg.hubert, w)?;
-            let samples = (25.6 * hubert::SAMPLE_RATE as f64) as usize;
-            let audio = input(vec![samples], 0.1);
-            let flops = 2.0 * cfg.hubert.macs(samples);
-            time_it(&name, 1, 640, flops, runs, || net.last_hidden_state(&audio).map(drop))?
-        }
-        _ => anyhow::bail!("{model:?} is not one of Ditto's networks"),
-    })
-}
-
 /// Ditto's networks at their published sizes on the CPU: inputs by ONNX name, every input
 /// checked (names, shapes, finite values) before the weights load, one `.npy` per output.
 fn run_ditto(a: EngineRunArgs) -> Result<()> {
@@ -511,7 +445,10 @@ pub fn bench(a: EngineBenchArgs) -> Result<()> {
             let e = WhisperAudio::new(profile, &w, &dev)?;
             (bench_audio(&e, 25.6, runs)?, e.weights_label())
         }
-        _ => (bench_ditto(model, profile, &w, batch, runs)?, w.label()),
+        _ => {
+            let net = model.ditto_net().context("a Ditto network")?;
+            (cadence_engines::ditto::bench::bench(net, profile, &w, batch, runs)?, w.label())
+        }
     };
     let mm2 = matmul_probe(&dev, 2048, 5)?;
     let rate = 0.5 * (mm + mm2);

@@ -113,21 +113,59 @@ thread_local! {
     static COL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Output voxels per im2col tile below which [`conv3d`] takes the row path: a 7x7x7 kernel over
+/// How [`conv3d_via`] computes a convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conv3dPath {
+    /// Tiles of output voxels gathered into im2col rows in cache, one GEMM per tile.
+    Im2col,
+    /// No im2col copy: GEMMs read a zero-padded copy of the input in place, `rows` output rows
+    /// at a time (see [`conv3d_rows`]).
+    Rows { rows: usize },
+}
+
+/// Output voxels per im2col tile below which the im2col path is not used: a 7x7x7 kernel over
 /// 142 channels (LivePortrait's mask conv, k = 48,706) fits 5 voxels in a tile, and a GEMM of 5
 /// rows re-reads its whole 4 MB weight matrix for every 5 voxels.
 const MIN_TILE_VOXELS: usize = 64;
 
+/// GEMM rows the row path aims for per task (rounded to whole padded rows): enough for the
+/// `gemm` crate's register blocking to run at full rate, few enough that a (16, 64, 64)
+/// volume still splits into many tasks.
+const ROWS_PATH_M: usize = 384;
+
+/// The path [`conv3d`] takes. The row path computes `kw − 1` padding columns per padded row
+/// for nothing, so it is taken where they are at most a quarter of the row (or where im2col
+/// tiles would be too small). Measured by `engines/examples/conv3d_probe.rs` on a 2-core Xeon
+/// with AVX-512 (medians of 7, the cpu-reduced warping network's convolutions on 4x32x32):
+/// the 7x7x7 mask conv 82->22 at 204 GFLOP/s against 42 by im2col, the 3x3x3 output conv
+/// 82->82 at 207 against 133, the first hourglass conv 66->32 at 160 against 116, and 64->16
+/// at 130 against 94.
+pub fn path_for(x: [usize; 3], p: &PackedConv3d) -> Conv3dPath {
+    let taps = p.kernel.iter().product::<usize>();
+    let padded_w = x[2] + 2 * p.pad[2];
+    let tiles_too_small = TILE_FLOATS / (taps * p.cin) < MIN_TILE_VOXELS;
+    let little_padding_work = taps > 1 && 4 * (p.kernel[2] - 1) <= padded_w;
+    if tiles_too_small || little_padding_work {
+        Conv3dPath::Rows { rows: ROWS_PATH_M.div_ceil(padded_w) }
+    } else {
+        Conv3dPath::Im2col
+    }
+}
+
 /// y = conv3d(x) + bias, then ReLU if `relu`.
 pub fn conv3d(x: &Ndhwc, p: &PackedConv3d, relu: bool) -> Ndhwc {
+    conv3d_via(x, p, relu, path_for([x.d, x.h, x.w], p))
+}
+
+/// [`conv3d`] by a chosen path (every path gives the same result up to rounding).
+pub fn conv3d_via(x: &Ndhwc, p: &PackedConv3d, relu: bool, path: Conv3dPath) -> Ndhwc {
     assert_eq!(x.c, p.cin, "conv3d: channel mismatch");
     let Some(out) = p.output_dims([x.d, x.h, x.w]) else {
         panic!("conv3d: kernel {:?} with padding {:?} does not fit a {}x{}x{} input", p.kernel, p.pad, x.d, x.h, x.w)
     };
-    if TILE_FLOATS / (p.kernel.iter().product::<usize>() * p.cin) < MIN_TILE_VOXELS {
-        conv3d_rows(x, p, relu, out)
-    } else {
-        conv3d_im2col(x, p, relu, out)
+    match path {
+        Conv3dPath::Im2col => conv3d_im2col(x, p, relu, out),
+        Conv3dPath::Rows { rows } => conv3d_rows(x, p, relu, out, rows),
     }
 }
 
@@ -161,16 +199,20 @@ fn conv3d_im2col(x: &Ndhwc, p: &PackedConv3d, relu: bool, [od, oh, ow]: [usize; 
     Ndhwc { n: x.n, d: od, h: oh, w: ow, c: cout, data: out }
 }
 
-/// The row path, for kernels too large for useful im2col tiles: the input is zero-padded once,
-/// and each output row (all ow voxels of one (z, y)) accumulates one GEMM per (kz, ky) tap pair
-/// whose input row is not padding. That GEMM reads the padded input row in place: output voxel
-/// ox needs the kw·cin contiguous values from padded voxel ox on, so the left matrix is the row
-/// itself with a row stride of cin (overlapping windows) and k = kw·cin. No im2col copy.
-fn conv3d_rows(x: &Ndhwc, p: &PackedConv3d, relu: bool, [od, oh, ow]: [usize; 3]) -> Ndhwc {
+/// The row path: the input is zero-padded once, and a task of `rows` output rows of one depth
+/// slice accumulates one GEMM per (kz, ky) tap pair whose input slice is not padding. The GEMM
+/// reads the padded input in place: in padded coordinates, output voxel (oy, ox) needs the
+/// kw·cin contiguous values from padded voxel (oy + ky, ox) on, which is `q·cin` floats past the
+/// task's first row for q = oy·zw + ox. So the left matrix is the padded volume itself with a
+/// row stride of cin (overlapping windows), k = kw·cin, and q runs over whole padded rows: the
+/// kw − 1 results per row that fall in the padding are computed into a scratch and dropped.
+fn conv3d_rows(x: &Ndhwc, p: &PackedConv3d, relu: bool, [od, oh, ow]: [usize; 3], rows: usize) -> Ndhwc {
     let ([kd, kh, kw], [pd, ph, pw]) = (p.kernel, p.pad);
     let (cin, cout) = (p.cin, p.cout);
     let [zd, zh, zw] = [x.d + 2 * pd, x.h + 2 * ph, x.w + 2 * pw];
     let (img_in, img_out) = (x.d * x.h * x.w * cin, od * oh * ow * cout);
+    let rows = rows.clamp(1, oh);
+    let tasks_per_slice = oh.div_ceil(rows);
     let mut out = vec![0f32; x.n * img_out];
     for (b, oimg) in out.chunks_mut(img_out).enumerate() {
         let src = &x.data[b * img_in..(b + 1) * img_in];
@@ -182,35 +224,58 @@ fn conv3d_rows(x: &Ndhwc, p: &PackedConv3d, relu: bool, [od, oh, ow]: [usize; 3]
                 dst[pw * cin..(pw + x.w) * cin].copy_from_slice(&src[s..s + x.w * cin]);
             }
         });
-        oimg.par_chunks_mut(ow * cout).enumerate().for_each(|(row, dst)| {
-            let (oz, oy) = (row / oh, row % oh);
-            dst.fill(0.0);
-            for kz in (0..kd).filter(|kz| (pd..pd + x.d).contains(&(oz + kz))) {
-                for ky in (0..kh).filter(|ky| (ph..ph + x.h).contains(&(oy + ky))) {
-                    let lhs = &padded[((oz + kz) * zh + oy + ky) * zw * cin..][..zw * cin];
-                    let rhs = &p.w[(kz * kh + ky) * kw * cin * cout..][..kw * cin * cout];
-                    // SAFETY: dst is ow x cout; lhs row ox reads [ox·cin, ox·cin + kw·cin), whose
-                    // end for ox = ow − 1 is (ow − 1 + kw)·cin = zw·cin, inside the padded row;
-                    // rhs is kw·cin x cout; dst is disjoint from both.
-                    unsafe {
-                        gemm_st_into(
-                            ow,
-                            cout,
-                            kw * cin,
-                            dst.as_mut_ptr(),
-                            cout,
-                            lhs.as_ptr(),
-                            cin,
-                            1,
-                            rhs.as_ptr(),
-                            cout,
-                            1,
-                            1.0,
-                            true,
-                        )
-                    };
-                }
+        // Tasks never straddle a depth slice: chunks of `rows` rows, the last of a slice shorter.
+        let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(od * tasks_per_slice);
+        for (oz, slice) in oimg.chunks_mut(oh * ow * cout).enumerate() {
+            for (t, dst) in slice.chunks_mut(rows * ow * cout).enumerate() {
+                tasks.push((oz, t * rows, dst));
             }
+        }
+        tasks.into_par_iter().for_each(|(oz, oy0, dst)| {
+            let nrows = dst.len() / (ow * cout);
+            // GEMM rows: whole padded rows but the last, which stops at its ow-th voxel.
+            let m = (nrows - 1) * zw + ow;
+            COL.with_borrow_mut(|acc| {
+                acc.resize(acc.len().max(m * cout), 0.0);
+                let acc = &mut acc[..m * cout];
+                let mut accumulate = false;
+                for kz in (0..kd).filter(|kz| (pd..pd + x.d).contains(&(oz + kz))) {
+                    for ky in 0..kh {
+                        let lhs = &padded[((oz + kz) * zh + oy0 + ky) * zw * cin..];
+                        let rhs = &p.w[(kz * kh + ky) * kw * cin * cout..][..kw * cin * cout];
+                        // SAFETY: acc is m x cout; lhs row q reads [q·cin, (q + kw)·cin), whose
+                        // end for q = m − 1 is ((nrows − 1)·zw + ow − 1 + kw)·cin =
+                        // nrows·zw·cin past the row (oy0 + ky), inside the padded slice since
+                        // oy0 + nrows + ky <= oh + kh − 1 = zh; rhs is kw·cin x cout; acc is
+                        // disjoint from both.
+                        unsafe {
+                            gemm_st_into(
+                                m,
+                                cout,
+                                kw * cin,
+                                acc.as_mut_ptr(),
+                                cout,
+                                lhs.as_ptr(),
+                                cin,
+                                1,
+                                rhs.as_ptr(),
+                                cout,
+                                1,
+                                1.0,
+                                accumulate,
+                            )
+                        };
+                        accumulate = true;
+                    }
+                }
+                // A slice whose every tap is padding (kd > d + pd) is the bias alone.
+                if !accumulate {
+                    acc.fill(0.0);
+                }
+                for (r, d) in dst.chunks_mut(ow * cout).enumerate() {
+                    d.copy_from_slice(&acc[r * zw * cout..][..ow * cout]);
+                }
+            });
             epilogue(dst, cout, p.bias.as_deref(), None, relu);
         });
     }
@@ -352,11 +417,16 @@ mod tests {
         let p = PackedConv3d::new(cout, cin, kernel, pad, &wt, b);
         assert_eq!(p.output_dims([d, h, w]), Some([od, oh, ow]));
         let input = Ndhwc::from_ncdhw(n, cin, d, h, w, &x);
-        // Both paths, whichever conv3d would pick for this size.
-        for (path, got) in [
-            ("im2col", conv3d_im2col(&input, &p, relu, [od, oh, ow])),
-            ("rows", conv3d_rows(&input, &p, relu, [od, oh, ow])),
-        ] {
+        // Every path, whichever conv3d would pick for this size: row tasks of one row, of
+        // several (the last of a slice shorter) and of a whole slice.
+        let paths = [
+            Conv3dPath::Im2col,
+            Conv3dPath::Rows { rows: 1 },
+            Conv3dPath::Rows { rows: 2 },
+            Conv3dPath::Rows { rows: oh },
+        ];
+        for path in paths {
+            let got = conv3d_via(&input, &p, relu, path);
             assert_eq!((got.n, got.d, got.h, got.w, got.c), (n, od, oh, ow, cout));
             let got = got.to_ncdhw();
             let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
@@ -364,7 +434,7 @@ mod tests {
                 let w = if relu { w.max(0.0) } else { *w };
                 assert!(
                     (*g as f64 - w).abs() <= 1e-5 * scale.max(1.0),
-                    "{path}: {shape:?} k{kernel:?} p{pad:?}: element {i}: {g} vs {w}"
+                    "{path:?}: {shape:?} k{kernel:?} p{pad:?}: element {i}: {g} vs {w}"
                 );
             }
         }
@@ -383,6 +453,8 @@ mod tests {
         // Many channels: k = 27 * 200 floats, so a tile holds 48 of the 189 output voxels and
         // tiles end inside depth slices (63 voxels each).
         check([1, 200, 3, 7, 9], 2, [3, 3, 3], [1, 1, 1], true, false);
+        // Depth padding wider than the kernel: the outer output slices see only padding.
+        check([1, 2, 1, 4, 5], 3, [1, 3, 3], [2, 1, 1], true, false);
     }
 
     #[test]

@@ -619,10 +619,20 @@ pub fn motion_warp(crop: &[f32], side: usize, from: &[f32], to: &[f32]) -> Vec<f
     let centre = |i: usize| (2 * i + 1) as f32 / s - 1.0; // pixel centres, align_corners=False
     let kps: Vec<([f32; 2], [f32; 2])> =
         from.chunks_exact(3).zip(to.chunks_exact(3)).map(|(a, b)| ([b[0], b[1]], [a[0] - b[0], a[1] - b[1]])).collect();
+    // Factors below 1e-18 are dropped: their products would fall below f32's normal range
+    // (1.2e-38), where every multiply-add takes a microcode assist on x86, and a weight that
+    // small moves no pixel by a measurable amount (the flow is normalised by max(Σg, 1)).
     let factor = |axis: usize| -> Vec<f32> {
         let mut t = Vec::with_capacity(kps.len() * side);
         for (p, _) in &kps {
-            t.extend((0..side).map(|i| (-0.5 * (centre(i) - p[axis]).powi(2) / FLOW_VARIANCE).exp()));
+            t.extend((0..side).map(|i| {
+                let g = (-0.5 * (centre(i) - p[axis]).powi(2) / FLOW_VARIANCE).exp();
+                if g < 1e-18 {
+                    0.0
+                } else {
+                    g
+                }
+            }));
         }
         t
     };
@@ -634,19 +644,27 @@ pub fn motion_warp(crop: &[f32], side: usize, from: &[f32], to: &[f32]) -> Vec<f
     r.par_chunks_mut(side).zip(g.par_chunks_mut(side)).zip(b.par_chunks_mut(side)).enumerate().for_each(
         |(y, ((ro, go), bo))| {
             let py = centre(y);
+            // The row's flow, keypoint by keypoint over contiguous columns (vectorised).
+            let (mut wsum, mut ux, mut uy) = (vec![0f32; side], vec![0f32; side], vec![0f32; side]);
+            for (i, (_, d)) in kps.iter().enumerate() {
+                let wy = gy[i * side + y];
+                if wy == 0.0 {
+                    continue;
+                }
+                let row = &gx[i * side..(i + 1) * side];
+                for (((gxv, ws), u), v) in row.iter().zip(&mut wsum).zip(&mut ux).zip(&mut uy) {
+                    let w = gxv * wy;
+                    *ws += w;
+                    *u += w * d[0];
+                    *v += w * d[1];
+                }
+            }
             for x in 0..side {
                 let px = centre(x);
-                let (mut wsum, mut ux, mut uy) = (0f32, 0f32, 0f32);
-                for (i, (_, d)) in kps.iter().enumerate() {
-                    let w = gx[i * side + x] * gy[i * side + y];
-                    wsum += w;
-                    ux += w * d[0];
-                    uy += w * d[1];
-                }
-                let norm = wsum.max(1.0);
+                let norm = wsum[x].max(1.0);
                 // Back to pixel coordinates of the source position.
-                let sx = ((px + ux / norm + 1.0) * s - 1.0) / 2.0;
-                let sy = ((py + uy / norm + 1.0) * s - 1.0) / 2.0;
+                let sx = ((px + ux[x] / norm + 1.0) * s - 1.0) / 2.0;
+                let sy = ((py + uy[x] / norm + 1.0) * s - 1.0) / 2.0;
                 let (v0, v1, v2) = bilinear3(crop, side, sx, sy);
                 ro[x] = v0;
                 go[x] = v1;

@@ -37,6 +37,7 @@
 //! so that the warp samples inside the source's feature volume.
 
 pub mod appearance;
+pub mod bench;
 pub mod hubert;
 pub mod keypoints;
 pub mod lmdm;
