@@ -637,59 +637,97 @@ pub fn motion_warp(crop: &[f32], side: usize, from: &[f32], to: &[f32]) -> Vec<f
         t
     };
     let (gx, gy) = (factor(0), factor(1));
+    let moves: Vec<[f32; 2]> = kps.iter().map(|(_, d)| *d).collect();
+    let cols: Vec<f32> = (0..side).map(centre).collect();
     let plane = side * side;
     let mut out = vec![0f32; crop.len()];
     let (r, rest) = out.split_at_mut(plane);
     let (g, b) = rest.split_at_mut(plane);
     r.par_chunks_mut(side).zip(g.par_chunks_mut(side)).zip(b.par_chunks_mut(side)).enumerate().for_each(
         |(y, ((ro, go), bo))| {
-            let py = centre(y);
-            // The row's flow, keypoint by keypoint over contiguous columns (vectorised).
-            let (mut wsum, mut ux, mut uy) = (vec![0f32; side], vec![0f32; side], vec![0f32; side]);
-            for (i, (_, d)) in kps.iter().enumerate() {
-                let wy = gy[i * side + y];
-                if wy == 0.0 {
-                    continue;
-                }
-                let row = &gx[i * side..(i + 1) * side];
-                for (((gxv, ws), u), v) in row.iter().zip(&mut wsum).zip(&mut ux).zip(&mut uy) {
-                    let w = gxv * wy;
-                    *ws += w;
-                    *u += w * d[0];
-                    *v += w * d[1];
-                }
-            }
-            for x in 0..side {
-                let px = centre(x);
-                let norm = wsum[x].max(1.0);
-                // Back to pixel coordinates of the source position.
-                let sx = ((px + ux[x] / norm + 1.0) * s - 1.0) / 2.0;
-                let sy = ((py + uy[x] / norm + 1.0) * s - 1.0) / 2.0;
-                let (v0, v1, v2) = bilinear3(crop, side, sx, sy);
-                ro[x] = v0;
-                go[x] = v1;
-                bo[x] = v2;
-            }
+            let wy: Vec<f32> = (0..moves.len()).map(|i| gy[i * side + y]).collect();
+            motion_warp_row(crop, side, &gx, &wy, &moves, &cols, centre(y), ro, go, bo);
         },
     );
     out
 }
 
+crate::cpu::multiversion! {
+    /// One output row of [`motion_warp`] (`cols`: the column centres, `py`: the row's), compiled for the instruction set
+    /// [`crate::cpu::isa`] returns: the row's flow keypoint by keypoint over contiguous columns
+    /// (`gx`: each keypoint's column factors, `wy`: its row factor here), then the bilinear
+    /// samples.
+    fn motion_warp_row(
+        crop: &[f32],
+        side: usize,
+        gx: &[f32],
+        wy: &[f32],
+        moves: &[[f32; 2]],
+        cols: &[f32],
+        py: f32,
+        ro: &mut [f32],
+        go: &mut [f32],
+        bo: &mut [f32],
+    ) => motion_warp_row_body
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn motion_warp_row_body(
+    crop: &[f32],
+    side: usize,
+    gx: &[f32],
+    wy: &[f32],
+    moves: &[[f32; 2]],
+    cols: &[f32],
+    py: f32,
+    ro: &mut [f32],
+    go: &mut [f32],
+    bo: &mut [f32],
+) {
+    let s = side as f32;
+    let (mut wsum, mut ux, mut uy) = (vec![0f32; side], vec![0f32; side], vec![0f32; side]);
+    for ((d, &wy), row) in moves.iter().zip(wy).zip(gx.chunks_exact(side)) {
+        if wy == 0.0 {
+            continue;
+        }
+        for (((gxv, ws), u), v) in row.iter().zip(&mut wsum).zip(&mut ux).zip(&mut uy) {
+            let w = gxv * wy;
+            *ws += w;
+            *u += w * d[0];
+            *v += w * d[1];
+        }
+    }
+    for ((((o0, o1), o2), ((ws, u), v)), px) in
+        ro.iter_mut().zip(go.iter_mut()).zip(bo.iter_mut()).zip(wsum.iter().zip(&ux).zip(&uy)).zip(cols)
+    {
+        let norm = ws.max(1.0);
+        // Back to pixel coordinates of the source position.
+        let sx = ((px + u / norm + 1.0) * s - 1.0) / 2.0;
+        let sy = ((py + v / norm + 1.0) * s - 1.0) / 2.0;
+        (*o0, *o1, *o2) = bilinear3(crop, side, sx, sy);
+    }
+}
+
 /// The three planes of `img` at (x, y) in pixels, bilinear, coordinates clamped to the image.
+#[inline(always)]
 fn bilinear3(img: &[f32], side: usize, x: f32, y: f32) -> (f32, f32, f32) {
     let max = (side - 1) as f32;
     let (x, y) = (x.clamp(0.0, max), y.clamp(0.0, max));
-    let (x0, y0) = (x.floor() as usize, y.floor() as usize);
+    // Truncation is floor here: the coordinates are clamped to be non-negative.
+    let (x0, y0) = (x as usize, y as usize);
     let (x1, y1) = ((x0 + 1).min(side - 1), (y0 + 1).min(side - 1));
     let (fx, fy) = (x - x0 as f32, y - y0 as f32);
     let plane = side * side;
-    let at = |c: usize| {
-        let p = &img[c * plane..(c + 1) * plane];
-        let top = p[y0 * side + x0] * (1.0 - fx) + p[y0 * side + x1] * fx;
-        let bot = p[y1 * side + x0] * (1.0 - fx) + p[y1 * side + x1] * fx;
+    let (i00, i01, i10, i11) = (y0 * side + x0, y0 * side + x1, y1 * side + x0, y1 * side + x1);
+    let at = |p: &[f32]| {
+        let top = p[i00] * (1.0 - fx) + p[i01] * fx;
+        let bot = p[i10] * (1.0 - fx) + p[i11] * fx;
         top * (1.0 - fy) + bot * fy
     };
-    (at(0), at(1), at(2))
+    let (r, rest) = img.split_at(plane);
+    let (g, b) = rest.split_at(plane);
+    (at(r), at(g), at(b))
 }
 
 #[cfg(test)]
