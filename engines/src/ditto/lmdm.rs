@@ -438,6 +438,13 @@ impl DdimNoise {
     }
 }
 
+/// The condition as the decoder layers read it: the encoded tokens (seq_len, latent) and the
+/// pooled hidden state (latent) that joins the time embedding.
+struct EncodedCondition {
+    tokens: Vec<f32>,
+    hidden: Vec<f32>,
+}
+
 /// One sampler step's results (Ditto's ONNX outputs `pred_noise`, `x_start`).
 pub struct Step {
     pub pred_noise: Vec<f32>,
@@ -568,29 +575,40 @@ impl MotionDecoder {
     }
 
     fn forward_unchecked(&self, x: &[f32], cond_frame: &[f32], cond: &[f32], time: i64, conditioned: bool) -> Vec<f32> {
-        let (n, f, d) = (self.cfg.seq_len, self.cfg.nfeats, self.cfg.latent);
-        let mut inp = Vec::with_capacity(n * 2 * f);
+        let c = if conditioned { self.encode_condition(cond) } else { self.null_condition() };
+        self.forward_encoded(x, cond_frame, &c, time)
+    }
+
+    /// The condition encoder's output for `cond`: it depends on neither x nor the step, so a
+    /// sampler encodes each window's condition once, not once per step (the same numbers).
+    fn encode_condition(&self, cond: &[f32]) -> EncodedCondition {
+        let (n, d) = (self.cfg.seq_len, self.cfg.latent);
+        let mut tok = self.cond_projection.forward(cond, None);
+        for layer in &self.cond_encoder {
+            tok = layer.forward(&tok, &self.rotary);
+        }
+        let mean: Vec<f32> =
+            (0..d).map(|c| (tok.iter().skip(c).step_by(d).map(|&v| v as f64).sum::<f64>() / n as f64) as f32).collect();
+        let (ln, l1, l2) = &self.non_attn;
+        let mut a = l1.forward(&ln.forward(&mean), None);
+        a.iter_mut().for_each(|v| *v = silu(*v));
+        EncodedCondition { tokens: tok, hidden: l2.forward(&a, None) }
+    }
+
+    /// The guidance's null condition (learned tokens and hidden state).
+    fn null_condition(&self) -> EncodedCondition {
+        EncodedCondition { tokens: self.null_cond_embed.clone(), hidden: self.null_cond_hidden.clone() }
+    }
+
+    fn forward_encoded(&self, x: &[f32], cond_frame: &[f32], c: &EncodedCondition, time: i64) -> Vec<f32> {
+        let (f, d) = (self.cfg.nfeats, self.cfg.latent);
+        let mut inp = Vec::with_capacity(self.cfg.seq_len * 2 * f);
         for row in x.chunks_exact(f) {
             inp.extend_from_slice(row);
             inp.extend_from_slice(cond_frame);
         }
         let mut h = self.input_projection.forward(&inp, None);
-
-        let (tokens, hidden) = if conditioned {
-            let mut tok = self.cond_projection.forward(cond, None);
-            for layer in &self.cond_encoder {
-                tok = layer.forward(&tok, &self.rotary);
-            }
-            let mean: Vec<f32> = (0..d)
-                .map(|c| (tok.iter().skip(c).step_by(d).map(|&v| v as f64).sum::<f64>() / n as f64) as f32)
-                .collect();
-            let (ln, l1, l2) = &self.non_attn;
-            let mut a = l1.forward(&ln.forward(&mean), None);
-            a.iter_mut().for_each(|v| *v = silu(*v));
-            (tok, l2.forward(&a, None))
-        } else {
-            (self.null_cond_embed.clone(), self.null_cond_hidden.clone())
-        };
+        let (tokens, hidden) = (c.tokens.clone(), &c.hidden);
 
         // Sinusoidal embedding: frequencies and angles in f32 as SinusoidalPosEmb's tensors.
         let half = d / 2;
@@ -603,7 +621,7 @@ impl MotionDecoder {
             .collect();
         let mut t_hidden = self.time_mlp.forward(&emb, None);
         t_hidden.iter_mut().for_each(|v| *v = mish(*v));
-        let t = self.to_time_cond.forward(&t_hidden, Some(&hidden));
+        let t = self.to_time_cond.forward(&t_hidden, Some(hidden));
         let mish_t: Vec<f32> = t.iter().map(|&v| mish(v)).collect();
         let mut mem = tokens;
         mem.extend(self.to_time_tokens.forward(&t_hidden, None));
@@ -620,16 +638,28 @@ impl MotionDecoder {
     /// `pred_noise`, `x_start`): the guided x₀ = unc + 2·(cond − unc) and the noise it implies.
     pub fn step(&self, x: &[f32], cond_frame: &[f32], cond: &[f32], time: i64) -> Result<Step> {
         self.check(x, cond_frame, cond, time)?;
+        let (null, encoded) = (self.null_condition(), self.encode_condition(cond));
+        Ok(self.guided_step(x, cond_frame, &null, &encoded, time))
+    }
+
+    fn guided_step(
+        &self,
+        x: &[f32],
+        cond_frame: &[f32],
+        null: &EncodedCondition,
+        encoded: &EncodedCondition,
+        time: i64,
+    ) -> Step {
         let (unc, con) = rayon::join(
-            || self.forward_unchecked(x, cond_frame, cond, time, false),
-            || self.forward_unchecked(x, cond_frame, cond, time, true),
+            || self.forward_encoded(x, cond_frame, null, time),
+            || self.forward_encoded(x, cond_frame, encoded, time),
         );
         let x_start: Vec<f32> = unc.iter().zip(&con).map(|(u, c)| u + (c - u) * GUIDANCE).collect();
         let ac = self.alphas_cumprod[time as usize];
         // Ditto's buffers sqrt(1/(1 − ᾱ)) and sqrt(1/ᾱ − 1), in f32.
         let (a, b) = ((1.0 / (1.0 - ac)).sqrt(), (1.0 / ac - 1.0).sqrt());
         let pred_noise = x.iter().zip(&x_start).map(|(xt, x0)| a * xt - x0 / b).collect();
-        Ok(Step { pred_noise, x_start })
+        Step { pred_noise, x_start }
     }
 
     /// DDIM with eta = 1 over `steps` steps from `noise` (its `init` is x at the first step, and
@@ -648,10 +678,12 @@ impl MotionDecoder {
                 bad.len()
             )));
         }
+        let (null, encoded) = (self.null_condition(), self.encode_condition(cond));
         let times = ddim_times(steps, NUM_TIMESTEPS);
         let mut x = noise.init.clone();
         for (k, pair) in times.windows(2).enumerate() {
-            let s = self.step(&x, cond_frame, cond, pair[0])?;
+            self.check(&x, cond_frame, cond, pair[0])?;
+            let s = self.guided_step(&x, cond_frame, &null, &encoded, pair[0]);
             if pair[1] < 0 {
                 return Ok(s.x_start);
             }
