@@ -135,11 +135,8 @@ const ROWS_PATH_M: usize = 384;
 
 /// The path [`conv3d`] takes. The row path computes `kw − 1` padding columns per padded row
 /// for nothing, so it is taken where they are at most a quarter of the row (or where im2col
-/// tiles would be too small). Measured by `engines/examples/conv3d_probe.rs` on a 2-core Xeon
-/// with AVX-512 (medians of 7, the cpu-reduced warping network's convolutions on 4x32x32):
-/// the 7x7x7 mask conv 82->22 at 204 GFLOP/s against 42 by im2col, the 3x3x3 output conv
-/// 82->82 at 207 against 133, the first hourglass conv 66->32 at 160 against 116, and 64->16
-/// at 130 against 94.
+/// tiles would be too small). `engines/examples/conv3d_probe.rs` times both at the cpu-reduced
+/// warping network's layers; engines/README.md gives the figures (the row path 1.2-4x faster).
 pub fn path_for(x: [usize; 3], p: &PackedConv3d) -> Conv3dPath {
     let taps = p.kernel.iter().product::<usize>();
     let padded_w = x[2] + 2 * p.pad[2];
