@@ -119,7 +119,7 @@ pub enum Conv3dPath {
     /// Tiles of output voxels gathered into im2col rows in cache, one GEMM per tile.
     Im2col,
     /// No im2col copy: GEMMs read a zero-padded copy of the input in place, `rows` output rows
-    /// at a time (see [`conv3d_rows`]).
+    /// at a time (the row path, engines/README.md).
     Rows { rows: usize },
 }
 
