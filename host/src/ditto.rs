@@ -646,52 +646,45 @@ pub fn motion_warp(crop: &[f32], side: usize, from: &[f32], to: &[f32]) -> Vec<f
     r.par_chunks_mut(side).zip(g.par_chunks_mut(side)).zip(b.par_chunks_mut(side)).enumerate().for_each(
         |(y, ((ro, go), bo))| {
             let wy: Vec<f32> = (0..moves.len()).map(|i| gy[i * side + y]).collect();
-            motion_warp_row(crop, side, &gx, &wy, &moves, &cols, centre(y), ro, go, bo);
+            let row = FlowRow { crop, side, gx: &gx, wy: &wy, moves: &moves, cols: &cols, py: centre(y) };
+            motion_warp_row(&row, ro, go, bo);
         },
     );
     out
 }
 
-crate::cpu::multiversion! {
-    /// One output row of [`motion_warp`] (`cols`: the column centres, `py`: the row's), compiled for the instruction set
-    /// [`crate::cpu::isa`] returns: the row's flow keypoint by keypoint over contiguous columns
-    /// (`gx`: each keypoint's column factors, `wy`: its row factor here), then the bilinear
-    /// samples.
-    fn motion_warp_row(
-        crop: &[f32],
-        side: usize,
-        gx: &[f32],
-        wy: &[f32],
-        moves: &[[f32; 2]],
-        cols: &[f32],
-        py: f32,
-        ro: &mut [f32],
-        go: &mut [f32],
-        bo: &mut [f32],
-    ) => motion_warp_row_body
+/// What one output row of [`motion_warp`] reads.
+struct FlowRow<'a> {
+    /// The keyframe crop, planar 3 × side × side.
+    crop: &'a [f32],
+    side: usize,
+    /// Each keypoint's column factors (keypoints × side) and its factor at this row.
+    gx: &'a [f32],
+    wy: &'a [f32],
+    /// Each keypoint's displacement (from − to), x and y.
+    moves: &'a [[f32; 2]],
+    /// The column centres and this row's, in normalised coordinates.
+    cols: &'a [f32],
+    py: f32,
 }
 
-#[allow(clippy::too_many_arguments)]
+crate::cpu::multiversion! {
+    /// One output row of [`motion_warp`], compiled for the instruction set [`crate::cpu::isa`]
+    /// returns: the row's flow keypoint by keypoint over contiguous columns, then the bilinear
+    /// samples into the three planes' rows.
+    fn motion_warp_row(row: &FlowRow, ro: &mut [f32], go: &mut [f32], bo: &mut [f32]) => motion_warp_row_body
+}
+
 #[inline(always)]
-fn motion_warp_row_body(
-    crop: &[f32],
-    side: usize,
-    gx: &[f32],
-    wy: &[f32],
-    moves: &[[f32; 2]],
-    cols: &[f32],
-    py: f32,
-    ro: &mut [f32],
-    go: &mut [f32],
-    bo: &mut [f32],
-) {
+fn motion_warp_row_body(row: &FlowRow, ro: &mut [f32], go: &mut [f32], bo: &mut [f32]) {
+    let side = row.side;
     let s = side as f32;
     let (mut wsum, mut ux, mut uy) = (vec![0f32; side], vec![0f32; side], vec![0f32; side]);
-    for ((d, &wy), row) in moves.iter().zip(wy).zip(gx.chunks_exact(side)) {
+    for ((d, &wy), gx) in row.moves.iter().zip(row.wy).zip(row.gx.chunks_exact(side)) {
         if wy == 0.0 {
             continue;
         }
-        for (((gxv, ws), u), v) in row.iter().zip(&mut wsum).zip(&mut ux).zip(&mut uy) {
+        for (((gxv, ws), u), v) in gx.iter().zip(&mut wsum).zip(&mut ux).zip(&mut uy) {
             let w = gxv * wy;
             *ws += w;
             *u += w * d[0];
@@ -699,13 +692,13 @@ fn motion_warp_row_body(
         }
     }
     for ((((o0, o1), o2), ((ws, u), v)), px) in
-        ro.iter_mut().zip(go.iter_mut()).zip(bo.iter_mut()).zip(wsum.iter().zip(&ux).zip(&uy)).zip(cols)
+        ro.iter_mut().zip(go.iter_mut()).zip(bo.iter_mut()).zip(wsum.iter().zip(&ux).zip(&uy)).zip(row.cols)
     {
         let norm = ws.max(1.0);
         // Back to pixel coordinates of the source position.
         let sx = ((px + u / norm + 1.0) * s - 1.0) / 2.0;
-        let sy = ((py + v / norm + 1.0) * s - 1.0) / 2.0;
-        (*o0, *o1, *o2) = bilinear3(crop, side, sx, sy);
+        let sy = ((row.py + v / norm + 1.0) * s - 1.0) / 2.0;
+        (*o0, *o1, *o2) = bilinear3(row.crop, side, sx, sy);
     }
 }
 

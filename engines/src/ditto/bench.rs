@@ -50,22 +50,19 @@ pub fn bench(net: DittoNet, profile: Profile, w: &WeightsSource, batch: usize, r
     };
     let kp = |n: usize| input(vec![n, cfg.warp.num_kp, 3], 0.5);
     let name = format!("{} ({profile})", net.name());
+    // The extractors: `batch` forwards of one source image in [0, 1] per call.
+    let per_image = |macs: f64, forward: &dyn Fn(&[f32]) -> Result<()>| {
+        let img = input(vec![1, 3, side, side], 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>();
+        time_it(&name, batch, batch, 2.0 * macs * batch as f64, runs, || (0..batch).try_for_each(|_| forward(&img)))
+    };
     Ok(match net {
         DittoNet::Appearance => {
             let net = AppearanceFeatureExtractor::new(&cfg.appearance, w)?;
-            let img = input(vec![1, 3, side, side], 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>();
-            let flops = 2.0 * cfg.appearance.macs(side, side) * batch as f64;
-            time_it(&name, batch, batch, flops, runs, || {
-                (0..batch).try_for_each(|_| net.forward(&img, side, side).map(drop))
-            })?
+            per_image(cfg.appearance.macs(side, side), &|img| net.forward(img, side, side).map(drop))?
         }
         DittoNet::Motion => {
             let net = MotionExtractor::new(&cfg.motion, w)?;
-            let img = input(vec![1, 3, side, side], 0.5).iter().map(|v| v + 0.5).collect::<Vec<_>>();
-            let flops = 2.0 * cfg.motion.macs(side, side) * batch as f64;
-            time_it(&name, batch, batch, flops, runs, || {
-                (0..batch).try_for_each(|_| net.forward(&img, side, side).map(drop))
-            })?
+            per_image(cfg.motion.macs(side, side), &|img| net.forward(img, side, side).map(drop))?
         }
         DittoNet::Warp => {
             let net = WarpingNetwork::new(&cfg.warp, w)?;
