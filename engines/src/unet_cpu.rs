@@ -115,7 +115,8 @@ pub(crate) fn exp(x: f32) -> f32 {
     // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer (no SSE4.1 round needed).
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let z = x * LOG2E + ROUND;
+    let n = z - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let mut p = 1.987_569_1e-4;
     p = p * r + 1.398_2e-3;
@@ -124,7 +125,9 @@ pub(crate) fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let e = p * r * r + r + 1.0;
-    e * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    // 2^n from z's bits: z = 1.5·2^23 + n lies in one binade (ulp 1), so its low bits are n.
+    // Integer arithmetic vectorizes; `n as i32` (a saturating cast) compiled to scalar code.
+    e * f32::from_bits(z.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23)
 }
 
 #[inline(always)]
@@ -160,7 +163,7 @@ simd_fn! {
 
 simd_fn! {
     /// In-place softmax of each row (max-subtracted, as candle's softmax_last_dim).
-    fn softmax_rows(s: &mut [f32], width: usize) {
+    pub(crate) fn softmax_rows(s: &mut [f32], width: usize) {
         for row in s.chunks_exact_mut(width) {
             let mut m = [f32::NEG_INFINITY; 8];
             let mut chunks = row.chunks_exact(8);
@@ -171,15 +174,7 @@ simd_fn! {
             }
             let max = chunks.remainder().iter().fold(m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)), |a, &b| a.max(b));
             row.iter_mut().for_each(|v| *v = exp(*v - max));
-            let mut acc = [0f32; 8];
-            let mut chunks = row.chunks_exact(8);
-            for ch in &mut chunks {
-                for l in 0..8 {
-                    acc[l] += ch[l];
-                }
-            }
-            let sum = acc.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
-            let inv = 1.0 / sum;
+            let inv = 1.0 / sum8(row, |v| v);
             row.iter_mut().for_each(|v| *v *= inv);
         }
     }
@@ -263,17 +258,39 @@ impl LayerNorm {
         const EPS: f32 = 1e-5;
         let c = self.gamma.len();
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(ROWS * c).zip(x.par_chunks(ROWS * c)).for_each(|(dst, src)| {
-            for (d, s) in dst.chunks_mut(c).zip(src.chunks(c)) {
-                let mean = s.iter().sum::<f32>() / c as f32;
-                let var = s.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
-                let inv = 1.0 / (var + EPS).sqrt();
-                for ch in 0..c {
-                    d[ch] = (s[ch] - mean) * inv * self.gamma[ch] + self.beta[ch];
-                }
-            }
-        });
+        out.par_chunks_mut(ROWS * c)
+            .zip(x.par_chunks(ROWS * c))
+            .for_each(|(dst, src)| layer_norm_rows(dst, src, &self.gamma, &self.beta, EPS));
         out
+    }
+}
+
+/// Sum of `f(v)` over `s` in 8 partial sums (so that it vectorizes), then across them.
+#[inline(always)]
+fn sum8(s: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut chunks = s.chunks_exact(8);
+    for ch in &mut chunks {
+        for l in 0..8 {
+            acc[l] += f(ch[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
+}
+
+simd_fn! {
+    /// LayerNorm of each γ-wide row: mean, then the variance about it (two passes), then
+    /// (x − mean)·inv·γ + β.
+    fn layer_norm_rows(dst: &mut [f32], src: &[f32], gamma: &[f32], beta: &[f32], eps: f32) {
+        let c = gamma.len();
+        for (d, s) in dst.chunks_exact_mut(c).zip(src.chunks_exact(c)) {
+            let mean = sum8(s, |v| v) / c as f32;
+            let var = sum8(s, |v| (v - mean) * (v - mean)) / c as f32;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (((d, &s), &g), &b) in d.iter_mut().zip(s).zip(gamma).zip(beta) {
+                *d = (s - mean) * inv * g + b;
+            }
+        }
     }
 }
 
@@ -745,6 +762,26 @@ mod tests {
             for (&g, &v) in row.iter().zip(o) {
                 let want = (v as f64 - m).exp() / z;
                 assert!((g as f64 - want).abs() <= 1e-6 * want + 1e-12, "{g} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn layer_norm_rows_match_f64() {
+        for w in [37usize, 256] {
+            // An offset far from zero: a one-pass E[x²] − E[x]² variance would lose it.
+            let src: Vec<f32> = (0..3 * w).map(|i| ((i * 7919) % 101) as f32 * 0.01 + 100.0).collect();
+            let gamma: Vec<f32> = (0..w).map(|i| 0.5 + i as f32 * 0.01).collect();
+            let beta: Vec<f32> = (0..w).map(|i| i as f32 * -0.02).collect();
+            let mut dst = vec![0f32; src.len()];
+            layer_norm_rows(&mut dst, &src, &gamma, &beta, 1e-5);
+            for (row, s) in dst.chunks(w).zip(src.chunks(w)) {
+                let mean = s.iter().map(|&v| v as f64).sum::<f64>() / w as f64;
+                let var = s.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / w as f64;
+                for (c, (&g, &v)) in row.iter().zip(s).enumerate() {
+                    let want = (v as f64 - mean) / (var + 1e-5).sqrt() * gamma[c] as f64 + beta[c] as f64;
+                    assert!((g as f64 - want).abs() < 2e-4, "width {w}, channel {c}: {g} vs {want}");
+                }
             }
         }
     }

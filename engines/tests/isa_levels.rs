@@ -1,7 +1,7 @@
 //! Every instruction-set level of the engines' own loops (`cadence_engines::isa`) that this
 //! machine can run gives the baseline's bits, through whole networks on the CPU fast path (the
 //! TAESD decoder and encoder, the MuseTalk UNet, a Winograd convolution): the gather, the
-//! epilogues, GroupNorm+SiLU, softmax, GEGLU, exp and the Winograd transforms all run at each level. A level the CPU lacks (AVX-512 on an AVX2-only
+//! epilogues, GroupNorm+SiLU, LayerNorm, softmax, GEGLU, exp and the Winograd transforms all run at each level. A level the CPU lacks (AVX-512 on an AVX2-only
 //! machine) is recorded as skipped, as `scripts/test.sh` counts them.
 
 use cadence_engines::bench::test_input;

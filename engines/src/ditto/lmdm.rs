@@ -51,11 +51,14 @@
 //! buffers (`rotary.freqs` and their copies under every layer) are the formula above and are
 //! recomputed, the file's copies ignored.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use rayon::prelude::*;
 
 use crate::cpu_conv::gemm_st;
 use crate::ditto::{Params, TableBuilder};
-use crate::unet_cpu::{LayerNorm, Linear};
+use crate::unet_cpu::{softmax_rows, LayerNorm, Linear};
 use crate::weights::{synthetic_values, Init, ParamTable};
 use crate::whisper_cpu::gelu_in_place;
 use crate::{EngineError, Result, WeightsSource};
@@ -202,11 +205,13 @@ impl Rotary {
         Rotary { half, cos, sin }
     }
 
-    /// Rotates each pair (x₂ᵢ, x₂ᵢ₊₁) of token p by p·θᵢ: (x₂ᵢ c − x₂ᵢ₊₁ s, x₂ᵢ₊₁ c + x₂ᵢ s).
-    fn apply(&self, x: &[f32]) -> Vec<f32> {
+    /// Rotates each pair (x₂ᵢ, x₂ᵢ₊₁) of token p by p·θᵢ: (x₂ᵢ c − x₂ᵢ₊₁ s, x₂ᵢ₊₁ c + x₂ᵢ s),
+    /// the tokens at positions `first`, `first` + 1, ...
+    fn apply(&self, x: &[f32], first: usize) -> Vec<f32> {
         let d = 2 * self.half;
         let mut out = vec![0f32; x.len()];
         for (p, (o, t)) in out.chunks_exact_mut(d).zip(x.chunks_exact(d)).enumerate() {
+            let p = first + p;
             let (c, s) = (&self.cos[p * self.half..][..self.half], &self.sin[p * self.half..][..self.half]);
             for i in 0..self.half {
                 let (a, b) = (t[2 * i], t[2 * i + 1]);
@@ -248,13 +253,18 @@ impl Mha {
     /// (token-major), plus `residual` if given.
     fn forward(&self, q_in: &[f32], k_in: &[f32], v_in: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         let (q, k, v) = (self.q.forward(q_in, None), self.k.forward(k_in, None), self.v.forward(v_in, None));
+        self.attend(&q, &k, &v, residual)
+    }
+
+    /// As [`Mha::forward`] from the projected queries, keys and values.
+    fn attend(&self, q: &[f32], k: &[f32], v: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
         let d = self.q.dout;
         let dh = d / self.heads;
         let nk = k.len() / d;
         let nq = q.len() / d;
         let scale = 1.0 / (dh as f32).sqrt();
         // Per head: scores = q kᵀ·scale by GEMM (the heads are column slices of q, k, v with row
-        // stride d), softmax per row with the max subtracted (f64 sum), then scores·v.
+        // stride d), softmax per row with the max subtracted, then scores·v.
         let per_head: Vec<Vec<f32>> = (0..self.heads)
             .into_par_iter()
             .map(|h| {
@@ -277,16 +287,7 @@ impl Mha {
                         scale,
                     )
                 };
-                for row in s.chunks_exact_mut(nk) {
-                    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                    let mut sum = 0f64;
-                    row.iter_mut().for_each(|v| {
-                        *v = ((*v - m) as f64).exp() as f32;
-                        sum += *v as f64;
-                    });
-                    let inv = 1.0 / sum;
-                    row.iter_mut().for_each(|v| *v = (*v as f64 * inv) as f32);
-                }
+                softmax_rows(&mut s, nk);
                 let mut o = vec![0f32; nq * dh];
                 // SAFETY: o is nq x dh; s nq x nk; v's head columns (nk x dh, row stride d).
                 unsafe {
@@ -337,7 +338,7 @@ struct EncoderLayer {
 impl EncoderLayer {
     fn forward(&self, x: &[f32], rot: &Rotary) -> Vec<f32> {
         let h = self.norm1.forward(x);
-        let qk = rot.apply(&h);
+        let qk = rot.apply(&h, 0);
         let x = self.attn.forward(&qk, &qk, &h, Some(x));
         self.ff.forward(&self.norm2.forward(&x), Some(&x))
     }
@@ -364,17 +365,18 @@ fn add_film(x: &mut [f32], y: &[f32], ss: &[f32]) {
 }
 
 impl DecoderLayer {
-    /// `mish_t`: Mish(t), the FiLM generators' input.
-    fn forward(&self, x: &mut [f32], memory: &[f32], mem_rot: &[f32], mish_t: &[f32], rot: &Rotary) {
+    /// `keys`, `values`: the cross-attention's projected memory; `films`: the three FiLM rows
+    /// ([scale | shift] of film₁..₃(Mish(t))).
+    fn forward(&self, x: &mut [f32], keys: &[f32], values: &[f32], films: &[Vec<f32>; 3], rot: &Rotary) {
         let h = self.norm[0].forward(x);
-        let qk = rot.apply(&h);
+        let qk = rot.apply(&h, 0);
         let y = self.self_attn.forward(&qk, &qk, &h, None);
-        add_film(x, &y, &self.film[0].forward(mish_t, None));
-        let h = rot.apply(&self.norm[1].forward(x));
-        let y = self.cross_attn.forward(&h, mem_rot, memory, None);
-        add_film(x, &y, &self.film[1].forward(mish_t, None));
+        add_film(x, &y, &films[0]);
+        let q = self.cross_attn.q.forward(&rot.apply(&self.norm[1].forward(x), 0), None);
+        let y = self.cross_attn.attend(&q, keys, values, None);
+        add_film(x, &y, &films[1]);
         let y = self.ff.forward(&self.norm[2].forward(x), None);
-        add_film(x, &y, &self.film[2].forward(mish_t, None));
+        add_film(x, &y, &films[2]);
     }
 }
 
@@ -438,11 +440,26 @@ impl DdimNoise {
     }
 }
 
-/// The condition as the decoder layers read it: the encoded tokens (seq_len, latent) and the
-/// pooled hidden state (latent) that joins the time embedding.
+/// The condition as the decoder layers read it. The memory's first seq_len rows (the condition
+/// tokens after `norm_cond`; LayerNorm is per token) do not depend on x or the step, so their
+/// cross-attention keys and values are computed here once per window (the null condition's once
+/// per model); only the two time tokens' rows are projected at every step.
 struct EncodedCondition {
-    tokens: Vec<f32>,
+    /// Per decoder layer: keys (from the rotated rows) and values, seq_len × latent each.
+    kv: Vec<(Vec<f32>, Vec<f32>)>,
+    /// The pooled hidden state (latent) that joins the time embedding.
     hidden: Vec<f32>,
+}
+
+/// What a forward computes from the diffusion step alone, the same in both guidance passes and
+/// in every window: computed once per step value ([`MotionDecoder::time_terms`]).
+struct TimeTerms {
+    /// to_time_cond(Mish(time_mlp(embedding))), before the condition's hidden state joins it.
+    t_base: Vec<f32>,
+    /// Per decoder layer: the cross-attention keys and values of the two time tokens.
+    kv: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Per decoder layer: the null pass's three FiLM rows (its hidden state is fixed).
+    null_films: Vec<[Vec<f32>; 3]>,
 }
 
 /// One sampler step's results (Ditto's ONNX outputs `pred_noise`, `x_start`).
@@ -461,13 +478,16 @@ pub struct MotionDecoder {
     time_mlp: Linear,
     to_time_cond: Linear,
     to_time_tokens: Linear,
-    null_cond_embed: Vec<f32>,
-    null_cond_hidden: Vec<f32>,
     norm_cond: LayerNorm,
     decoder: Vec<DecoderLayer>,
     final_layer: Linear,
     rotary: Rotary,
     alphas_cumprod: Vec<f32>,
+    /// The guidance's null condition (`null_cond_embed`, `null_cond_hidden`), encoded.
+    null: EncodedCondition,
+    /// [`TimeTerms`] by step value: at most [`NUM_TIMESTEPS`] entries (50 for Ditto's sampler,
+    /// reused by every window of a clip).
+    time_terms: Mutex<HashMap<i64, Arc<TimeTerms>>>,
 }
 
 impl MotionDecoder {
@@ -507,7 +527,7 @@ impl MotionDecoder {
             .collect::<Result<_>>()?;
         let w = p.weights();
         let lin = |n: &str| Linear::load(&w, n, true);
-        Ok(MotionDecoder {
+        let mut net = MotionDecoder {
             cfg: cfg.clone(),
             input_projection: lin("input_projection")?,
             cond_projection: lin("cond_projection")?,
@@ -520,14 +540,16 @@ impl MotionDecoder {
             time_mlp: lin("time_mlp.1")?,
             to_time_cond: lin("to_time_cond.0")?,
             to_time_tokens: lin("to_time_tokens.0")?,
-            null_cond_embed: p.vec("null_cond_embed")?,
-            null_cond_hidden: p.vec("null_cond_hidden")?,
             norm_cond: LayerNorm::load(&w, "norm_cond")?,
             decoder,
             final_layer: lin("final_layer")?,
             rotary: Rotary::new(cfg.latent, cfg.seq_len + 2),
             alphas_cumprod: cosine_alphas_cumprod(NUM_TIMESTEPS, COSINE_S),
-        })
+            null: EncodedCondition { kv: Vec::new(), hidden: Vec::new() },
+            time_terms: Mutex::default(),
+        };
+        net.null = net.encode_tokens(&p.vec("null_cond_embed")?, p.vec("null_cond_hidden")?);
+        Ok(net)
     }
 
     pub fn config(&self) -> &LmdmConfig {
@@ -575,8 +597,12 @@ impl MotionDecoder {
     }
 
     fn forward_unchecked(&self, x: &[f32], cond_frame: &[f32], cond: &[f32], time: i64, conditioned: bool) -> Vec<f32> {
-        let c = if conditioned { self.encode_condition(cond) } else { self.null_condition() };
-        self.forward_encoded(x, cond_frame, &c, time)
+        let terms = self.time_terms(time);
+        if conditioned {
+            self.forward_encoded(x, cond_frame, &self.encode_condition(cond), &terms)
+        } else {
+            self.forward_encoded(x, cond_frame, &self.null, &terms)
+        }
     }
 
     /// The condition encoder's output for `cond`: it depends on neither x nor the step, so a
@@ -592,24 +618,30 @@ impl MotionDecoder {
         let (ln, l1, l2) = &self.non_attn;
         let mut a = l1.forward(&ln.forward(&mean), None);
         a.iter_mut().for_each(|v| *v = silu(*v));
-        EncodedCondition { tokens: tok, hidden: l2.forward(&a, None) }
+        self.encode_tokens(&tok, l2.forward(&a, None))
     }
 
-    /// The guidance's null condition (learned tokens and hidden state).
-    fn null_condition(&self) -> EncodedCondition {
-        EncodedCondition { tokens: self.null_cond_embed.clone(), hidden: self.null_cond_hidden.clone() }
+    /// The memory rows of condition `tokens` (seq_len × latent) projected to every decoder
+    /// layer's cross-attention keys and values.
+    fn encode_tokens(&self, tokens: &[f32], hidden: Vec<f32>) -> EncodedCondition {
+        let memory = self.norm_cond.forward(tokens);
+        let rotated = self.rotary.apply(&memory, 0);
+        let kv = self
+            .decoder
+            .iter()
+            .map(|l| (l.cross_attn.k.forward(&rotated, None), l.cross_attn.v.forward(&memory, None)))
+            .collect();
+        EncodedCondition { kv, hidden }
     }
 
-    fn forward_encoded(&self, x: &[f32], cond_frame: &[f32], c: &EncodedCondition, time: i64) -> Vec<f32> {
-        let (f, d) = (self.cfg.nfeats, self.cfg.latent);
-        let mut inp = Vec::with_capacity(self.cfg.seq_len * 2 * f);
-        for row in x.chunks_exact(f) {
-            inp.extend_from_slice(row);
-            inp.extend_from_slice(cond_frame);
-        }
-        let mut h = self.input_projection.forward(&inp, None);
-        let (tokens, hidden) = (c.tokens.clone(), &c.hidden);
+    /// The [`TimeTerms`] of step `time`, computed on first use.
+    fn time_terms(&self, time: i64) -> Arc<TimeTerms> {
+        let mut memo = self.time_terms.lock().unwrap_or_else(|e| e.into_inner());
+        memo.entry(time).or_insert_with(|| Arc::new(self.compute_time_terms(time))).clone()
+    }
 
+    fn compute_time_terms(&self, time: i64) -> TimeTerms {
+        let d = self.cfg.latent;
         // Sinusoidal embedding: frequencies and angles in f32 as SinusoidalPosEmb's tensors.
         let half = d / 2;
         let e = (10000f64.ln() / (half - 1) as f64) as f32;
@@ -621,15 +653,45 @@ impl MotionDecoder {
             .collect();
         let mut t_hidden = self.time_mlp.forward(&emb, None);
         t_hidden.iter_mut().for_each(|v| *v = mish(*v));
-        let t = self.to_time_cond.forward(&t_hidden, Some(hidden));
-        let mish_t: Vec<f32> = t.iter().map(|&v| mish(v)).collect();
-        let mut mem = tokens;
-        mem.extend(self.to_time_tokens.forward(&t_hidden, None));
-        let memory = self.norm_cond.forward(&mem);
-        let mem_rot = self.rotary.apply(&memory);
+        let t_base = self.to_time_cond.forward(&t_hidden, None);
+        // The memory's last two rows, the time tokens, at positions seq_len and seq_len + 1.
+        let memory = self.norm_cond.forward(&self.to_time_tokens.forward(&t_hidden, None));
+        let rotated = self.rotary.apply(&memory, self.cfg.seq_len);
+        let kv = self
+            .decoder
+            .iter()
+            .map(|l| (l.cross_attn.k.forward(&rotated, None), l.cross_attn.v.forward(&memory, None)))
+            .collect();
+        let null_films = self.films(&t_base, &self.null.hidden);
+        TimeTerms { t_base, kv, null_films }
+    }
 
-        for layer in &self.decoder {
-            layer.forward(&mut h, &memory, &mem_rot, &mish_t, &self.rotary);
+    /// Every decoder layer's FiLM rows from t = t_base + hidden (added in that order, as the
+    /// linear's epilogue adds a residual after the bias): film_k(Mish(t)).
+    fn films(&self, t_base: &[f32], hidden: &[f32]) -> Vec<[Vec<f32>; 3]> {
+        let mish_t: Vec<f32> = t_base.iter().zip(hidden).map(|(t, h)| mish(t + h)).collect();
+        self.decoder.iter().map(|l| l.film.each_ref().map(|f| f.forward(&mish_t, None))).collect()
+    }
+
+    fn forward_encoded(&self, x: &[f32], cond_frame: &[f32], c: &EncodedCondition, terms: &TimeTerms) -> Vec<f32> {
+        let f = self.cfg.nfeats;
+        let mut inp = Vec::with_capacity(self.cfg.seq_len * 2 * f);
+        for row in x.chunks_exact(f) {
+            inp.extend_from_slice(row);
+            inp.extend_from_slice(cond_frame);
+        }
+        let mut h = self.input_projection.forward(&inp, None);
+        let own_films;
+        let films = if std::ptr::eq(c, &self.null) {
+            &terms.null_films
+        } else {
+            own_films = self.films(&terms.t_base, &c.hidden);
+            &own_films
+        };
+        for (((layer, (k, v)), (tk, tv)), film) in self.decoder.iter().zip(&c.kv).zip(&terms.kv).zip(films) {
+            let keys = [k.as_slice(), tk].concat();
+            let values = [v.as_slice(), tv].concat();
+            layer.forward(&mut h, &keys, &values, film, &self.rotary);
         }
         self.final_layer.forward(&h, None)
     }
@@ -638,21 +700,17 @@ impl MotionDecoder {
     /// `pred_noise`, `x_start`): the guided x₀ = unc + 2·(cond − unc) and the noise it implies.
     pub fn step(&self, x: &[f32], cond_frame: &[f32], cond: &[f32], time: i64) -> Result<Step> {
         self.check(x, cond_frame, cond, time)?;
-        let (null, encoded) = (self.null_condition(), self.encode_condition(cond));
-        Ok(self.guided_step(x, cond_frame, &null, &encoded, time))
+        Ok(self.guided_step(x, cond_frame, &self.encode_condition(cond), time))
     }
 
-    fn guided_step(
-        &self,
-        x: &[f32],
-        cond_frame: &[f32],
-        null: &EncodedCondition,
-        encoded: &EncodedCondition,
-        time: i64,
-    ) -> Step {
+    fn guided_step(&self, x: &[f32], cond_frame: &[f32], encoded: &EncodedCondition, time: i64) -> Step {
+        // The two passes in parallel, each on one thread: splitting each GEMM between the
+        // threads instead (reading the weights once) measured 30% slower, its many joins wake a
+        // sleeping thread dozens of times a step.
+        let terms = self.time_terms(time);
         let (unc, con) = rayon::join(
-            || self.forward_encoded(x, cond_frame, null, time),
-            || self.forward_encoded(x, cond_frame, encoded, time),
+            || self.forward_encoded(x, cond_frame, &self.null, &terms),
+            || self.forward_encoded(x, cond_frame, encoded, &terms),
         );
         let x_start: Vec<f32> = unc.iter().zip(&con).map(|(u, c)| u + (c - u) * GUIDANCE).collect();
         let ac = self.alphas_cumprod[time as usize];
@@ -678,12 +736,12 @@ impl MotionDecoder {
                 bad.len()
             )));
         }
-        let (null, encoded) = (self.null_condition(), self.encode_condition(cond));
+        let encoded = self.encode_condition(cond);
         let times = ddim_times(steps, NUM_TIMESTEPS);
         let mut x = noise.init.clone();
         for (k, pair) in times.windows(2).enumerate() {
             self.check(&x, cond_frame, cond, pair[0])?;
-            let s = self.guided_step(&x, cond_frame, &null, &encoded, pair[0]);
+            let s = self.guided_step(&x, cond_frame, &encoded, pair[0]);
             if pair[1] < 0 {
                 return Ok(s.x_start);
             }
