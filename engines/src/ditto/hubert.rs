@@ -416,25 +416,32 @@ impl Hubert {
         let mut padded = vec![0f32; lead + audio.len() + split];
         padded[lead..lead + audio.len()].copy_from_slice(audio);
         let h = self.cfg.hidden;
-        let mut out = Vec::with_capacity(num_f.div_ceil(valid) * valid * h);
-        let mut i = 0;
-        while i < num_f {
-            let s = (i as f64 * 0.04 * SAMPLE_RATE as f64) as usize;
-            let enc = self.final_norm.forward(&self.run(&padded[s..s + split], self.cfg.layers));
-            let n = enc.len() / h;
-            if n < 2 * (valid + post) {
-                return Err(EngineError::BadInput(format!(
-                    "HuBERT: a {split}-sample chunk gives {n} frames, fewer than Ditto's window"
-                )));
-            }
-            // Frames [n − 2(valid + post), n − 2·post), averaged in pairs.
-            let first = n - 2 * (valid + post);
-            for f in 0..valid {
-                let (a, b) = (&enc[(first + 2 * f) * h..][..h], &enc[(first + 2 * f + 1) * h..][..h]);
-                out.extend(a.iter().zip(b).map(|(x, y)| (x + y) / 2.0));
-            }
-            i += valid;
-        }
+        // The chunks are independent and small (a few dozen frames each, too little work to keep
+        // two threads busy inside one): one chunk per task.
+        let chunks: Vec<Vec<f32>> = (0..num_f)
+            .step_by(valid)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|i| {
+                let s = (i as f64 * 0.04 * SAMPLE_RATE as f64) as usize;
+                let enc = self.final_norm.forward(&self.run(&padded[s..s + split], self.cfg.layers));
+                let n = enc.len() / h;
+                if n < 2 * (valid + post) {
+                    return Err(EngineError::BadInput(format!(
+                        "HuBERT: a {split}-sample chunk gives {n} frames, fewer than Ditto's window"
+                    )));
+                }
+                // Frames [n − 2(valid + post), n − 2·post), averaged in pairs.
+                let first = n - 2 * (valid + post);
+                Ok((0..valid)
+                    .flat_map(|f| {
+                        let (a, b) = (&enc[(first + 2 * f) * h..][..h], &enc[(first + 2 * f + 1) * h..][..h]);
+                        a.iter().zip(b).map(|(x, y)| (x + y) / 2.0)
+                    })
+                    .collect())
+            })
+            .collect::<Result<_>>()?;
+        let mut out = chunks.concat();
         out.truncate(num_f * h);
         Ok(out)
     }
