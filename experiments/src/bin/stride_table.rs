@@ -39,9 +39,14 @@ struct Args {
     /// Ditto: DDIM steps of the motion diffusion.
     #[arg(long, default_value_t = ditto::DEFAULT_STEPS)]
     ditto_steps: usize,
+    /// Renders of every row, in turns (all rows once, then again): each row reports its median
+    /// round by end-to-end time, and every round's time in `end_to_end_rounds_ms`. On a shared
+    /// machine whose speed drifts, a single pass in row order biases the ratios between rows.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
 }
 
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, Default)]
 struct Row {
     stride: usize,
     engine: String,
@@ -73,6 +78,8 @@ struct Row {
     end_to_end_ms: f64,
     end_to_end_fps: f64,
     end_to_end_rtf: f64,
+    /// Every round's end-to-end time (`--rounds`), in the order they ran.
+    end_to_end_rounds_ms: String,
 }
 
 fn main() -> Result<()> {
@@ -88,10 +95,9 @@ fn main() -> Result<()> {
     let scratch = experiments::paths::workspace_root().join("target/stride_table");
     std::fs::create_dir_all(&scratch)?;
 
-    let mut rows = Vec::new();
     let mut total_bar_len = 0u64;
     let bar = experiments::progress::progress_bar(0, "stride_table");
-    for &k in &a.strides {
+    let rows = in_rounds(&a.strides, a.rounds, |&k| {
         bar.set_message(format!("stride {k}: audio encoder + avatar"));
         let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
         let n = prepared.frames;
@@ -114,11 +120,12 @@ fn main() -> Result<()> {
             keyframe_net: engines.unet.describe(),
             decoder: engines.decoder.describe(),
         };
-        rows.push(row(k, n, &rep, names, opts.fps.hz()));
-    }
+        Ok(row(k, n, &rep, names, opts.fps.hz()))
+    })?;
     bar.finish_and_clear();
 
-    let prov = session.provenance();
+    let mut prov = session.provenance();
+    prov.note("rounds", a.rounds.to_string());
     write_outputs(&rows, &prov, &out_dir, "stride_table", &format!("{} profile, {}", engines.profile, backend.name()))
 }
 
@@ -174,7 +181,30 @@ fn row(k: usize, n: usize, rep: &RenderReport, names: Names, fps: f64) -> Row {
         end_to_end_ms: rep.end_to_end_ms,
         end_to_end_fps: rep.render_fps,
         end_to_end_rtf: rep.realtime_factor,
+        end_to_end_rounds_ms: format!("{:.0}", rep.end_to_end_ms),
     }
+}
+
+/// `rounds` renders of every run, in turns; per run the row of its median round by end-to-end
+/// time (the lower middle one for an even count), with every round's time.
+fn in_rounds<R>(runs: &[R], rounds: u32, mut render: impl FnMut(&R) -> Result<Row>) -> Result<Vec<Row>> {
+    let mut all: Vec<Vec<Row>> = runs.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for (run, rows) in runs.iter().zip(&mut all) {
+            rows.push(render(run)?);
+        }
+    }
+    Ok(all
+        .into_iter()
+        .map(|rows| {
+            let times: Vec<String> = rows.iter().map(|r| format!("{:.0}", r.end_to_end_ms)).collect();
+            let mut rows = rows;
+            rows.sort_by(|a, b| a.end_to_end_ms.total_cmp(&b.end_to_end_ms));
+            let mut median = rows.swap_remove((rows.len() - 1) / 2);
+            median.end_to_end_rounds_ms = times.join(";");
+            median
+        })
+        .collect())
 }
 
 /// `stride_table --engine ditto`: the same clip through Ditto's path (docs/ditto.md) at each
@@ -188,7 +218,6 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
     let scratch = experiments::paths::workspace_root().join("target/stride_table");
     std::fs::create_dir_all(&scratch)?;
     let ramp = inputs.opts.ramp;
-    let mut rows = Vec::new();
     let bar = experiments::progress::progress_bar(0, "stride_table ditto");
     bar.set_message("HuBERT + motion diffusion");
     // The clip's motion does not depend on the schedule: made once, its time counted in every row
@@ -204,8 +233,8 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
             infills.into_iter().map(move |i| (k, i))
         })
         .collect();
-    bar.set_length((runs.len() * n) as u64);
-    for (k, infill) in runs {
+    bar.set_length((runs.len() * n) as u64 * a.rounds as u64);
+    let rows = in_rounds(&runs, a.rounds, |&(k, infill)| {
         let schedule = KeyframeSchedule::fixed_stride(n, k)?;
         let label = infill.map_or("none (dense)", |i| i.name());
         bar.set_message(format!("stride {k}, {label}: {} keyframes", schedule.count()));
@@ -237,10 +266,11 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
             keyframe_net: "ditto warping network (cadence CPU kernels)".into(),
             decoder: "ditto SPADE decoder (cadence CPU kernels)".into(),
         };
-        rows.push(row(k, n, &rep, names, inputs.opts.fps.hz()));
-    }
+        Ok(row(k, n, &rep, names, inputs.opts.fps.hz()))
+    })?;
     bar.finish_and_clear();
     let mut prov = inputs.provenance(&engines.describe(), &engines.weights);
+    prov.note("rounds", a.rounds.to_string());
     prov.note("ditto_infills", a.ditto_infill.iter().map(|i| i.name()).collect::<Vec<_>>().join(","));
     prov.note("ditto_ddim_steps", a.ditto_steps.to_string());
     prov.note(
@@ -318,4 +348,30 @@ fn print_table(rows: &[Row], prov: &Provenance) {
         prov.weights,
         prov.commit
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rounds run in turns, and each run keeps its median round's row with every round's time.
+    #[test]
+    fn rounds_alternate_and_keep_the_median_row() {
+        let mut order = Vec::new();
+        let mut times = vec![50.0, 9.0, 70.0, 8.0, 60.0, 10.0].into_iter();
+        let rows = in_rounds(&[1usize, 3], 3, |&k| {
+            order.push(k);
+            let e2e = times.next().unwrap();
+            Ok(Row { stride: k, end_to_end_ms: e2e, encoder_ms: e2e / 10.0, ..Row::default() })
+        })
+        .unwrap();
+        assert_eq!(order, [1, 3, 1, 3, 1, 3]);
+        assert_eq!((rows[0].stride, rows[0].end_to_end_ms, rows[0].encoder_ms), (1, 60.0, 6.0));
+        assert_eq!(rows[0].end_to_end_rounds_ms, "50;70;60");
+        assert_eq!((rows[1].end_to_end_ms, rows[1].end_to_end_rounds_ms.as_str()), (9.0, "9;8;10"));
+        // An even count keeps the lower middle round.
+        let mut t = vec![4.0, 1.0, 3.0, 2.0].into_iter();
+        let rows = in_rounds(&[1usize], 4, |_| Ok(Row { end_to_end_ms: t.next().unwrap(), ..Row::default() })).unwrap();
+        assert_eq!(rows[0].end_to_end_ms, 2.0);
+    }
 }
