@@ -33,19 +33,11 @@ fn main() {
     let noise = DdimNoise::seeded(7, steps, c.seq_len * c.nfeats);
     let frame: Vec<f32> = (0..c.nfeats).map(|i| (i as f32 * 0.37).sin()).collect();
     let cond: Vec<f32> = (0..c.seq_len * c.cond_dim).map(|i| (i as f32 * 0.013).cos()).collect();
-    let mut ms: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            std::hint::black_box(net.sample(&frame, &cond, steps, &noise).unwrap());
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    ms.sort_by(|a, b| a.total_cmp(b));
+    let ms = median(&|| drop(std::hint::black_box(net.sample(&frame, &cond, steps, &noise).unwrap())));
     println!(
-        "LMDM ({profile}) window of {} frames, {steps} steps: {:.1} ms ({:.2} ms a step)",
+        "LMDM ({profile}) window of {} frames, {steps} steps: {ms:.1} ms ({:.2} ms a step)",
         c.seq_len,
-        ms[2],
-        ms[2] / steps as f64
+        ms / steps as f64
     );
     // A clip of 640 frames: Ditto's offline windows (80 frames every 70), once.
     let frames = 640;

@@ -599,9 +599,10 @@ impl MotionDecoder {
     fn forward_unchecked(&self, x: &[f32], cond_frame: &[f32], cond: &[f32], time: i64, conditioned: bool) -> Vec<f32> {
         let terms = self.time_terms(time);
         if conditioned {
-            self.forward_encoded(x, cond_frame, &self.encode_condition(cond), &terms)
+            let c = self.encode_condition(cond);
+            self.forward_encoded(x, cond_frame, &c, &terms, &self.films(&terms.t_base, &c.hidden))
         } else {
-            self.forward_encoded(x, cond_frame, &self.null, &terms)
+            self.forward_encoded(x, cond_frame, &self.null, &terms, &terms.null_films)
         }
     }
 
@@ -673,7 +674,16 @@ impl MotionDecoder {
         self.decoder.iter().map(|l| l.film.each_ref().map(|f| f.forward(&mish_t, None))).collect()
     }
 
-    fn forward_encoded(&self, x: &[f32], cond_frame: &[f32], c: &EncodedCondition, terms: &TimeTerms) -> Vec<f32> {
+    /// One forward under condition `c` at the step of `terms`, with `films` the FiLM rows of
+    /// that condition and step ([`Self::films`], or the null pass's in `terms`).
+    fn forward_encoded(
+        &self,
+        x: &[f32],
+        cond_frame: &[f32],
+        c: &EncodedCondition,
+        terms: &TimeTerms,
+        films: &[[Vec<f32>; 3]],
+    ) -> Vec<f32> {
         let f = self.cfg.nfeats;
         let mut inp = Vec::with_capacity(self.cfg.seq_len * 2 * f);
         for row in x.chunks_exact(f) {
@@ -681,13 +691,6 @@ impl MotionDecoder {
             inp.extend_from_slice(cond_frame);
         }
         let mut h = self.input_projection.forward(&inp, None);
-        let own_films;
-        let films = if std::ptr::eq(c, &self.null) {
-            &terms.null_films
-        } else {
-            own_films = self.films(&terms.t_base, &c.hidden);
-            &own_films
-        };
         for (((layer, (k, v)), (tk, tv)), film) in self.decoder.iter().zip(&c.kv).zip(&terms.kv).zip(films) {
             let keys = [k.as_slice(), tk].concat();
             let values = [v.as_slice(), tv].concat();
@@ -705,12 +708,12 @@ impl MotionDecoder {
 
     fn guided_step(&self, x: &[f32], cond_frame: &[f32], encoded: &EncodedCondition, time: i64) -> Step {
         // The two passes in parallel, each on one thread: splitting each GEMM between the
-        // threads instead (reading the weights once) measured 30% slower, its many joins wake a
-        // sleeping thread dozens of times a step.
+        // threads instead (reading the weights once) measured about a third slower: its many
+        // joins wake a sleeping thread dozens of times a step.
         let terms = self.time_terms(time);
         let (unc, con) = rayon::join(
-            || self.forward_encoded(x, cond_frame, &self.null, &terms),
-            || self.forward_encoded(x, cond_frame, encoded, &terms),
+            || self.forward_encoded(x, cond_frame, &self.null, &terms, &terms.null_films),
+            || self.forward_encoded(x, cond_frame, encoded, &terms, &self.films(&terms.t_base, &encoded.hidden)),
         );
         let x_start: Vec<f32> = unc.iter().zip(&con).map(|(u, c)| u + (c - u) * GUIDANCE).collect();
         let ac = self.alphas_cumprod[time as usize];
