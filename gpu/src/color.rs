@@ -78,11 +78,26 @@ pub fn chroma(c: &YuvCoeffs, r: f32, g: f32, b: f32) -> (f32, f32) {
     (128.0 + c.ur * r + c.ug * g + c.ub * b, 128.0 + c.vr * r + c.vg * g + c.vb * b)
 }
 
-/// Round half up and clamp to a byte. NaN gives 0 (Rust's saturating float-to-int cast).
+/// Round half up and clamp to a byte. NaN gives 0.
+///
+/// The same bytes as `clamp(x + 0.5, 0, 255) as u8`, written so that the CPU loops vectorise:
+/// Rust's saturating float-to-int cast compiles to scalar code there (one lane at a time), while
+/// the clamp below already leaves only finite values in [0, 255], for which truncation needs no
+/// saturation.
 #[inline(always)]
 pub fn quantize(x: f32) -> u8 {
-    let y = crate::prim::clamp(x + 0.5, 0.0, 255.0);
-    y as u8
+    let y = x + 0.5;
+    // NaN fails `y > 0` and becomes 0.
+    let y = if y > 0.0 {
+        if y < 255.0 {
+            y
+        } else {
+            255.0
+        }
+    } else {
+        0.0
+    };
+    crate::prim::trunc_byte(y)
 }
 
 /// One 2x2 block: four pixels (row-major: top-left, top-right, bottom-left, bottom-right) of

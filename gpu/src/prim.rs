@@ -30,6 +30,23 @@ pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
+/// `x` truncated to a byte, for `x` already finite and in [0, 255] (callers clamp first). On the
+/// host without the saturating cast's checks, which would keep the loops around it scalar; on the
+/// device the plain cast (one `cvt.rzi` either way).
+#[inline(always)]
+pub fn trunc_byte(x: f32) -> u8 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        x as u8
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        debug_assert!((0.0..=255.0).contains(&x), "trunc_byte({x}) outside [0, 255]");
+        // SAFETY: x is finite and in [0, 255] (the callers' clamp), so it fits an i32.
+        unsafe { x.to_int_unchecked::<i32>() as u8 }
+    }
+}
+
 #[inline(always)]
 pub fn abs(x: f32) -> f32 {
     if x < 0.0 {

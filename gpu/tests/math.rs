@@ -100,3 +100,47 @@ fn four_frame_speech_to_pause_transition() {
     assert_eq!(easing_weight(0, 0), 1.0);
     assert_eq!(easing_weight(1, 0), 0.0);
 }
+
+/// `color::quantize` (round half up, clamp to a byte, NaN to 0) against the rule in f64, on a
+/// stride through every f32 bit pattern plus the boundaries. The half is added in f32 as the
+/// kernels do (0.49999997 + 0.5 rounds to 1.0 in f32), the rest is exact in f64.
+#[test]
+fn quantize_matches_round_half_up_then_clamp() {
+    use cadence_kernels::color::quantize;
+    let rule = |x: f32| {
+        let y = x + 0.5;
+        if y.is_nan() {
+            0
+        } else {
+            (y as f64).floor().clamp(0.0, 255.0) as u8
+        }
+    };
+    let special = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.0,
+        0.0,
+        -0.5,
+        -0.49999997,
+        0.49999997,
+        0.5,
+        1.5,
+        127.5,
+        254.49998,
+        254.5,
+        255.0,
+        255.49998,
+        255.5,
+        256.0,
+        1e30,
+        -1e30,
+        f32::MIN_POSITIVE,
+    ];
+    let stride = (0..=u32::MAX).step_by(251).map(f32::from_bits);
+    let dense = (-2000..=260_000).map(|i| i as f32 * 1e-3);
+    for x in special.into_iter().chain(stride).chain(dense) {
+        assert_eq!(quantize(x), rule(x), "quantize({x:e}) (bits {:#010x})", x.to_bits());
+    }
+}

@@ -8,7 +8,6 @@ use crate::Backend;
 use anyhow::{ensure, Result};
 use cadence_kernels::color;
 use cadence_kernels::composite::{blend_vertical, feather_alpha, lerp_tap, tap, Tap};
-use rayon::prelude::*;
 
 /// The face box in the full frame, in pixels (the media crate's type, the one face-box type of
 /// cadence). The compositor needs it on even coordinates and sizes, so that it covers whole NV12
@@ -17,6 +16,24 @@ pub use cadence_media::FaceBox;
 
 fn taps(box_len: usize, crop_len: usize) -> Vec<Tap> {
     (0..box_len).map(|p| tap(p as u32, box_len as u32, crop_len as u32)).collect()
+}
+
+/// The horizontal taps as three arrays (structure of arrays, so that the resampling loop
+/// gathers with vector instructions), each index checked once here against the crop width.
+struct RowTaps {
+    i0: Vec<u32>,
+    i1: Vec<u32>,
+    f: Vec<f32>,
+    crop_len: usize,
+}
+
+impl RowTaps {
+    fn new(box_len: usize, crop_len: usize) -> Self {
+        let t = taps(box_len, crop_len);
+        let (i0, i1): (Vec<u32>, Vec<u32>) = t.iter().map(|t| (t.i0, t.i1)).unzip();
+        assert!(i0.iter().chain(&i1).all(|&i| (i as usize) < crop_len), "a tap outside the crop");
+        Self { i0, i1, f: t.iter().map(|t| t.f).collect(), crop_len }
+    }
 }
 
 pub struct Compositor {
@@ -251,22 +268,28 @@ impl Compositor {
     /// crop row once (`hz`, [`lerp_tap`]), then per output row the vertical taps and blend
     /// ([`blend_vertical`]) and NV12. These are the two halves of [`cadence_kernels::composite::blend_bilinear`], which the
     /// GPU kernel evaluates per pixel, so the bytes are identical, at a fraction of the per-pixel
-    /// gathers (measured 5.0 ms -> 1.x ms per 512x512 box on 2 cores).
+    /// gathers.
+    ///
+    /// On the calling thread alone: a 512x512 box takes about 1 ms, and split over a thread pool
+    /// it waited on workers descheduled by the render's encoder thread. In the Ditto stride-3
+    /// render on 2 cores the compositor took 1.4-1.6 s split and 0.8-0.9 s on one thread.
     fn write_box(&self, crop: &[f32], cw: usize, ch: usize, range: RgbRange, out: &mut [u8]) {
         let w = self.width;
         let (fx, fy, fw, fh) = self.face.as_usize();
         let coeffs = color::coeffs(self.matrix.code());
         let rng = range.code();
-        let (tx, ty) = (taps(fw, cw), taps(fh, ch));
+        let (tx, ty) = (RowTaps::new(fw, cw), taps(fh, ch));
         let mut hz = vec![0f32; 3 * ch * fw];
-        hz.par_chunks_mut(fw)
-            .zip(crop.par_chunks(cw))
-            .for_each_init(Vec::new, |row8, (dst, src)| resample_row(src, &tx, rng, row8, dst));
+        let mut row8 = Vec::new();
+        for (dst, src) in hz.chunks_mut(fw).zip(crop.chunks(cw)) {
+            resample_row(src, &tx, rng, &mut row8, dst);
+        }
         let plane = w * self.height;
         let (y_plane, uv_plane) = out.split_at_mut(plane);
         let y_rows = &mut y_plane[fy * w..(fy + fh) * w];
         let uv_rows = &mut uv_plane[(fy / 2) * w..((fy + fh) / 2) * w];
-        y_rows.par_chunks_mut(2 * w).zip(uv_rows.par_chunks_mut(w)).enumerate().for_each(|(by, (yrows, uvrow))| {
+        let mut rgb = BlockRgb::default();
+        for (by, (yrows, uvrow)) in y_rows.chunks_mut(2 * w).zip(uv_rows.chunks_mut(w)).enumerate() {
             let (y0, y1) = yrows.split_at_mut(w);
             let rows = [2 * by, 2 * by + 1].map(|py| {
                 let v = &ty[py];
@@ -280,8 +303,8 @@ impl Compositor {
                 }
             });
             let x = fx..fx + fw;
-            block_row(&rows, &coeffs, &mut y0[x.clone()], &mut y1[x.clone()], &mut uvrow[x]);
-        });
+            block_row(&rows, &coeffs, &mut y0[x.clone()], &mut y1[x.clone()], &mut uvrow[x], &mut rgb);
+        }
     }
 }
 
@@ -298,35 +321,80 @@ struct BoxRow<'a> {
 multiversion! {
     /// One crop row to the 8-bit scale and resampled to the box width ([`lerp_tap`] per box
     /// column), compiled for the instruction set [`crate::cpu::isa`] returns.
-    fn resample_row(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) => resample_row_body
+    fn resample_row(src: &[f32], taps: &RowTaps, range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) => resample_row_body
 }
 
 #[inline(always)]
-fn resample_row_body(src: &[f32], taps: &[Tap], range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
+fn resample_row_body(src: &[f32], taps: &RowTaps, range: u32, row8: &mut Vec<f32>, dst: &mut [f32]) {
+    assert_eq!(src.len(), taps.crop_len, "crop row and taps disagree");
     row8.clear();
     row8.extend(src.iter().map(|&v| color::to_8bit(v, range)));
-    for (d, t) in dst.iter_mut().zip(taps) {
-        *d = lerp_tap(row8[t.i0 as usize], row8[t.i1 as usize], t.f);
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() == crate::cpu::Isa::Avx512 {
+        // SAFETY: isa() reports AVX-512 only where the CPU has it.
+        done = unsafe { lerp_taps_avx512(row8, taps, dst) };
     }
+    for (((d, &i0), &i1), &f) in dst.iter_mut().zip(&taps.i0).zip(&taps.i1).zip(&taps.f).skip(done) {
+        // SAFETY: RowTaps::new checked every index against crop_len, which is row8's length.
+        let (p0, p1) = unsafe { (*row8.get_unchecked(i0 as usize), *row8.get_unchecked(i1 as usize)) };
+        *d = lerp_tap(p0, p1, f);
+    }
+}
+
+/// The tap loop of [`resample_row_body`] for the first multiple of 16 box columns with AVX-512
+/// gathers (the loop does not vectorise by itself), operation for operation [`lerp_tap`], so the
+/// same bits; returns how many columns it did.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn lerp_taps_avx512(row8: &[f32], taps: &RowTaps, dst: &mut [f32]) -> usize {
+    use std::arch::x86_64::*;
+    assert!(row8.len() == taps.crop_len && row8.len() <= i32::MAX as usize);
+    let n = dst.len().min(taps.f.len()) / 16 * 16;
+    for i in (0..n).step_by(16) {
+        // SAFETY: i + 16 <= n <= the lengths of dst and the tap arrays (all box_len long), and
+        // RowTaps::new checked every index against crop_len, row8's length.
+        unsafe {
+            let i0 = _mm512_loadu_si512(taps.i0.as_ptr().add(i).cast());
+            let i1 = _mm512_loadu_si512(taps.i1.as_ptr().add(i).cast());
+            let (p0, p1) = (_mm512_i32gather_ps::<4>(i0, row8.as_ptr()), _mm512_i32gather_ps::<4>(i1, row8.as_ptr()));
+            let f = _mm512_loadu_ps(taps.f.as_ptr().add(i));
+            _mm512_storeu_ps(dst.as_mut_ptr().add(i), _mm512_add_ps(p0, _mm512_mul_ps(f, _mm512_sub_ps(p1, p0))));
+        }
+    }
+    n
 }
 
 multiversion! {
     /// Two box rows (one row of 2x2 blocks) to NV12, compiled for the instruction set
     /// [`crate::cpu::isa`] returns (the same code, so the same bytes).
-    fn block_row(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) => block_row_body
+    fn block_row(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8], rgb: &mut BlockRgb) => block_row_body
 }
 
+/// The blended 8-bit-scale samples of one block row, `rgb[row][channel][x]`: scratch reused
+/// from one block row to the next.
+type BlockRgb = [[Vec<f32>; 3]; 2];
+
 #[inline(always)]
-fn block_row_body(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], y1: &mut [u8], uv: &mut [u8]) {
-    let n = y0.len();
-    // Blended 8-bit-scale samples: rgb[r][c][x].
-    let mut rgb = [[vec![0f32; n], vec![0f32; n], vec![0f32; n]], [vec![0f32; n], vec![0f32; n], vec![0f32; n]]];
+fn block_row_body(
+    rows: &[BoxRow; 2],
+    coeffs: &color::YuvCoeffs,
+    y0: &mut [u8],
+    y1: &mut [u8],
+    uv: &mut [u8],
+    rgb: &mut BlockRgb,
+) {
     for ((row, yrow), out) in rows.iter().zip([y0, y1]).zip(rgb.iter_mut()) {
         for (c, o) in out.iter_mut().enumerate() {
-            for ((((o, &t), &b), &a), &g) in o.iter_mut().zip(row.top[c]).zip(row.bot[c]).zip(row.alpha).zip(row.bg[c])
-            {
-                *o = blend_vertical(t, b, row.fy, a, g);
-            }
+            o.clear();
+            o.extend(
+                row.top[c]
+                    .iter()
+                    .zip(row.bot[c])
+                    .zip(row.alpha)
+                    .zip(row.bg[c])
+                    .map(|(((&t, &b), &a), &g)| blend_vertical(t, b, row.fy, a, g)),
+            );
         }
         let [rr, gg, bb] = &*out;
         for (((yv, &r), &g), &b) in yrow.iter_mut().zip(rr).zip(gg).zip(bb) {
@@ -334,10 +402,22 @@ fn block_row_body(rows: &[BoxRow; 2], coeffs: &color::YuvCoeffs, y0: &mut [u8], 
         }
     }
     // Chroma from the 2x2 average in convert_block's order (top-left, top-right, bottom-left,
-    // bottom-right).
-    let avg = |c: usize, x: usize| (rgb[0][c][x] + rgb[0][c][x + 1] + rgb[1][c][x] + rgb[1][c][x + 1]) * 0.25;
-    for (bx, pair) in uv.chunks_exact_mut(2).enumerate() {
-        let (u, v) = color::chroma(coeffs, avg(0, 2 * bx), avg(1, 2 * bx), avg(2, 2 * bx));
+    // bottom-right). Pairs of columns through `chunks_exact(2)`, so that the loop vectorises.
+    let [top, bot] = &*rgb;
+    let avg = |t: &[f32], b: &[f32]| (t[0] + t[1] + b[0] + b[1]) * 0.25;
+    fn pairs(v: &[f32]) -> std::slice::ChunksExact<'_, f32> {
+        v.chunks_exact(2)
+    }
+    for ((((((pair, r0), g0), b0), r1), g1), b1) in uv
+        .chunks_exact_mut(2)
+        .zip(pairs(&top[0]))
+        .zip(pairs(&top[1]))
+        .zip(pairs(&top[2]))
+        .zip(pairs(&bot[0]))
+        .zip(pairs(&bot[1]))
+        .zip(pairs(&bot[2]))
+    {
+        let (u, v) = color::chroma(coeffs, avg(r0, r1), avg(g0, g1), avg(b0, b1));
         pair[0] = color::quantize(u);
         pair[1] = color::quantize(v);
     }

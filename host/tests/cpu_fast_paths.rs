@@ -50,6 +50,26 @@ fn run_all<T: Elem>(dim: usize, seed: u64) -> Vec<u32> {
     let mut nv12 = vec![0u8; layout.frames * layout.nv12_frame_bytes()];
     cpu::rgb_to_nv12(&rgb, layout, ColorMatrix::Bt709, RgbRange::Unit, &mut nv12);
     all.extend(nv12.iter().map(|&b| b as u32));
+    // The face compositor, upscaling an odd-sized crop into a box wider than 16 columns.
+    let (w, h) = (96, 64);
+    let bg: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+    let face = cadence::composite::FaceBox { x: 6, y: 4, w: 70, h: 50 };
+    let comp = cadence::composite::Compositor::new(&Backend::Cpu, &bg, w, h, face, 9.0, ColorMatrix::Bt601).unwrap();
+    let crop = uniform(&mut r, 3 * 33 * 29, -0.1, 1.1);
+    let mut frame = vec![0u8; comp.frame_bytes()];
+    comp.compose_frame(&crop, 33, 29, RgbRange::Unit, &mut frame).unwrap();
+    all.extend(frame.iter().map(|&b| b as u32));
+    // Ditto's motion infill (gathers 16 columns at a time where AVX-512 is), 40 columns: two
+    // vector steps and a scalar tail; moves large enough to reach the clamped edges, and a NaN
+    // keypoint (every coordinate NaN, sampled at 0 on both paths).
+    let side = 40;
+    let img = uniform(&mut r, 3 * side * side, 0.0, 1.0);
+    let from = uniform(&mut r, 63, -1.0, 1.0);
+    let to_kp: Vec<f32> = from.iter().zip(uniform(&mut r, 63, -0.3, 0.3)).map(|(a, d)| a + d).collect();
+    all.extend(cadence::ditto::motion_warp(&img, side, &from, &to_kp).iter().map(|v| v.to_bits()));
+    let mut nan_kp = to_kp.clone();
+    nan_kp[4] = f32::NAN;
+    all.extend(cadence::ditto::motion_warp(&img, side, &from, &nan_kp).iter().map(|v| v.to_bits()));
     all
 }
 
