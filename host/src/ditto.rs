@@ -734,11 +734,12 @@ fn sample_row_avx512(
     let plane = side * side;
     assert!(3 * plane <= i32::MAX as usize && img.len() == 3 * plane);
     let n = sx.len() / 16 * 16;
+    assert!([sy.len(), ro.len(), go.len(), bo.len()].iter().all(|&l| l == sx.len()));
     let (max, one) = (_mm512_set1_ps((side - 1) as f32), _mm512_set1_ps(1.0));
     let (side_i, last, one_i) =
         (_mm512_set1_epi32(side as i32), _mm512_set1_epi32(side as i32 - 1), _mm512_set1_epi32(1));
     for i in (0..n).step_by(16) {
-        // SAFETY: i + 16 <= n <= the lengths of sx, sy, ro, go, bo (checked by the caller), and
+        // SAFETY: i + 16 <= n <= the lengths of sx, sy, ro, go, bo (checked above), and
         // every gathered index is y * side + x with x, y clamped to [0, side - 1], inside a plane.
         unsafe {
             // max(v, 0) first: NaN becomes 0, as in bilinear3.
