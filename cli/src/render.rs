@@ -165,8 +165,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
     if a.engine == EngineFamily::Ditto {
-        ensure!(!live, "--engine ditto renders a whole clip: --audio - (a live stream) is for MuseTalk so far");
-        return crate::render_ditto::run(&a, out.as_ref(), fragmented, encoder, engine_device, profile);
+        return crate::render_ditto::run(&a, live, out.as_ref(), fragmented, encoder, engine_device, profile);
     }
     ensure!(
         a.audio_features.is_none(),
@@ -343,6 +342,49 @@ fn prepare_avatar(
     }
 }
 
+/// A live render's output: `go(sink, name)` writes the fragmented MP4 into the checked output
+/// file (through its partial file, committed only if `go` succeeds) or to standard output.
+pub(crate) fn write_live<T>(
+    out: Option<&OutputPath>,
+    go: impl FnOnce(&mut dyn std::io::Write, &str) -> Result<T>,
+) -> Result<T> {
+    match out {
+        Some(out) => {
+            let partial = out.begin()?;
+            let file = std::fs::File::create(partial.path())
+                .map_err(|e| partial.user_error(anyhow::anyhow!("{}: cannot create: {e}", partial.path().display())))?;
+            let mut file = std::io::BufWriter::new(file);
+            let r = go(&mut file, &out.path().display().to_string()).map_err(|e| partial.user_error(e))?;
+            drop(file);
+            partial.commit()?;
+            Ok(r)
+        }
+        None => go(&mut std::io::stdout().lock(), "standard output"),
+    }
+}
+
+/// A live render's spinner (hidden with --json).
+pub(crate) fn live_spinner(json: bool) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} live render: {pos} frames {per_sec}")
+            .expect("valid template"),
+    );
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// The WAV stream on standard input, its header read (a stream that is not a WAV fails here,
+/// before the engines load).
+pub(crate) fn stdin_stream() -> Result<cadence_media::AudioStream<std::io::StdinLock<'static>>> {
+    let name = "standard input";
+    let reader = cadence_media::wav::WavReader::new(std::io::stdin().lock(), None)
+        .map_err(|e| cadence_media::audio::wav_err(name, e))?;
+    Ok(cadence_media::AudioStream::new(reader, name)?)
+}
+
 /// `--audio -`: the WAV stream on standard input rendered as it arrives ([`cadence::live`]).
 fn run_live(
     a: RenderArgs,
@@ -363,11 +405,7 @@ fn run_live(
     let live = cadence::live::LiveOptions::new(stride, cadence::pipeline::window_frames(a.window, a.fps), &opts)?;
     let avatar_source = open_avatar(&a)?;
     let backend = Backend::for_engines(a.backend, &engine_device.device)?;
-    // The stream's header first (a stream that is not a WAV fails before the engines load).
-    let name = "standard input";
-    let reader = cadence_media::wav::WavReader::new(std::io::stdin().lock(), None)
-        .map_err(|e| cadence_media::audio::wav_err(name, e))?;
-    let input = cadence_media::AudioStream::new(reader, name)?;
+    let input = stdin_stream()?;
 
     let t0 = Instant::now();
     let engines = a.engines.load(&engine_device, profile)?;
@@ -376,14 +414,7 @@ fn run_live(
     let avatar = prepare_avatar(&a.avatar, avatar_source.as_ref(), &engines, &backend)?;
     let times =
         cadence::report::PreparationTimes { avatar_encoder_ms: t.elapsed().as_secs_f64() * 1e3, ..Default::default() };
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} live render: {pos} frames {per_sec}")
-            .expect("valid template"),
-    );
-    if a.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = live_spinner(a.json);
     let go = |sink: &mut dyn std::io::Write, name: &str| {
         cadence::live::render_live(
             &engines,
@@ -399,19 +430,7 @@ fn run_live(
             |d| bar.inc(d as u64),
         )
     };
-    let result = match out {
-        Some(out) => {
-            let partial = out.begin()?;
-            let file = std::fs::File::create(partial.path())
-                .map_err(|e| partial.user_error(anyhow::anyhow!("{}: cannot create: {e}", partial.path().display())))?;
-            let mut file = std::io::BufWriter::new(file);
-            let r = go(&mut file, &out.path().display().to_string()).map_err(|e| partial.user_error(e))?;
-            drop(file);
-            partial.commit()?;
-            r
-        }
-        None => go(&mut std::io::stdout().lock(), "standard output")?,
-    };
+    let result = write_live(out, go)?;
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::with_preparation(setup, &times, &result.stats, result.video.as_ref(), a.fps, load_ms);

@@ -1,10 +1,12 @@
 //! `cadence render --engine ditto`: the same inputs, output policy, encoder, progress and
-//! summary as the MuseTalk path, with Ditto's networks ([`cadence::ditto`]).
+//! summary as the MuseTalk path, with Ditto's networks ([`cadence::ditto`]); `--audio -` renders
+//! a live stream as it arrives ([`cadence::ditto_live`]).
 
 use crate::render::{output_for, print_summary, progress_bar, RenderArgs};
 use anyhow::{ensure, Context, Result};
 use cadence::avatar::AvatarSource;
 use cadence::ditto::{self, DittoEngines, DITTO_FPS};
+use cadence::ditto_live;
 use cadence::output::OutputPath;
 use cadence::schedules::cli::DEFAULT_STRIDE;
 use cadence::{render, Backend};
@@ -14,6 +16,7 @@ use std::time::Instant;
 
 pub fn run(
     a: &RenderArgs,
+    live: bool,
     out: Option<&OutputPath>,
     fragmented: bool,
     encoder: EncoderKind,
@@ -30,11 +33,19 @@ pub fn run(
         a.schedule.schedule.is_none() && a.schedule.calibration.is_none() && a.schedule.phonemes.is_none(),
         "--engine ditto: adaptive schedules (--schedule, --calibration, --phonemes) are for MuseTalk so far; use --stride or --keyframes"
     );
-    let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
-    let frames = cadence::clip_audio::frames_for_samples(input.audio.samples_16k.len(), DITTO_FPS as f64);
-    ensure!(frames > 0, "{}: the audio is too short for one video frame", input.source);
-    let user_features = match &a.audio_features {
-        Some(path) => {
+    ensure!(
+        !(live && a.audio_features.is_some()),
+        "--audio - with --audio-features: a live stream's HuBERT features are computed as the audio arrives"
+    );
+    let input = if live { None } else { Some(a.schedule.input(a.audio.as_deref(), a.max_seconds)?) };
+    let frames = input
+        .as_ref()
+        .map(|input| cadence::clip_audio::frames_for_samples(input.audio.samples_16k.len(), DITTO_FPS as f64));
+    if let (Some(input), Some(0)) = (&input, frames) {
+        anyhow::bail!("{}: the audio is too short for one video frame", input.source);
+    }
+    let user_features = match (&a.audio_features, frames) {
+        (Some(path), Some(frames)) => {
             let arr = cadence::npy::read(path)?;
             let cadence::npy::Array::F32 { shape, data } = arr else {
                 anyhow::bail!("{}: audio features must be float32", path.display());
@@ -43,11 +54,25 @@ pub fn run(
             ditto::check_features(&data, &shape, width, frames, &path.display().to_string())?;
             Some(data)
         }
-        None => None,
+        _ => None,
     };
     let (img, face) = still_avatar(a)?;
     let stride = a.stride.map_or(DEFAULT_STRIDE, |k| k as usize);
-    let (schedule, label) = render::fixed_schedule(frames, a.keyframes.as_deref(), stride)?;
+    let schedule = match frames {
+        Some(frames) => Some(render::fixed_schedule(frames, a.keyframes.as_deref(), stride)?),
+        None => None,
+    };
+    let live_opts = ditto_live::DittoLiveOptions::new(
+        stride,
+        cadence::pipeline::window_frames(a.window, a.fps),
+        a.ramp,
+        a.ditto_infill,
+        a.method,
+        a.ditto_steps as usize,
+    )?;
+    // A live stream's header is read before the networks load (a stream that is not a WAV fails
+    // first).
+    let stream = if live { Some(crate::render::stdin_stream()?) } else { None };
     let backend = Backend::Cpu;
     if !engine_device.device.is_cpu() {
         eprintln!(
@@ -66,6 +91,43 @@ pub fn run(
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     say("preparing the avatar (appearance and motion extractors, rest frame)");
     let avatar = ditto::prepare_avatar(&engines, &backend, &img, face)?;
+    let features_from = a.audio_features.as_ref().map_or_else(|| "hubert".to_string(), |p| p.display().to_string());
+    let ditto_fields =
+        serde_json::json!({"infill": a.ditto_infill, "ddim_steps": a.ditto_steps, "audio_features": features_from});
+    let ditto_line = |label: &str| {
+        format!(
+            "  ditto: {label}, infill {}, {} DDIM steps, audio features from {features_from}",
+            a.ditto_infill.name(),
+            a.ditto_steps
+        )
+    };
+    let (Some(input), Some(frames), Some((schedule, label))) = (input, frames, schedule) else {
+        // `--audio -`: rendered part by part as the stream arrives.
+        let stream = stream.context("a live render reads standard input")?;
+        let bar = crate::render::live_spinner(a.json);
+        let go = |sink: &mut dyn std::io::Write, name: &str| {
+            ditto_live::render_live(&engines, &avatar, live_opts, stream, sink, name, encoder, a.realtime, |d| {
+                bar.inc(d as u64)
+            })
+        };
+        let result = crate::render::write_live(out, go)?;
+        bar.finish_and_clear();
+        let report = ditto::render_report(&engines, &avatar, 0.0, &engine_device, &result, load_ms);
+        let k = live_opts.stride;
+        let fields = serde_json::json!({
+            "audio": "-",
+            "engine": "ditto",
+            "live": {"stride": k, "part_frames": live_opts.part_frames, "lookahead_frames": live_opts.lookahead_frames()},
+            "fragmented": true,
+            "ditto": ditto_fields,
+        });
+        let line = format!(
+            "{}\n  live: parts of {} frames (stride {k}); a frame waits for its LMDM window (80 frames of audio)",
+            ditto_line(&format!("stride {k}")),
+            live_opts.part_frames
+        );
+        return print_summary(a, &report, &result, fields, &line);
+    };
     let clip =
         ditto::prepare_clip(&engines, &avatar, input.audio, user_features, a.ditto_steps as usize, a.ramp, &say)?;
     let bar = progress_bar(frames, "ditto", a.json);
@@ -76,21 +138,15 @@ pub fn run(
             bar.inc(d as u64)
         })?;
     bar.finish_and_clear();
-    let report = ditto::render_report(&engines, &avatar, &clip, &engine_device, &result, load_ms);
-    let features_from = a.audio_features.as_ref().map_or_else(|| "hubert".to_string(), |p| p.display().to_string());
+    let report = ditto::render_report(&engines, &avatar, clip.audio_ms, &engine_device, &result, load_ms);
     let fields = serde_json::json!({
         "audio": input.source,
         "engine": "ditto",
         "schedule": label,
         "fragmented": fragmented,
-        "ditto": {"infill": a.ditto_infill, "ddim_steps": a.ditto_steps, "audio_features": features_from},
+        "ditto": ditto_fields,
     });
-    let line = format!(
-        "  ditto: {label}, infill {}, {} DDIM steps, audio features from {features_from}",
-        a.ditto_infill.name(),
-        a.ditto_steps
-    );
-    print_summary(a, &report, &result, fields, &line)
+    print_summary(a, &report, &result, fields, &ditto_line(&label))
 }
 
 /// The avatar as one image and its face box: Ditto's path takes a still image.

@@ -194,6 +194,74 @@ fn a_live_stream_renders_as_it_arrives() {
     assert!(psnr >= PSNR_BOUND_DB, "the live stream is far from the file render: face-box luma PSNR {psnr:.1} dB");
 }
 
+/// Ditto's live render: HuBERT's chunks and the LMDM's windows are local in time, so the stream's
+/// motion is the file's, and where the live voice-activity rules decide as the file's (on this
+/// clip, everywhere) every frame is the file render's. The first fragment leaves once the first
+/// LMDM window's 80 frames of audio (and a GOP) have arrived, before the input closes.
+#[test]
+fn a_live_ditto_stream_is_the_file_render_as_it_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = avatar(dir.path());
+    let (mut samples, rate) = speech_samples();
+    // 7 s: three LMDM windows (at frames 0, 70 and 140, the last one padded).
+    samples.truncate(7 * rate as usize);
+    const DITTO: [&str; 7] = ["--engine", "ditto", "--ditto-infill", "motion", "--ditto-steps", "2", "--json"];
+    let live_out = dir.path().join("live.mp4");
+    let mut child = spawn(
+        &[
+            &["--audio", "-", "--avatar", img.to_str().unwrap(), "--fragmented", "-o"][..],
+            &[live_out.to_str().unwrap()],
+            &DITTO,
+        ]
+        .concat(),
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    // 4.5 s: the first window's 80 frames and HuBERT's lookahead, then a GOP of frames.
+    stdin.write_all(&wav_header(rate, None)).unwrap();
+    let split = 9 * rate as usize / 2;
+    for piece in samples[..split].chunks(rate as usize / 100) {
+        stdin.write_all(&pcm(piece)).unwrap();
+    }
+    stdin.flush().unwrap();
+    let t = Instant::now();
+    while !std::fs::read_dir(dir.path()).unwrap().any(|e| {
+        let e = e.unwrap();
+        e.path() != img && std::fs::read(e.path()).is_ok_and(|b| b.windows(4).any(|w| w == b"moof"))
+    }) {
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "no fragment came out of 4.5 s of a live Ditto stream in 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stdin.write_all(&pcm(&samples[split..])).unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["engine"].as_str(), v["audio"].as_str()), (Some("ditto"), Some("-")), "{v}");
+    assert_eq!(v["live"]["part_frames"].as_u64(), Some(15), "--window 0.5 at stride 3: parts of 15 frames");
+
+    let wav = dir.path().join("speech.wav");
+    let data = pcm(&samples);
+    std::fs::write(&wav, [wav_header(rate, Some(data.len() as u32)), data].concat()).unwrap();
+    let file_out = dir.path().join("file.mp4");
+    let o = Command::new(env!("CARGO_BIN_EXE_cadence"))
+        .args(RENDER)
+        .args(["--audio", wav.to_str().unwrap(), "--avatar", img.to_str().unwrap(), "--fragmented", "-o"])
+        .arg(&file_out)
+        .args(DITTO)
+        .output()
+        .unwrap();
+    ok(&o);
+    let live = Mp4Reader::open(&live_out).unwrap().decode_video().unwrap();
+    let file = Mp4Reader::open(&file_out).unwrap().decode_video().unwrap();
+    assert_eq!(live.frames.len(), 175, "7 s at 25 fps");
+    assert_eq!(live.frames.len(), file.frames.len());
+    let differing: Vec<usize> = (0..live.frames.len()).filter(|&f| live.frames[f] != file.frames[f]).collect();
+    assert!(differing.is_empty(), "live frames that differ from the file render's: {differing:?}");
+}
+
 /// A stream that stops inside its header, or inside a sample frame: an error, a non-zero exit,
 /// and no output file left; on standard output, the stream stops after its last whole fragment.
 #[test]
@@ -256,6 +324,10 @@ fn live_stream_options_that_need_the_whole_clip_are_refused() {
     for (args, says) in [
         (vec!["--audio", "-", "--avatar", a, "-o", o], "fragmented"),
         (vec!["--audio", "-", "--avatar", a, "--phonemes", "p.json", "-o", "-"], "fixed --stride"),
+        (
+            vec!["--engine", "ditto", "--audio", "-", "--avatar", a, "--audio-features", "f.npy", "-o", "-"],
+            "--audio-features",
+        ),
     ] {
         let mut child = spawn(&args);
         drop(child.stdin.take());

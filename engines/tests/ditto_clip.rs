@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cadence_engines::checkpoint::WeightsFile;
-use cadence_engines::ditto::hubert::{Hubert, HubertConfig};
+use cadence_engines::ditto::hubert::{DittoFeatureStream, Hubert, HubertConfig};
 use cadence_engines::ditto::lmdm::{ddim_times, DdimNoise, LmdmConfig, MotionDecoder, NUM_TIMESTEPS};
 use cadence_engines::{Device, Tensor, WeightsSource};
 
@@ -173,6 +173,45 @@ fn hubert_matches_transformers() {
     let feats = net.ditto_features(&values(&t, "in.clip")).unwrap();
     assert!(rel_diff(&feats, &values(&t, "out.ditto_features"), "Ditto's 25 fps features") < 2e-5);
     assert_eq!(feats.len(), 13 * 32);
+}
+
+/// The live stream's features, fed in uneven pieces and stepped after each, are the whole clip's
+/// (bit for bit: each chunk is encoded on its own) and PyTorch's; each chunk comes out as soon
+/// as its audio has arrived, not at the end.
+#[test]
+fn hubert_feature_stream_gives_the_whole_clip_features_as_audio_arrives() {
+    let net = Hubert::new(&hubert_small(), &WeightsSource::File(fixture("hubert_weights.safetensors"))).unwrap();
+    let t = io("hubert_io.safetensors");
+    let clip = values(&t, "in.clip");
+    let whole = net.ditto_features(&clip).unwrap();
+    let h = 32;
+    let mut stream = DittoFeatureStream::new();
+    let (mut got, mut at) = (Vec::new(), 0);
+    for piece in [1usize, 700, 333, 2048, 5].iter().cycle() {
+        if at >= clip.len() {
+            break;
+        }
+        let to = (at + piece).min(clip.len());
+        stream.push(&clip[at..to]).unwrap();
+        at = to;
+        got.extend(stream.step(&net).unwrap());
+        // The chunk of frames f..f + 5 is 6480 samples from f x 640 of the audio behind 2000
+        // zeros: it has arrived once 640 (f + 7) samples have (so all its frames are the clip's).
+        let ready = (0..).step_by(5).take_while(|&f: &usize| 640 * (f + 7) <= at).count();
+        assert_eq!(got.len(), ready * 5 * h, "after {at} samples");
+    }
+    assert!(!stream.is_done());
+    stream.finish();
+    got.extend(stream.step(&net).unwrap());
+    assert!(stream.is_done());
+    assert_eq!(stream.frames_total(), Some(whole.len() / h));
+    assert_eq!(got.len(), whole.len());
+    assert!(got.iter().zip(&whole).all(|(a, b)| a.to_bits() == b.to_bits()), "the stream's rows are the clip's");
+    assert!(rel_diff(&got, &values(&t, "out.ditto_features"), "streamed features") < 2e-5);
+    let mut bad = DittoFeatureStream::new();
+    assert!(bad.push(&[0.0, f32::NAN]).unwrap_err().to_string().contains("sample 1"));
+    bad.finish();
+    assert!(bad.push(&[0.0]).is_err());
 }
 
 #[test]

@@ -30,9 +30,9 @@ use crate::schedule::{bypassed_frames, KeyframeSchedule};
 use crate::{Backend, ColorMatrix};
 use anyhow::{bail, ensure, Context, Result};
 use cadence_engines::ditto::appearance::AppearanceFeatureExtractor;
-use cadence_engines::ditto::hubert::Hubert;
+use cadence_engines::ditto::hubert::{DittoFeatureStream, Hubert};
 use cadence_engines::ditto::keypoints::{relative_driving, KpInfo, Pose, MOTION_DIM, NUM_KP};
-use cadence_engines::ditto::lmdm::{offline_motion, DdimNoise, MotionDecoder};
+use cadence_engines::ditto::lmdm::{offline_motion, DdimNoise, MotionDecoder, MotionStream};
 use cadence_engines::ditto::motion::MotionExtractor;
 use cadence_engines::ditto::spade::SpadeDecoder;
 use cadence_engines::ditto::stitch::StitchingNetwork;
@@ -170,6 +170,28 @@ impl DittoEngines {
         Ok(self.hubert.ditto_features(samples_16k)?)
     }
 
+    /// The rows of every HuBERT chunk of `stream` whose audio has arrived.
+    pub fn stream_features(&self, stream: &mut DittoFeatureStream) -> Result<Vec<f32>> {
+        Ok(stream.step(&self.hubert)?)
+    }
+
+    /// The DDIM noise of a clip (drawn once per clip, as Ditto does).
+    pub fn motion_noise(&self, steps: usize) -> DdimNoise {
+        let lm = &self.cfg.lmdm;
+        DdimNoise::seeded(self.seed, steps, lm.seq_len * lm.nfeats)
+    }
+
+    /// One LMDM window: `steps` DDIM steps from `noise`, conditioned on the motion `kp_cond`.
+    pub fn motion_window(
+        &self,
+        kp_cond: &[f32],
+        window: &[f32],
+        steps: usize,
+        noise: &DdimNoise,
+    ) -> cadence_engines::Result<Vec<f32>> {
+        self.lmdm.sample(kp_cond, window, steps, noise)
+    }
+
     fn warp(&self, avatar: &DittoAvatar, kp_driving: &[f32]) -> Result<Vec<f32>> {
         let s = self.cfg.feature_side();
         Ok(self.warp.forward(&avatar.feature_3d, &avatar.x_s, kp_driving, s, s)?)
@@ -283,17 +305,26 @@ pub fn sample_motion(engines: &DittoEngines, avatar: &DittoAvatar, features: &[f
     ensure!(!features.is_empty() && features.len().is_multiple_of(width), "audio features: {} values", features.len());
     let cond = condition(features, width, avatar);
     let lm = &engines.cfg.lmdm;
-    let noise = DdimNoise::seeded(engines.seed, steps, lm.seq_len * lm.nfeats);
+    let noise = engines.motion_noise(steps);
     Ok(offline_motion(&cond, lm.cond_dim, &avatar.source.to_motion(), lm.seq_len, WINDOW_OVERLAP, |kp, window| {
-        engines.lmdm.sample(kp, window, steps, &noise)
+        engines.motion_window(kp, window, steps, &noise)
     })?)
 }
 
-/// Every frame's stitched driving keypoints (frames × 63): relative driving, easing toward rest
-/// with weight h(1 − distance/ramp), stitching.
+/// The motion of a stream, window by window as its condition arrives ([`MotionStream`]): the
+/// same windows as [`sample_motion`]'s.
+pub fn motion_stream(engines: &DittoEngines, avatar: &DittoAvatar) -> Result<MotionStream> {
+    let lm = &engines.cfg.lmdm;
+    Ok(MotionStream::new(lm.cond_dim, &avatar.source.to_motion(), lm.seq_len, WINDOW_OVERLAP)?)
+}
+
+/// Every frame's stitched driving keypoints (frames × 63): relative driving against
+/// `reference` (the clip's first frame's motion), easing toward rest with weight
+/// h(1 − distance/ramp), stitching.
 pub fn driving_keypoints(
     engines: &DittoEngines,
     avatar: &DittoAvatar,
+    reference: &[f32],
     motion: &[f32],
     distance: &[u32],
     ramp: u32,
@@ -304,11 +335,12 @@ pub fn driving_keypoints(
         motion.len(),
         distance.len()
     );
+    let reference = KpInfo::from_motion(reference)?;
     let rows: Vec<KpInfo> = motion.chunks_exact(MOTION_DIM).map(KpInfo::from_motion).collect::<Result<_, _>>()?;
     let rest = avatar.rest_pose();
     let mut kp_d = Vec::with_capacity(rows.len() * 3 * NUM_KP);
     for (d, &dist) in rows.iter().zip(distance) {
-        let driving = Pose::of(&relative_driving(&avatar.source, d, &rows[0]));
+        let driving = Pose::of(&relative_driving(&avatar.source, d, &reference));
         kp_d.extend(driving.eased(&rest, easing_weight(dist, ramp)).keypoints(&avatar.kp));
     }
     let stitched = engines.stitch.forward(&avatar.x_s.repeat(rows.len()), &kp_d)?;
@@ -360,7 +392,7 @@ pub fn prepare_clip(
     let motion = sample_motion(engines, avatar, &features, steps)?;
     let audio: ClipAudio = audio.into();
     let distance = crate::schedule::speech_distance(&audio.voice_activity(DITTO_FPS as f64, frames));
-    let kp_driving = driving_keypoints(engines, avatar, &motion, &distance, ramp)?;
+    let kp_driving = driving_keypoints(engines, avatar, &motion[..MOTION_DIM], &motion, &distance, ramp)?;
     Ok(DittoClip { audio, frames, distance, kp_driving, audio_ms: t.elapsed().as_secs_f64() * 1e3 })
 }
 
@@ -393,12 +425,13 @@ pub fn render_clip(
 }
 
 /// The render's report (the MuseTalk path's, with Ditto's stages in its fields: docs/ditto.md):
-/// HuBERT, the LMDM and the keypoints as the audio encoder, the extractors and the rest frame as
-/// the avatar's, the warp as the keyframe network.
+/// HuBERT, the LMDM and the keypoints as the audio encoder (`audio_ms`: a clip's
+/// [`DittoClip::audio_ms`]; a live render counts them in its stages' times instead), the
+/// extractors and the rest frame as the avatar's, the warp as the keyframe network.
 pub fn render_report(
     engines: &DittoEngines,
     avatar: &DittoAvatar,
-    clip: &DittoClip,
+    audio_ms: f64,
     engine_device: &cadence_engines::EngineDevice,
     result: &crate::render::RenderResult,
     engine_load_ms: f64,
@@ -412,7 +445,7 @@ pub fn render_report(
         keyframe_network: "warp",
     };
     let times = crate::report::PreparationTimes {
-        audio_encoder_ms: clip.audio_ms,
+        audio_encoder_ms: audio_ms,
         avatar_encoder_ms: avatar.encoder_ms,
         compositor_setup_ms: 0.0,
         prepare_other_ms: 0.0,

@@ -13,6 +13,7 @@ pub mod composite;
 pub mod cpu;
 pub mod cuda;
 pub mod ditto;
+pub mod ditto_live;
 pub mod elem;
 pub mod emulated;
 pub mod features;

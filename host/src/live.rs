@@ -64,13 +64,13 @@ impl LiveOptions {
 }
 
 /// Frames whose audio has fully arrived, for `samples` 16 kHz samples.
-fn whole_frames(samples: usize, fps: FrameRate) -> usize {
+pub(crate) fn whole_frames(samples: usize, fps: FrameRate) -> usize {
     // floor(samples * fps / 16000) in integers: exact for every rational rate.
     (samples as u128 * fps.num as u128 / (TARGET_RATE as u128 * fps.den as u128)) as usize
 }
 
 /// The 16 kHz sample holding the start of frame `f`: floor(f x 16000 / fps).
-fn frame_sample(f: usize, fps: FrameRate) -> usize {
+pub(crate) fn frame_sample(f: usize, fps: FrameRate) -> usize {
     (f as u128 * TARGET_RATE as u128 * fps.den as u128 / fps.num as u128) as usize
 }
 
@@ -121,16 +121,16 @@ impl FrameFeatures for Shifted<'_> {
 }
 
 /// What has arrived of the stream and is still needed.
-struct Received<R: Read> {
-    stream: AudioStream<R>,
+pub(crate) struct Received<R: Read> {
+    pub(crate) stream: AudioStream<R>,
     /// Source frames asked for per read: 10 ms, so a read returns as soon as that has arrived.
     read_frames: usize,
-    ended: bool,
+    pub(crate) ended: bool,
     /// 16 kHz samples from `mono_from` on.
-    mono: Vec<f32>,
-    mono_from: usize,
-    mono_total: usize,
-    track: Track,
+    pub(crate) mono: Vec<f32>,
+    pub(crate) mono_from: usize,
+    pub(crate) mono_total: usize,
+    pub(crate) track: Track,
     /// Voice activity: whole 10 ms hop levels from `levels_from` on, and the reference.
     hops: Option<HopLevels>,
     levels: Vec<f64>,
@@ -139,7 +139,7 @@ struct Received<R: Read> {
 }
 
 impl<R: Read> Received<R> {
-    fn new(stream: AudioStream<R>, vad: &VadConfig) -> Self {
+    pub(crate) fn new(stream: AudioStream<R>, vad: &VadConfig) -> Self {
         let rate = stream.reader().format().sample_rate as usize;
         let track_channels = stream.track_format().channels as usize;
         Self {
@@ -158,7 +158,7 @@ impl<R: Read> Received<R> {
     }
 
     /// Reads until `frames` whole frames of audio have arrived or the stream ends.
-    fn wait_for(&mut self, frames: usize, fps: FrameRate) -> Result<()> {
+    pub(crate) fn wait_for(&mut self, frames: usize, fps: FrameRate) -> Result<()> {
         let mut fresh = Vec::new();
         while !self.ended && whole_frames(self.mono_total, fps) < frames {
             fresh.clear();
@@ -179,7 +179,7 @@ impl<R: Read> Received<R> {
     }
 
     /// Forgets the 16 kHz samples before `sample` and the levels before `hop`.
-    fn forget_before(&mut self, sample: usize, hop: usize) {
+    pub(crate) fn forget_before(&mut self, sample: usize, hop: usize) {
         if sample > self.mono_from {
             let n = (sample - self.mono_from).min(self.mono.len());
             self.mono.drain(..n);
@@ -193,8 +193,152 @@ impl<R: Read> Received<R> {
     }
 }
 
+impl<R: Read> Received<R> {
+    /// Voice activity of frames a..end (`end` at most the frames known), decided with the levels
+    /// and the loudness reference received so far.
+    pub(crate) fn speech(&self, a: usize, end: usize, fps: FrameRate, vad: &VadConfig) -> Vec<bool> {
+        let first_hop = hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 1).max(self.levels_from);
+        let mut decided = vec![false; end.saturating_sub(a)];
+        if let Some(threshold) = self.reference.threshold(vad) {
+            let levels = &self.levels[first_hop - self.levels_from..];
+            let hops = hop_activity_above(levels, threshold, vad);
+            frames_from_hops(&hops, first_hop, fps.hz(), a, &mut decided, vad);
+        }
+        decided
+    }
+
+    /// The first level hop frame `a`'s decisions can still read.
+    pub(crate) fn first_hop_for(a: usize, fps: FrameRate, vad: &VadConfig) -> usize {
+        hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 2)
+    }
+}
+
+/// The speech decisions of the frames already shown that the silence easing still reads (it
+/// looks `ramp` frames back): a decision is final once its frame is shown.
+pub(crate) struct ShownSpeech {
+    speech: Vec<bool>,
+    from: usize,
+    ramp: usize,
+}
+
+impl ShownSpeech {
+    pub(crate) fn new(ramp: u32) -> Self {
+        Self { speech: Vec::new(), from: 0, ramp: ramp as usize }
+    }
+
+    /// Distances to speech of frames a..a + len, over the decisions shown before `a` and
+    /// `decided` (frames a.., as far as they are known).
+    pub(crate) fn distance(&self, a: usize, decided: &[bool], len: usize) -> Vec<u32> {
+        let before = a - self.from;
+        let mut speech = self.speech[..before].to_vec();
+        speech.extend_from_slice(decided);
+        speech.resize(speech.len().max(before + len), false);
+        speech_distance(&speech)[before..before + len].to_vec()
+    }
+
+    /// Frames a..a + shown were shown with the decisions `decided` (frames a..).
+    pub(crate) fn shown(&mut self, a: usize, decided: &[bool], shown: usize) {
+        let before = a - self.from;
+        self.speech.truncate(before);
+        self.speech.extend_from_slice(&decided[..shown.min(decided.len())]);
+        self.speech.resize(before + shown, false);
+        let keep_from = (a + shown).saturating_sub(self.ramp).max(self.from);
+        self.speech.drain(..keep_from - self.from);
+        self.from = keep_from;
+    }
+}
+
+/// A live render's fragmented MP4: each frame after the stream's audio up to the frame's end,
+/// paced to real time when asked, with the times of the first frame and fragment.
+pub(crate) struct LiveOutput<W: Write> {
+    writer: FragmentedWriter<W>,
+    name: String,
+    t0: Instant,
+    pace: bool,
+    period: f64,
+    track_rate: f64,
+    started: Option<Instant>,
+    first_frame_ms: Option<f64>,
+    first_fragment_ms: Option<f64>,
+    late_frames: usize,
+}
+
+impl<W: Write> LiveOutput<W> {
+    /// `t0`: when the render started (the first frame's and fragment's times count from it).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        out: W,
+        name: &str,
+        (width, height): (usize, usize),
+        fps: FrameRate,
+        encoder: EncoderKind,
+        track_format: cadence_media::AudioFormat,
+        pace: bool,
+        t0: Instant,
+    ) -> Result<Self> {
+        let writer = FragmentedWriter::new(out, name, width as u32, height as u32, fps, encoder, Some(track_format))?;
+        Ok(Self {
+            writer,
+            name: name.to_string(),
+            t0,
+            pace,
+            period: 1.0 / fps.hz(),
+            track_rate: track_format.sample_rate as f64,
+            started: None,
+            first_frame_ms: None,
+            first_fragment_ms: None,
+            late_frames: 0,
+        })
+    }
+
+    /// Shows frame `f` (NV12): first the track's audio up to the frame's end, then the frame,
+    /// held back to its time with pacing.
+    pub(crate) fn show(&mut self, f: usize, frame: &[u8], track: &mut Track) -> Result<()> {
+        self.first_frame_ms.get_or_insert_with(|| self.t0.elapsed().as_secs_f64() * 1e3);
+        if self.pace {
+            let start = *self.started.get_or_insert_with(Instant::now);
+            let due = start + Duration::from_secs_f64(f as f64 * self.period);
+            let now = Instant::now();
+            if now < due {
+                std::thread::sleep(due - now);
+            } else if (now - due).as_secs_f64() > self.period {
+                self.late_frames += 1;
+            }
+        }
+        let upto = ((f + 1) as f64 * self.period * self.track_rate).ceil() as usize;
+        let writer = &mut self.writer;
+        track.take(upto, &mut |s| Ok(writer.push_audio(s)?))?;
+        self.writer.push_nv12(frame)?;
+        if self.first_fragment_ms.is_none() && self.writer.fragments_written() > 0 {
+            self.first_fragment_ms = Some(self.t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
+    }
+
+    /// The rest of the track, the last fragment, flushed; the render's result with `stats`
+    /// (the encoder's time of this last step added, the total set).
+    pub(crate) fn finish(mut self, track: &mut Track, mut stats: RenderStats) -> Result<RenderResult> {
+        let t = Instant::now();
+        let total = track.total();
+        let writer = &mut self.writer;
+        track.take(total, &mut |s| Ok(writer.push_audio(s)?))?;
+        let (video, mut out) = self.writer.finish()?;
+        out.flush().map_err(|e| anyhow::anyhow!("{}: {e}", self.name))?;
+        self.first_fragment_ms.get_or_insert_with(|| self.t0.elapsed().as_secs_f64() * 1e3);
+        stats.times.encoder_ms += t.elapsed().as_secs_f64() * 1e3;
+        stats.times.total_ms = self.t0.elapsed().as_secs_f64() * 1e3;
+        Ok(RenderResult {
+            stats,
+            video: Some(video),
+            first_frame_ms: self.first_frame_ms,
+            first_fragment_ms: self.first_fragment_ms,
+            late_frames: self.late_frames,
+        })
+    }
+}
+
 /// The MP4 track's interleaved samples received and not yet muxed: sample frames `from..`.
-struct Track {
+pub(crate) struct Track {
     samples: Vec<i16>,
     from: usize,
     channels: usize,
@@ -202,7 +346,7 @@ struct Track {
 
 impl Track {
     /// Sample frames received so far.
-    fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.from + self.samples.len() / self.channels
     }
 
@@ -220,7 +364,7 @@ impl Track {
 }
 
 /// The hop holding 16 kHz sample `s`.
-fn hop_of(s: usize, vad: &VadConfig) -> usize {
+pub(crate) fn hop_of(s: usize, vad: &VadConfig) -> usize {
     let hop = ((vad.hop_ms * TARGET_RATE as f64 / 1000.0).round() as usize).max(1);
     s / hop
 }
@@ -251,17 +395,11 @@ pub fn render_live<R: Read, W: Write>(
     let c = &avatar.compositors[0];
     let mut received = Received::new(input, &vad);
     let track_format = received.stream.track_format();
-    let mut writer =
-        FragmentedWriter::new(out, name, c.width as u32, c.height as u32, fps, encoder, Some(track_format))?;
+    let mut output = LiveOutput::new(out, name, (c.width, c.height), fps, encoder, track_format, pace, t0)?;
     let step = aligned_frame_step(fps);
     let ramp = opts.ramp as usize;
-    let period = 1.0 / fps.hz();
     let part_opts = RenderOptions { window: None, ..opts.clone() };
-
-    // Speech decisions of the frames already shown, from `shown_from` on (the easing looks
-    // `ramp` frames back).
-    let mut shown_speech: Vec<bool> = Vec::new();
-    let mut shown_from = 0;
+    let mut shown_speech = ShownSpeech::new(opts.ramp);
     let mut stats = RenderStats {
         frames: 0,
         keyframes_scheduled: 0,
@@ -271,10 +409,6 @@ pub fn render_live<R: Read, W: Write>(
         residency: crate::resident::residency(backend, &engines.device),
         times: StageTimes::default(),
     };
-    let mut first_frame_ms = None;
-    let mut first_fragment_ms = None;
-    let mut late_frames = 0;
-    let mut started: Option<Instant> = None;
     let mut a = 0; // the next frame to show: a keyframe of the stream
     loop {
         received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
@@ -302,20 +436,8 @@ pub fn render_live<R: Read, W: Write>(
 
         // Voice activity for frames a.. (up to `ramp` past the part), with the reference so far.
         let known_frames = total.unwrap_or(available);
-        let decide_end = (a + part_len + ramp).min(known_frames);
-        let first_hop =
-            hop_of(frame_sample(a, fps), &vad).saturating_sub(hop_context(&vad) + 1).max(received.levels_from);
-        let mut decided = vec![false; decide_end - a];
-        if let Some(threshold) = received.reference.threshold(&vad) {
-            let levels = &received.levels[first_hop - received.levels_from..];
-            let hops = hop_activity_above(levels, threshold, &vad);
-            frames_from_hops(&hops, first_hop, fps.hz(), a, &mut decided, &vad);
-        }
-        // Distances to speech over what was shown before and what was decided now.
-        let before = a - shown_from;
-        let mut speech = shown_speech[..before].to_vec();
-        speech.extend_from_slice(&decided);
-        let distance: Vec<u32> = speech_distance(&speech)[before..before + part_len].to_vec();
+        let decided = received.speech(a, (a + part_len + ramp).min(known_frames), fps, &vad);
+        let distance = shown_speech.distance(a, &decided, part_len);
 
         // Whisper over the last 30 s received (from a frame's first sample on).
         let end_sample = received.mono_total;
@@ -355,25 +477,7 @@ pub fn render_live<R: Read, W: Write>(
                 if i >= shown {
                     return Ok(()); // the next part's first frame
                 }
-                let f = a + i;
-                first_frame_ms.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
-                if pace {
-                    let start = *started.get_or_insert_with(Instant::now);
-                    let due = start + Duration::from_secs_f64(f as f64 * period);
-                    let now = Instant::now();
-                    if now < due {
-                        std::thread::sleep(due - now);
-                    } else if (now - due).as_secs_f64() > period {
-                        late_frames += 1;
-                    }
-                }
-                // The audio up to the end of this frame, then the frame.
-                let upto = ((f + 1) as f64 * period * track_format.sample_rate as f64).ceil() as usize;
-                track.take(upto, &mut |s| Ok(writer.push_audio(s)?))?;
-                writer.push_nv12(frame)?;
-                if first_fragment_ms.is_none() && writer.fragments_written() > 0 {
-                    first_fragment_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
-                }
+                output.show(a + i, frame, track)?;
                 progress(1);
                 Ok(())
             },
@@ -388,36 +492,22 @@ pub fn render_live<R: Read, W: Write>(
         stats.decoded_frames += part_stats.decoded_frames;
         add_times(&mut stats.times, &part_stats.times);
 
-        // Keep the decisions of the last `ramp` frames shown.
-        shown_speech.truncate(before);
-        shown_speech.extend_from_slice(&decided[..shown.min(decided.len())]);
-        shown_speech.resize(before + shown, false);
-        let keep_from = (a + shown).saturating_sub(ramp).max(shown_from);
-        shown_speech.drain(..keep_from - shown_from);
-        shown_from = keep_from;
+        shown_speech.shown(a, &decided, shown);
         a += shown;
         if last {
             break;
         }
         // What the next part can still need: whisper's 30 s before the audio received by then
         // (at least as much as now), the levels from the context before its first frame.
-        let next_hop = hop_of(frame_sample(a, fps), &vad).saturating_sub(hop_context(&vad) + 2);
+        let next_hop = Received::<R>::first_hop_for(a, fps, &vad);
         let next_context = end_sample.saturating_sub(CONTEXT_SAMPLES).min(frame_sample(a / step * step, fps));
         received.forget_before(next_context, next_hop);
     }
     ensure!(a > 0, "the audio is too short for one video frame");
-    let t = Instant::now();
-    let total_track = received.track.total();
-    received.track.take(total_track, &mut |s| Ok(writer.push_audio(s)?))?;
-    let (video, mut out) = writer.finish()?;
-    out.flush().map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    first_fragment_ms.get_or_insert_with(|| t0.elapsed().as_secs_f64() * 1e3);
-    stats.times.encoder_ms += t.elapsed().as_secs_f64() * 1e3;
-    stats.times.total_ms = t0.elapsed().as_secs_f64() * 1e3;
-    Ok(RenderResult { stats, video: Some(video), first_frame_ms, first_fragment_ms, late_frames })
+    output.finish(&mut received.track, stats)
 }
 
-fn add_times(sum: &mut StageTimes, t: &StageTimes) {
+pub(crate) fn add_times(sum: &mut StageTimes, t: &StageTimes) {
     sum.audio_ms += t.audio_ms;
     sum.unet_ms += t.unet_ms;
     sum.expand_ms += t.expand_ms;

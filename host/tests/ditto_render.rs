@@ -36,7 +36,7 @@ fn setup() -> &'static Setup {
         let motion = ditto::sample_motion(&engines, &avatar, &features, 2).unwrap();
         let speech: Vec<bool> = (0..FRAMES).map(|f| f < SPEECH).collect();
         let distance = cadence::schedule::speech_distance(&speech);
-        let kp = ditto::driving_keypoints(&engines, &avatar, &motion, &distance, RAMP).unwrap();
+        let kp = ditto::driving_keypoints(&engines, &avatar, &motion[..265], &motion, &distance, RAMP).unwrap();
         Setup { engines, avatar, kp, distance }
     })
 }

@@ -407,42 +407,157 @@ impl Hubert {
         if let Some(i) = audio.iter().position(|v| !v.is_finite()) {
             return Err(EngineError::BadInput(format!("HuBERT: audio sample {i} is {}", audio[i])));
         }
-        let (pre, valid, post) = CHUNK;
-        // Ditto's float arithmetic, so that the chunk boundaries land on the same samples.
-        let samples = |frames: f64| (frames * 0.04 * SAMPLE_RATE as f64) as usize;
-        let num_f = (audio.len() as f64 / SAMPLE_RATE as f64 * 25.0).ceil() as usize;
-        let split = samples((pre + valid + post) as f64) + 80;
-        let lead = split - samples((valid + post) as f64);
+        let num_f = ditto_frames(audio.len());
+        let (split, lead) = (chunk_samples(), lead_samples());
         let mut padded = vec![0f32; lead + audio.len() + split];
         padded[lead..lead + audio.len()].copy_from_slice(audio);
-        let h = self.cfg.hidden;
         // The chunks are independent and small (a few dozen frames each, too little work to keep
         // two threads busy inside one): one chunk per task.
         let chunks: Vec<Vec<f32>> = (0..num_f)
-            .step_by(valid)
+            .step_by(CHUNK.1)
             .collect::<Vec<_>>()
             .into_par_iter()
             .map(|i| {
-                let s = (i as f64 * 0.04 * SAMPLE_RATE as f64) as usize;
-                let enc = self.final_norm.forward(&self.run(&padded[s..s + split], self.cfg.layers));
-                let n = enc.len() / h;
-                if n < 2 * (valid + post) {
-                    return Err(EngineError::BadInput(format!(
-                        "HuBERT: a {split}-sample chunk gives {n} frames, fewer than Ditto's window"
-                    )));
-                }
-                // Frames [n − 2(valid + post), n − 2·post), averaged in pairs.
-                let first = n - 2 * (valid + post);
-                Ok((0..valid)
-                    .flat_map(|f| {
-                        let (a, b) = (&enc[(first + 2 * f) * h..][..h], &enc[(first + 2 * f + 1) * h..][..h]);
-                        a.iter().zip(b).map(|(x, y)| (x + y) / 2.0)
-                    })
-                    .collect())
+                let s = chunk_start(i);
+                self.ditto_chunk(&padded[s..s + split])
             })
             .collect::<Result<_>>()?;
         let mut out = chunks.concat();
-        out.truncate(num_f * h);
+        out.truncate(num_f * self.cfg.hidden);
+        Ok(out)
+    }
+
+    /// The 5 feature rows of one chunk of the padded audio ([`chunk_samples`] long): frames
+    /// [n − 2(valid + post), n − 2·post) of its encoding, averaged in pairs.
+    fn ditto_chunk(&self, chunk: &[f32]) -> Result<Vec<f32>> {
+        let (_, valid, post) = CHUNK;
+        let h = self.cfg.hidden;
+        let enc = self.final_norm.forward(&self.run(chunk, self.cfg.layers));
+        let n = enc.len() / h;
+        if n < 2 * (valid + post) {
+            return Err(EngineError::BadInput(format!(
+                "HuBERT: a {}-sample chunk gives {n} frames, fewer than Ditto's window",
+                chunk.len()
+            )));
+        }
+        let first = n - 2 * (valid + post);
+        Ok((0..valid)
+            .flat_map(|f| {
+                let (a, b) = (&enc[(first + 2 * f) * h..][..h], &enc[(first + 2 * f + 1) * h..][..h]);
+                a.iter().zip(b).map(|(x, y)| (x + y) / 2.0)
+            })
+            .collect())
+    }
+}
+
+/// Ditto's float arithmetic for sample positions, so that the chunk boundaries land on the same
+/// samples: int(frames · 0.04 · 16000).
+fn samples_of(frames: f64) -> usize {
+    (frames * 0.04 * SAMPLE_RATE as f64) as usize
+}
+
+/// Feature frames of `len` samples: ⌈25·len/16000⌉.
+fn ditto_frames(len: usize) -> usize {
+    (len as f64 / SAMPLE_RATE as f64 * 25.0).ceil() as usize
+}
+
+/// Samples of one chunk: (pre + valid + post) frames and 80 (6480).
+fn chunk_samples() -> usize {
+    let (pre, valid, post) = CHUNK;
+    samples_of((pre + valid + post) as f64) + 80
+}
+
+/// Zeros before the audio (2000).
+fn lead_samples() -> usize {
+    let (_, valid, post) = CHUNK;
+    chunk_samples() - samples_of((valid + post) as f64)
+}
+
+/// Where the chunk of frames i..i + 5 starts in the padded audio.
+fn chunk_start(i: usize) -> usize {
+    samples_of(i as f64)
+}
+
+/// [`Hubert::ditto_features`] of audio that arrives a piece at a time (a live stream), with the
+/// same rows: each chunk is encoded on its own, so a chunk is run as soon as its 6480 samples
+/// (the audio to 2 frames and 80 samples past its last frame) have arrived, or zeros stand for
+/// them once the stream has ended. Keeps one chunk of audio, whatever the stream's length.
+pub struct DittoFeatureStream {
+    /// The padded audio (the lead zeros, the samples, the trailing zeros once ended) from
+    /// sample `from` on.
+    padded: Vec<f32>,
+    from: usize,
+    audio_len: usize,
+    ended: bool,
+    /// The next chunk's first frame.
+    next: usize,
+}
+
+impl Default for DittoFeatureStream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DittoFeatureStream {
+    pub fn new() -> Self {
+        Self { padded: vec![0.0; lead_samples()], from: 0, audio_len: 0, ended: false, next: 0 }
+    }
+
+    /// Appends 16 kHz samples (every one finite).
+    pub fn push(&mut self, samples: &[f32]) -> Result<()> {
+        if self.ended {
+            return Err(EngineError::BadInput("HuBERT: audio after the end of the stream".into()));
+        }
+        if let Some(i) = samples.iter().position(|v| !v.is_finite()) {
+            return Err(EngineError::BadInput(format!(
+                "HuBERT: audio sample {} is {}",
+                self.audio_len + i,
+                samples[i]
+            )));
+        }
+        self.padded.extend_from_slice(samples);
+        self.audio_len += samples.len();
+        Ok(())
+    }
+
+    /// Marks the end of the audio: the last chunks are run on zeros past it.
+    pub fn finish(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            self.padded.extend(std::iter::repeat_n(0.0, chunk_samples()));
+        }
+    }
+
+    /// The stream's feature frames, once it has ended.
+    pub fn frames_total(&self) -> Option<usize> {
+        self.ended.then(|| ditto_frames(self.audio_len))
+    }
+
+    /// Whether every feature row has been handed out.
+    pub fn is_done(&self) -> bool {
+        self.frames_total().is_some_and(|n| self.next >= n)
+    }
+
+    /// Runs every chunk whose audio has arrived and returns its rows (frames × hidden), in order
+    /// after those returned before.
+    pub fn step(&mut self, hubert: &Hubert) -> Result<Vec<f32>> {
+        let split = chunk_samples();
+        let mut out = Vec::new();
+        loop {
+            let limit = self.frames_total().unwrap_or(usize::MAX);
+            let s = chunk_start(self.next);
+            if self.next >= limit || s + split > self.from + self.padded.len() {
+                break;
+            }
+            let mut rows = hubert.ditto_chunk(&self.padded[s - self.from..s - self.from + split])?;
+            rows.truncate((limit - self.next).min(CHUNK.1) * hubert.cfg.hidden);
+            out.extend(rows);
+            self.next += CHUNK.1;
+        }
+        let keep = chunk_start(self.next).min(self.from + self.padded.len());
+        self.padded.drain(..keep - self.from);
+        self.from = keep;
         Ok(out)
     }
 }

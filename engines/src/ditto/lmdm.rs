@@ -785,69 +785,224 @@ pub fn smooth(res: &mut [f32], dim: usize, s: usize, e: usize, k: usize, dims: u
     for i in s..e.min(n) {
         let (lo, hi) = (i.saturating_sub(half), (i + half + 1).min(n));
         for c in 0..dims.min(dim) {
-            let sum: f32 = (lo..hi).map(|j| before[j * dim + c]).sum();
-            res[i * dim + c] = sum / (hi - lo) as f32;
+            res[i * dim + c] = row_mean(&before, dim, lo, hi, c);
         }
     }
 }
+
+/// The mean of feature `c` over rows lo..hi, summed in order in f32: the one rule of the
+/// windows' smoothing and of the final one ([`MotionStream`]'s release).
+fn row_mean(rows: &[f32], dim: usize, lo: usize, hi: usize, c: usize) -> f32 {
+    let sum: f32 = (lo..hi).map(|j| rows[j * dim + c]).sum();
+    sum / (hi - lo) as f32
+}
+
+/// Frames averaged by Ditto's smoothing.
+const SMOOTH_K: usize = 3;
 
 /// Ditto's offline audio-to-motion over a whole clip: windows of `seq_len` frames every
 /// seq_len − overlap (the last one padded with the condition's last row), each sampled by
 /// `sample(cond_frame, window_cond)`, crossfaded and smoothed (k = 3 on [`SMOOTH_DIMS`]) as the
 /// module docs say; the first `cond_frame` is the source's motion `kp_source`. Returns N × dim.
+/// It is [`MotionStream`] given the whole condition at once.
 pub fn offline_motion(
     cond_all: &[f32],
     cond_dim: usize,
     kp_source: &[f32],
     seq_len: usize,
     overlap: usize,
-    mut sample: impl FnMut(&[f32], &[f32]) -> Result<Vec<f32>>,
+    sample: impl FnMut(&[f32], &[f32]) -> Result<Vec<f32>>,
 ) -> Result<Vec<f32>> {
-    let dim = kp_source.len();
-    let frames = cond_all.len() / cond_dim.max(1);
-    if frames == 0 || cond_all.len() != frames * cond_dim || overlap >= seq_len || dim == 0 {
-        return Err(EngineError::BadInput(format!(
-            "motion windows: {} condition values of width {cond_dim} (need at least one frame), overlap {overlap} of {seq_len}",
-            cond_all.len()
-        )));
+    if cond_all.is_empty() {
+        return Err(EngineError::BadInput("motion windows: no condition (need at least one frame)".into()));
     }
-    if let Some(i) = cond_all.iter().position(|v| !v.is_finite()) {
-        return Err(EngineError::BadInput(format!("motion windows: condition value {i} is {}", cond_all[i])));
-    }
-    const K: usize = 3;
-    let valid = seq_len - overlap;
-    let mut kp_cond = kp_source.to_vec();
-    let mut res: Vec<f32> = Vec::new();
-    let mut idx = 0;
-    while idx < frames {
-        let mut window = cond_all[idx * cond_dim..(idx + seq_len).min(frames) * cond_dim].to_vec();
-        let last = window[window.len() - cond_dim..].to_vec();
-        while window.len() < seq_len * cond_dim {
-            window.extend_from_slice(&last);
-        }
-        let pred = sample(&kp_cond, &window)?;
-        if pred.len() != seq_len * dim {
+    let mut stream = MotionStream::new(cond_dim, kp_source, seq_len, overlap)?;
+    stream.push(cond_all)?;
+    stream.finish();
+    stream.step(sample)
+}
+
+/// [`offline_motion`] over a condition that arrives a few rows at a time (a live stream), with
+/// the same result: a window is sampled as soon as its `seq_len` condition rows have arrived (the
+/// last one, padded, once the stream has ended), and a frame's final motion is handed out as
+/// soon as nothing later can change it: when the next window's crossfade and the final smoothing
+/// no longer reach it, about `seq_len` frames behind the condition. Memory is bounded by a
+/// window, whatever the stream's length.
+pub struct MotionStream {
+    cond_dim: usize,
+    dim: usize,
+    seq_len: usize,
+    overlap: usize,
+    /// Condition rows from frame `cond_from` on.
+    cond: Vec<f32>,
+    cond_from: usize,
+    ended: bool,
+    /// The next window's first frame.
+    idx: usize,
+    windows: usize,
+    kp_cond: Vec<f32>,
+    /// Motion rows before the final smoothing, from frame `res_from` on.
+    res: Vec<f32>,
+    res_from: usize,
+    /// Frames whose final motion was handed out.
+    released: usize,
+}
+
+impl MotionStream {
+    /// A stream of condition rows of `cond_dim`, the first window conditioned on `kp_source`.
+    pub fn new(cond_dim: usize, kp_source: &[f32], seq_len: usize, overlap: usize) -> Result<Self> {
+        if cond_dim == 0 || kp_source.is_empty() || overlap >= seq_len {
             return Err(EngineError::BadInput(format!(
-                "motion windows: a window of {} values, expected {}",
-                pred.len(),
-                seq_len * dim
+                "motion windows: condition width {cond_dim}, motion width {}, overlap {overlap} of {seq_len}",
+                kp_source.len()
             )));
         }
-        if res.is_empty() {
-            res = pred;
-            smooth(&mut res, dim, 0, seq_len, K, SMOOTH_DIMS);
-        } else {
-            fuse_window(&mut res, &pred, dim, overlap);
-            let n = res.len() / dim;
-            smooth(&mut res, dim, n - valid - overlap, n - valid + 1, K, SMOOTH_DIMS);
-        }
-        let at = res.len() / dim - overlap;
-        kp_cond = res[(at - 1) * dim..at * dim].to_vec();
-        idx += valid;
+        Ok(Self {
+            cond_dim,
+            dim: kp_source.len(),
+            seq_len,
+            overlap,
+            cond: Vec::new(),
+            cond_from: 0,
+            ended: false,
+            idx: 0,
+            windows: 0,
+            kp_cond: kp_source.to_vec(),
+            res: Vec::new(),
+            res_from: 0,
+            released: 0,
+        })
     }
-    res.truncate(frames * dim);
-    smooth(&mut res, dim, 0, frames, K, SMOOTH_DIMS);
-    Ok(res)
+
+    /// Condition rows received so far.
+    pub fn frames_received(&self) -> usize {
+        self.cond_from + self.cond.len() / self.cond_dim
+    }
+
+    /// Frames whose final motion has been handed out.
+    pub fn frames_released(&self) -> usize {
+        self.released
+    }
+
+    /// Appends condition rows (a whole number of rows, every value finite).
+    pub fn push(&mut self, rows: &[f32]) -> Result<()> {
+        if self.ended {
+            return Err(EngineError::BadInput("motion windows: condition after the end of the stream".into()));
+        }
+        if !rows.len().is_multiple_of(self.cond_dim) {
+            return Err(EngineError::BadInput(format!(
+                "motion windows: {} condition values are not rows of {}",
+                rows.len(),
+                self.cond_dim
+            )));
+        }
+        if let Some(i) = rows.iter().position(|v| !v.is_finite()) {
+            let at = self.frames_received() * self.cond_dim + i;
+            return Err(EngineError::BadInput(format!("motion windows: condition value {at} is {}", rows[i])));
+        }
+        self.cond.extend_from_slice(rows);
+        Ok(())
+    }
+
+    /// Marks the end of the condition: the last window may be sampled padded.
+    pub fn finish(&mut self) {
+        self.ended = true;
+    }
+
+    /// Whether every frame's motion has been handed out.
+    pub fn is_done(&self) -> bool {
+        self.ended && self.released == self.frames_received()
+    }
+
+    /// Samples every window whose condition has arrived (`sample(cond_frame, window_cond)`) and
+    /// returns the rows (frames × dim) whose motion became final, in order after those returned
+    /// before.
+    pub fn step(&mut self, mut sample: impl FnMut(&[f32], &[f32]) -> Result<Vec<f32>>) -> Result<Vec<f32>> {
+        let (dim, cd, seq_len, overlap) = (self.dim, self.cond_dim, self.seq_len, self.overlap);
+        let valid = seq_len - overlap;
+        loop {
+            let total = self.frames_received();
+            let ready = if self.ended { self.idx < total } else { total >= self.idx + seq_len };
+            if !ready {
+                break;
+            }
+            let rows =
+                &self.cond[(self.idx - self.cond_from) * cd..((self.idx + seq_len).min(total) - self.cond_from) * cd];
+            let mut window = rows.to_vec();
+            let last = window[window.len() - cd..].to_vec();
+            while window.len() < seq_len * cd {
+                window.extend_from_slice(&last);
+            }
+            let pred = sample(&self.kp_cond, &window)?;
+            if pred.len() != seq_len * dim {
+                return Err(EngineError::BadInput(format!(
+                    "motion windows: a window of {} values, expected {}",
+                    pred.len(),
+                    seq_len * dim
+                )));
+            }
+            if self.windows == 0 {
+                self.res = pred;
+                smooth(&mut self.res, dim, 0, seq_len, SMOOTH_K, SMOOTH_DIMS);
+            } else {
+                // Rows from the one before this window's first on are kept (`forget`), so the
+                // smoothing's clipping at row 0 is the sequence's own.
+                fuse_window(&mut self.res, &pred, dim, overlap);
+                let n = self.res.len() / dim;
+                smooth(&mut self.res, dim, n - valid - overlap, n - valid + 1, SMOOTH_K, SMOOTH_DIMS);
+            }
+            self.windows += 1;
+            let at = self.res.len() / dim - overlap;
+            self.kp_cond = self.res[(at - 1) * dim..at * dim].to_vec();
+            self.idx += valid;
+        }
+        let out = self.release();
+        self.forget();
+        Ok(out)
+    }
+
+    /// The final rows now known: the mean over frames i − 1..=i + 1 (clipped to the clip) of
+    /// the first [`SMOOTH_DIMS`] features, once frame i + 1 is fixed.
+    fn release(&mut self) -> Vec<f32> {
+        let dim = self.dim;
+        let total = self.frames_received();
+        let done = self.ended && self.idx >= total;
+        let end = if done {
+            // The sequence is cut to the clip's frames before the final smoothing.
+            self.res.truncate((total - self.res_from) * dim);
+            total
+        } else if self.windows == 0 {
+            0
+        } else {
+            // The last `overlap` rows change with the next window; a row's final value needs
+            // the next row.
+            (self.res_from + self.res.len() / dim - self.overlap).saturating_sub(1)
+        };
+        let n = self.res.len() / dim;
+        let mut out = Vec::with_capacity(end.saturating_sub(self.released) * dim);
+        for f in self.released..end {
+            let i = f - self.res_from;
+            let (lo, hi) = (i.saturating_sub(SMOOTH_K / 2), (i + SMOOTH_K / 2 + 1).min(n));
+            let row = &self.res[i * dim..(i + 1) * dim];
+            out.extend((0..dim).map(|c| if c < SMOOTH_DIMS { row_mean(&self.res, dim, lo, hi, c) } else { row[c] }));
+        }
+        self.released = self.released.max(end);
+        out
+    }
+
+    /// Drops the condition rows before the next window and the motion rows no later window or
+    /// release reads (each keeps the row before the first it needs: smoothing reads it).
+    fn forget(&mut self) {
+        let n = self.idx.min(self.frames_received()) - self.cond_from;
+        self.cond.drain(..n * self.cond_dim);
+        self.cond_from += n;
+        let keep = self.released.saturating_sub(1).min(self.idx.saturating_sub(1));
+        if self.windows > 0 && keep > self.res_from {
+            let n = (keep - self.res_from).min(self.res.len() / self.dim);
+            self.res.drain(..n * self.dim);
+            self.res_from += n;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -949,5 +1104,96 @@ mod tests {
         }
         assert!(offline_motion(&[f32::NAN], 1, &[0.0], 4, 1, |_, w| Ok(w.to_vec())).is_err());
         assert!(offline_motion(&[], 1, &[0.0], 4, 1, |_, w| Ok(w.to_vec())).is_err());
+    }
+
+    /// Ditto's offline windows over the whole array at once, written as `audio2motion.py` reads
+    /// (the reference for [`MotionStream`], which keeps a window's rows only).
+    fn whole_array_motion(
+        cond: &[f32],
+        cd: usize,
+        kp: &[f32],
+        seq_len: usize,
+        overlap: usize,
+        mut sample: impl FnMut(&[f32], &[f32]) -> Vec<f32>,
+    ) -> Vec<f32> {
+        let (dim, frames, valid) = (kp.len(), cond.len() / cd, seq_len - overlap);
+        let (mut kp_cond, mut res, mut idx) = (kp.to_vec(), Vec::<f32>::new(), 0);
+        while idx < frames {
+            let mut w = cond[idx * cd..(idx + seq_len).min(frames) * cd].to_vec();
+            let last = w[w.len() - cd..].to_vec();
+            while w.len() < seq_len * cd {
+                w.extend_from_slice(&last);
+            }
+            let pred = sample(&kp_cond, &w);
+            if res.is_empty() {
+                res = pred;
+                smooth(&mut res, dim, 0, seq_len, 3, SMOOTH_DIMS);
+            } else {
+                fuse_window(&mut res, &pred, dim, overlap);
+                let n = res.len() / dim;
+                smooth(&mut res, dim, n - valid - overlap, n - valid + 1, 3, SMOOTH_DIMS);
+            }
+            let at = res.len() / dim - overlap;
+            kp_cond = res[(at - 1) * dim..at * dim].to_vec();
+            idx += valid;
+        }
+        res.truncate(frames * dim);
+        smooth(&mut res, dim, 0, frames, 3, SMOOTH_DIMS);
+        res
+    }
+
+    /// A stream fed a few rows at a time, stepped after each, hands out the whole-array motion
+    /// (bit for bit) for clips shorter than a window, of exactly one, and of many, with a
+    /// sampler that depends on its condition frame and on every window row; each row is handed
+    /// out well before the end once its window has been sampled.
+    #[test]
+    fn a_stream_gives_the_whole_clip_motion_piece_by_piece() {
+        let cd = 2;
+        let dim = SMOOTH_DIMS + 3; // smoothed and unsmoothed features
+        for (seq_len, overlap) in [(8usize, 2usize), (5, 1), (80, 10)] {
+            for frames in [1usize, 3, seq_len, seq_len + 1, 3 * seq_len + 7, 250] {
+                let cond: Vec<f32> = (0..frames * cd).map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0).collect();
+                let kp: Vec<f32> = (0..dim).map(|c| c as f32 * 0.01).collect();
+                let sampler = |kp: &[f32], w: &[f32]| -> Vec<f32> {
+                    let wsum: f32 = w.iter().enumerate().map(|(i, v)| v * (1.0 + i as f32 * 1e-3)).sum();
+                    (0..seq_len * dim)
+                        .map(|i| kp[i % dim] * 0.5 + w[(i / dim) * cd + i % cd] + wsum * 1e-3 + (i % 7) as f32)
+                        .collect()
+                };
+                let want = whole_array_motion(&cond, cd, &kp, seq_len, overlap, sampler);
+                let mut stream = MotionStream::new(cd, &kp, seq_len, overlap).unwrap();
+                let mut got = Vec::new();
+                let mut at = 0;
+                for piece in [1usize, 4, 2, 9, 3].iter().cycle() {
+                    if at >= frames {
+                        break;
+                    }
+                    let to = (at + piece).min(frames);
+                    stream.push(&cond[at * cd..to * cd]).unwrap();
+                    at = to;
+                    got.extend(stream.step(|k, w| Ok(sampler(k, w))).unwrap());
+                    assert_eq!(got.len(), stream.frames_released() * dim);
+                    if at < frames {
+                        // No more than a window behind the condition.
+                        assert!(stream.frames_released() + seq_len >= at, "{at}: {}", stream.frames_released());
+                    }
+                    assert!(stream.res.len() <= (seq_len + 2) * dim * 2, "the stream keeps a bounded history");
+                }
+                assert!(!stream.is_done() || frames == 0);
+                stream.finish();
+                got.extend(stream.step(|k, w| Ok(sampler(k, w))).unwrap());
+                assert!(stream.is_done());
+                assert_eq!(got.len(), want.len(), "seq {seq_len}, {frames} frames");
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "seq {seq_len}, {frames} frames: value {i}: {g} vs {w}");
+                }
+            }
+        }
+        let mut s = MotionStream::new(2, &[0.0], 4, 1).unwrap();
+        assert!(s.push(&[1.0]).is_err(), "half a row");
+        assert!(s.push(&[1.0, f32::INFINITY]).is_err());
+        s.finish();
+        assert!(s.push(&[1.0, 2.0]).is_err(), "after the end");
+        assert!(MotionStream::new(2, &[0.0], 4, 4).is_err());
     }
 }

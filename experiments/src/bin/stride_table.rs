@@ -259,7 +259,7 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
             |d| bar.inc(d as u64),
         )
         .with_context(|| format!("Ditto render at stride {k}, infill {label}"))?;
-        let rep = ditto::render_report(&engines, &avatar, &clip, &inputs.engine_device, &r, 0.0);
+        let rep = ditto::render_report(&engines, &avatar, clip.audio_ms, &inputs.engine_device, &r, 0.0);
         let names = Names {
             engine: "ditto",
             infill: label.into(),

@@ -1,0 +1,213 @@
+//! A live Ditto render (`cadence render --engine ditto --audio -`): speech read from a stream as
+//! it arrives, video written as fragmented MP4 as it is made, with no end known in advance.
+//!
+//! Ditto's audio-to-motion is local in time, so the stream's motion is the file's:
+//! - HuBERT encodes every 5 frames a chunk of 6480 samples on its own
+//!   ([`cadence_engines::ditto::hubert::DittoFeatureStream`]): a chunk runs once its audio has
+//!   arrived, 2 frames and 80 samples past its last frame;
+//! - the LMDM samples 80-frame windows every 70 frames
+//!   ([`cadence_engines::ditto::lmdm::MotionStream`]): a window runs once its 80 frames of
+//!   condition have arrived, and a frame's motion is final once the next window's crossfade and
+//!   the smoothing no longer reach it. This is what sets the delay: a frame is rendered up to
+//!   one window (3.2 s of audio) and one window's diffusion after its audio arrived.
+//!
+//! What differs from a file's render is the voice activity, as in the MuseTalk live render
+//! ([`crate::live`]): the loudness reference is the percentile of the levels received so far and
+//! the silence easing sees `ramp` frames ahead. The frames are rendered in parts of
+//! [`DittoLiveOptions::part_frames`] frames starting on keyframes of the stream's fixed-stride
+//! schedule; a part is rendered with the keyframe that ends it, which the next part renders
+//! again (one warp more per part). Where the decisions agree, a frame is the file render's.
+
+use crate::ditto::{self, DittoAvatar, DittoEngines, DittoInfill, DITTO_FPS};
+use crate::elem::Method;
+use crate::live::{whole_frames, LiveOutput, Received, ShownSpeech};
+use crate::pipeline::{self, RenderStats, StageTimes};
+use crate::render::RenderResult;
+use crate::resident::Residency;
+use crate::schedule::{bypassed_frames, KeyframeSchedule};
+use anyhow::{ensure, Context, Result};
+use cadence_engines::ditto::hubert::DittoFeatureStream;
+use cadence_engines::ditto::keypoints::MOTION_DIM;
+use cadence_media::{AudioStream, EncoderKind, FrameRate, VadConfig};
+use std::io::{Read, Write};
+use std::time::Instant;
+
+/// How a live Ditto render cuts its stream and fills its frames.
+#[derive(Clone, Copy, Debug)]
+pub struct DittoLiveOptions {
+    /// The fixed keyframe stride.
+    pub stride: usize,
+    /// Frames per part: a positive multiple of the stride.
+    pub part_frames: usize,
+    /// Frames of silence easing.
+    pub ramp: u32,
+    pub infill: DittoInfill,
+    pub method: Method,
+    /// DDIM steps of the motion diffusion.
+    pub steps: usize,
+}
+
+impl DittoLiveOptions {
+    /// Parts of about `window` frames (at least one stride; by default the render window's
+    /// default, as in the MuseTalk live render).
+    pub fn new(
+        stride: usize,
+        window: Option<usize>,
+        ramp: u32,
+        infill: DittoInfill,
+        method: Method,
+        steps: usize,
+    ) -> Result<Self> {
+        ensure!(stride > 0, "stride must be at least 1 (got 0)");
+        ensure!(steps > 0, "the motion diffusion needs at least one DDIM step");
+        let fps = FrameRate::whole(DITTO_FPS);
+        let window = window.unwrap_or(pipeline::window_frames(pipeline::DEFAULT_WINDOW_SECONDS, fps).unwrap_or(1));
+        let part_frames = window.div_ceil(stride).max(1) * stride;
+        Ok(Self { stride, part_frames, ramp, infill, method, steps })
+    }
+
+    /// Frames of audio past a part's end that must have arrived before its voice activity is
+    /// decided: the easing ramp and 0.25 s (voice activity's context).
+    pub fn lookahead_frames(&self) -> usize {
+        self.ramp as usize + (0.25 * DITTO_FPS as f64).ceil() as usize
+    }
+}
+
+/// Renders the WAV stream `input` with Ditto as a fragmented MP4 into `out` (`name` names it in
+/// errors), part by part as the audio arrives (module docs), until the stream ends; with `pace`,
+/// every frame waits for its time counted from the first frame. `progress` gets the frames
+/// written.
+#[allow(clippy::too_many_arguments)]
+pub fn render_live<R: Read, W: Write>(
+    engines: &DittoEngines,
+    avatar: &DittoAvatar,
+    opts: DittoLiveOptions,
+    input: AudioStream<R>,
+    out: W,
+    name: &str,
+    encoder: EncoderKind,
+    pace: bool,
+    mut progress: impl FnMut(usize),
+) -> Result<RenderResult> {
+    let t0 = Instant::now();
+    let fps = FrameRate::whole(DITTO_FPS);
+    let vad = VadConfig::default();
+    let (k, ramp, lookahead) = (opts.stride, opts.ramp as usize, opts.lookahead_frames());
+    ensure!(k > 0 && opts.part_frames.is_multiple_of(k) && opts.part_frames > 0, "a part is a multiple of the stride");
+    let c = &avatar.compositor;
+    let mut received = Received::new(input, &vad);
+    let track_format = received.stream.track_format();
+    let mut output = LiveOutput::new(out, name, (c.width, c.height), fps, encoder, track_format, pace, t0)?;
+    let width = engines.audio_feature_width();
+    let mut features = DittoFeatureStream::new();
+    let mut motion = ditto::motion_stream(engines, avatar)?;
+    let noise = engines.motion_noise(opts.steps);
+    // Final motion rows from frame `rows_from` on, and the first frame's (the reference of the
+    // relative driving).
+    let (mut rows, mut rows_from) = (Vec::<f32>::new(), 0);
+    let mut reference: Option<Vec<f32>> = None;
+    let mut fed = 0; // 16 kHz samples handed to HuBERT
+    let mut shown_speech = ShownSpeech::new(opts.ramp);
+    let mut stats = RenderStats {
+        frames: 0,
+        keyframes_scheduled: 0,
+        keyframes_evaluated: 0,
+        bypassed_frames: 0,
+        decoded_frames: 0,
+        residency: Residency::Host,
+        times: StageTimes::default(),
+    };
+    let mut a = 0; // the next frame to show: a keyframe of the stream
+    loop {
+        // Read until the part's motion and its voice activity's lookahead are known.
+        let total = loop {
+            let total = received.ended.then(|| crate::clip_audio::frames_for_samples(received.mono_total, fps.hz()));
+            let need = total.map_or(a + opts.part_frames + 1, |n| n.min(a + opts.part_frames + 1));
+            let released = rows_from + rows.len() / MOTION_DIM;
+            let heard = total.is_some() || whole_frames(received.mono_total, fps) >= need + lookahead;
+            if (released >= need && heard) || motion.is_done() {
+                break total;
+            }
+            received.wait_for(whole_frames(received.mono_total, fps) + 1, fps)?;
+            let t = Instant::now();
+            features.push(&received.mono[fed - received.mono_from..])?;
+            fed = received.mono_total;
+            if received.ended {
+                features.finish();
+            }
+            let f = engines.stream_features(&mut features)?;
+            if !f.is_empty() {
+                motion.push(&ditto::condition(&f, width, avatar))?;
+            }
+            if features.is_done() {
+                motion.finish();
+            }
+            let m = motion.step(|kp, window| engines.motion_window(kp, window, opts.steps, &noise))?;
+            if reference.is_none() && m.len() >= MOTION_DIM {
+                reference = Some(m[..MOTION_DIM].to_vec());
+            }
+            rows.extend(m);
+            stats.times.audio_ms += t.elapsed().as_secs_f64() * 1e3;
+            // HuBERT keeps the audio it still needs; voice activity, the levels.
+            received.forget_before(fed, Received::<R>::first_hop_for(a, fps, &vad));
+        };
+        let n = match total {
+            Some(n) if n <= a => break,
+            Some(n) => n,
+            None => usize::MAX,
+        };
+        let last = n - a <= opts.part_frames + 1;
+        // The part: frames a..=b, shown a..b (b, a keyframe, starts the next part), or to the
+        // end of the stream.
+        let (part_len, shown) = if last { (n - a, n - a) } else { (opts.part_frames + 1, opts.part_frames) };
+        let released = rows_from + rows.len() / MOTION_DIM;
+        ensure!(released >= a + part_len, "the motion of frames {a}..{} is not known", a + part_len);
+        let known = total.unwrap_or_else(|| whole_frames(received.mono_total, fps));
+        let decided = received.speech(a, (a + part_len + ramp).min(known), fps, &vad);
+        let distance = shown_speech.distance(a, &decided, part_len);
+
+        let t = Instant::now();
+        let part_motion = &rows[(a - rows_from) * MOTION_DIM..(a - rows_from + part_len) * MOTION_DIM];
+        let reference = reference.as_deref().context("the first frame's motion")?;
+        let kp = ditto::driving_keypoints(engines, avatar, reference, part_motion, &distance, opts.ramp)?;
+        stats.times.audio_ms += t.elapsed().as_secs_f64() * 1e3;
+        let schedule = KeyframeSchedule::fixed_stride(part_len, k)?;
+        let track = &mut received.track;
+        let part_stats = ditto::render_frames(
+            engines,
+            avatar,
+            &kp,
+            &distance,
+            opts.ramp,
+            &schedule,
+            opts.infill,
+            opts.method,
+            |i, frame| {
+                if i >= shown {
+                    return Ok(()); // the next part's first frame
+                }
+                output.show(a + i, frame, track)?;
+                progress(1);
+                Ok(())
+            },
+            |_| {},
+        )
+        .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
+        stats.frames += shown;
+        stats.keyframes_scheduled += part_stats.keyframes_scheduled;
+        stats.keyframes_evaluated += part_stats.keyframes_evaluated;
+        stats.bypassed_frames += bypassed_frames(&distance[..shown], opts.ramp).iter().filter(|&&b| b).count();
+        stats.decoded_frames += part_stats.decoded_frames;
+        crate::live::add_times(&mut stats.times, &part_stats.times);
+
+        shown_speech.shown(a, &decided, shown);
+        a += shown;
+        rows.drain(..(a - rows_from) * MOTION_DIM);
+        rows_from = a;
+        if last {
+            break;
+        }
+    }
+    ensure!(a > 0, "the audio is too short for one video frame");
+    output.finish(&mut received.track, stats)
+}
