@@ -6,8 +6,8 @@
 //! adds are never fused and reductions keep their written order, so every level gives the same
 //! bits (tests compare each level the machine can run with the baseline). The cap exists to
 //! measure and test the lower levels on a machine that has the higher ones. The `gemm` crate
-//! (built with its `x86-v4` AVX-512 kernels) picks its kernel from the CPU on its own; its
-//! kernel modules are private, so the cap does not reach it.
+//! (built with its `x86-v4` AVX-512 kernels under this crate's `gemm-avx512` feature) picks its
+//! kernel from the CPU on its own; its kernel modules are private, so the cap does not reach it.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -142,12 +142,13 @@ pub fn runnable() -> Vec<Isa> {
 }
 
 /// The f32 kernel the `gemm` crate (and so candle's CPU matmul) runs on this CPU: the choice of
-/// gemm-common 0.19's `init_gemm_fn` (`avx512f` with the `x86-v4` feature this crate enables,
-/// else `fma`, else `scalar`), restated because gemm does not report it.
+/// gemm-common 0.19's `init_gemm_fn` (`avx512f` with its `x86-v4` feature, which this crate's
+/// `gemm-avx512` feature enables, else `fma`, else `scalar`), restated because gemm does not
+/// report it.
 pub fn gemm_kernel() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if cfg!(feature = "gemm-avx512") && std::arch::is_x86_feature_detected!("avx512f") {
             return "avx512f";
         }
         if std::arch::is_x86_feature_detected!("fma") {
