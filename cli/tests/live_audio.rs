@@ -83,6 +83,24 @@ fn ok(o: &Output) {
     assert!(o.status.success(), "cadence failed: {}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// `samples` written as a WAV file in `dir` and rendered the file's way (with `RENDER` and
+/// `extra`) to a fragmented MP4 there, whose path is returned.
+fn render_as_file(dir: &Path, samples: &[i16], rate: u32, avatar: &Path, extra: &[&str]) -> PathBuf {
+    let wav = dir.join("speech.wav");
+    let data = pcm(samples);
+    std::fs::write(&wav, [wav_header(rate, Some(data.len() as u32)), data].concat()).unwrap();
+    let out = dir.join("file.mp4");
+    let o = Command::new(env!("CARGO_BIN_EXE_cadence"))
+        .args(RENDER)
+        .args(["--audio", wav.to_str().unwrap(), "--avatar", avatar.to_str().unwrap(), "--fragmented", "-o"])
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    ok(&o);
+    out
+}
+
 /// Mean over the frames of the luma PSNR (dB) between two decoded NV12 videos `width` pixels
 /// wide, inside the box `(x, y, w, h)`.
 fn mean_luma_psnr(a: &[Vec<u8>], b: &[Vec<u8>], width: usize, (x0, y0, w, h): (usize, usize, usize, usize)) -> f64 {
@@ -159,17 +177,7 @@ fn a_live_stream_renders_as_it_arrives() {
     std::fs::write(&live_out, &*received.lock().unwrap()).unwrap();
 
     // The same audio as a file, rendered the file's way.
-    let wav = dir.path().join("speech.wav");
-    let data = pcm(&samples);
-    std::fs::write(&wav, [wav_header(rate, Some(data.len() as u32)), data].concat()).unwrap();
-    let file_out = dir.path().join("file.mp4");
-    let o = Command::new(env!("CARGO_BIN_EXE_cadence"))
-        .args(RENDER)
-        .args(["--audio", wav.to_str().unwrap(), "--avatar", img.to_str().unwrap(), "--fragmented", "-o"])
-        .arg(&file_out)
-        .output()
-        .unwrap();
-    ok(&o);
+    let file_out = render_as_file(dir.path(), &samples, rate, &img, &[]);
 
     let live = Mp4Reader::open(&live_out).unwrap().decode_video().unwrap();
     let file = Mp4Reader::open(&file_out).unwrap().decode_video().unwrap();
@@ -242,18 +250,7 @@ fn a_live_ditto_stream_is_the_file_render_as_it_arrives() {
     assert_eq!((v["engine"].as_str(), v["audio"].as_str()), (Some("ditto"), Some("-")), "{v}");
     assert_eq!(v["live"]["part_frames"].as_u64(), Some(15), "--window 0.5 at stride 3: parts of 15 frames");
 
-    let wav = dir.path().join("speech.wav");
-    let data = pcm(&samples);
-    std::fs::write(&wav, [wav_header(rate, Some(data.len() as u32)), data].concat()).unwrap();
-    let file_out = dir.path().join("file.mp4");
-    let o = Command::new(env!("CARGO_BIN_EXE_cadence"))
-        .args(RENDER)
-        .args(["--audio", wav.to_str().unwrap(), "--avatar", img.to_str().unwrap(), "--fragmented", "-o"])
-        .arg(&file_out)
-        .args(DITTO)
-        .output()
-        .unwrap();
-    ok(&o);
+    let file_out = render_as_file(dir.path(), &samples, rate, &img, &DITTO);
     let live = Mp4Reader::open(&live_out).unwrap().decode_video().unwrap();
     let file = Mp4Reader::open(&file_out).unwrap().decode_video().unwrap();
     assert_eq!(live.frames.len(), 175, "7 s at 25 fps");

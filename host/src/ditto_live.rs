@@ -20,11 +20,11 @@
 
 use crate::ditto::{self, DittoAvatar, DittoEngines, DittoInfill, DITTO_FPS};
 use crate::elem::Method;
-use crate::live::{whole_frames, LiveOutput, Received, ShownSpeech};
-use crate::pipeline::{self, RenderStats, StageTimes};
+use crate::live::{add_part, stream_stats, whole_frames, LiveOutput, Received, ShownSpeech};
+use crate::pipeline;
 use crate::render::RenderResult;
 use crate::resident::Residency;
-use crate::schedule::{bypassed_frames, KeyframeSchedule};
+use crate::schedule::KeyframeSchedule;
 use anyhow::{ensure, Context, Result};
 use cadence_engines::ditto::hubert::DittoFeatureStream;
 use cadence_engines::ditto::keypoints::MOTION_DIM;
@@ -108,15 +108,7 @@ pub fn render_live<R: Read, W: Write>(
     let mut reference: Option<Vec<f32>> = None;
     let mut fed = 0; // 16 kHz samples handed to HuBERT
     let mut shown_speech = ShownSpeech::new(opts.ramp);
-    let mut stats = RenderStats {
-        frames: 0,
-        keyframes_scheduled: 0,
-        keyframes_evaluated: 0,
-        bypassed_frames: 0,
-        decoded_frames: 0,
-        residency: Residency::Host,
-        times: StageTimes::default(),
-    };
+    let mut stats = stream_stats(Residency::Host);
     let mut a = 0; // the next frame to show: a keyframe of the stream
     loop {
         // Read until the part's motion and its voice activity's lookahead are known.
@@ -193,12 +185,7 @@ pub fn render_live<R: Read, W: Write>(
             |_| {},
         )
         .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
-        stats.frames += shown;
-        stats.keyframes_scheduled += part_stats.keyframes_scheduled;
-        stats.keyframes_evaluated += part_stats.keyframes_evaluated;
-        stats.bypassed_frames += bypassed_frames(&distance[..shown], opts.ramp).iter().filter(|&&b| b).count();
-        stats.decoded_frames += part_stats.decoded_frames;
-        crate::live::add_times(&mut stats.times, &part_stats.times);
+        add_part(&mut stats, &part_stats, &distance, shown, opts.ramp);
 
         shown_speech.shown(a, &decided, shown);
         a += shown;

@@ -26,6 +26,7 @@
 use crate::features::FrameFeatures;
 use crate::pipeline::{self, ClipPart, Engines, RenderOptions, RenderStats, StageTimes};
 use crate::render::{PreparedAvatar, RenderResult};
+use crate::resident::Residency;
 use crate::schedule::{bypassed_frames, speech_distance, KeyframeSchedule};
 use crate::Backend;
 use anyhow::{ensure, Context, Result};
@@ -400,15 +401,7 @@ pub fn render_live<R: Read, W: Write>(
     let ramp = opts.ramp as usize;
     let part_opts = RenderOptions { window: None, ..opts.clone() };
     let mut shown_speech = ShownSpeech::new(opts.ramp);
-    let mut stats = RenderStats {
-        frames: 0,
-        keyframes_scheduled: 0,
-        keyframes_evaluated: 0,
-        bypassed_frames: 0,
-        decoded_frames: 0,
-        residency: crate::resident::residency(backend, &engines.device),
-        times: StageTimes::default(),
-    };
+    let mut stats = stream_stats(crate::resident::residency(backend, &engines.device));
     let mut a = 0; // the next frame to show: a keyframe of the stream
     loop {
         received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
@@ -484,13 +477,7 @@ pub fn render_live<R: Read, W: Write>(
             |_| {},
         )
         .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
-
-        stats.frames += shown;
-        stats.keyframes_scheduled += part_stats.keyframes_scheduled;
-        stats.keyframes_evaluated += part_stats.keyframes_evaluated;
-        stats.bypassed_frames += bypassed_frames(&distance[..shown], opts.ramp).iter().filter(|&&b| b).count();
-        stats.decoded_frames += part_stats.decoded_frames;
-        add_times(&mut stats.times, &part_stats.times);
+        add_part(&mut stats, &part_stats, &distance, shown, opts.ramp);
 
         shown_speech.shown(a, &decided, shown);
         a += shown;
@@ -507,7 +494,32 @@ pub fn render_live<R: Read, W: Write>(
     output.finish(&mut received.track, stats)
 }
 
-pub(crate) fn add_times(sum: &mut StageTimes, t: &StageTimes) {
+/// A live render's statistics before its first part.
+pub(crate) fn stream_stats(residency: Residency) -> RenderStats {
+    RenderStats {
+        frames: 0,
+        keyframes_scheduled: 0,
+        keyframes_evaluated: 0,
+        bypassed_frames: 0,
+        decoded_frames: 0,
+        residency,
+        times: StageTimes::default(),
+    }
+}
+
+/// Adds a part's statistics to the stream's: the `shown` frames (the part's last frame, a
+/// keyframe, is the next part's first), their bypasses by the part's `distance` and `ramp`, its
+/// evaluations and times.
+pub(crate) fn add_part(stats: &mut RenderStats, part: &RenderStats, distance: &[u32], shown: usize, ramp: u32) {
+    stats.frames += shown;
+    stats.keyframes_scheduled += part.keyframes_scheduled;
+    stats.keyframes_evaluated += part.keyframes_evaluated;
+    stats.bypassed_frames += bypassed_frames(&distance[..shown], ramp).iter().filter(|&&b| b).count();
+    stats.decoded_frames += part.decoded_frames;
+    add_times(&mut stats.times, &part.times);
+}
+
+fn add_times(sum: &mut StageTimes, t: &StageTimes) {
     sum.audio_ms += t.audio_ms;
     sum.unet_ms += t.unet_ms;
     sum.expand_ms += t.expand_ms;
