@@ -113,18 +113,19 @@ pub fn run(
         let result = crate::render::write_live(out, go)?;
         bar.finish_and_clear();
         let report = ditto::render_report(&engines, &avatar, 0.0, &engine_device, &result, load_ms);
-        let k = live_opts.stride;
+        let live = live_opts.live;
+        let k = live.stride;
         let fields = serde_json::json!({
             "audio": "-",
             "engine": "ditto",
-            "live": {"stride": k, "part_frames": live_opts.part_frames, "lookahead_frames": live_opts.lookahead_frames()},
+            "live": {"stride": k, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames},
             "fragmented": true,
             "ditto": ditto_fields,
         });
         let line = format!(
             "{}\n  live: parts of {} frames (stride {k}); a frame waits for its LMDM window (80 frames of audio)",
             ditto_line(&format!("stride {k}")),
-            live_opts.part_frames
+            live.part_frames
         );
         return print_summary(a, &report, &result, fields, &line);
     };

@@ -14,14 +14,16 @@
 //! What differs from a file's render is the voice activity, as in the MuseTalk live render
 //! ([`crate::live`]): the loudness reference is the percentile of the levels received so far and
 //! the silence easing sees `ramp` frames ahead. The frames are rendered in parts of
-//! [`DittoLiveOptions::part_frames`] frames starting on keyframes of the stream's fixed-stride
+//! [`LiveOptions::part_frames`] frames starting on keyframes of the stream's fixed-stride
 //! schedule; a part is rendered with the keyframe that ends it, which the next part renders
 //! again (one warp more per part). Where the decisions agree, a frame is the file render's.
 
 use crate::ditto::{self, DittoAvatar, DittoEngines, DittoInfill, DITTO_FPS};
 use crate::elem::Method;
-use crate::live::{add_part, stream_stats, whole_frames, LiveOutput, Received, ShownSpeech};
-use crate::pipeline;
+use crate::live::{
+    add_part, first_hop_for, stream_stats, whole_frames, LiveOptions, LiveOutput, Received, ShownSpeech,
+};
+use crate::pipeline::RenderOptions;
 use crate::render::RenderResult;
 use crate::resident::Residency;
 use crate::schedule::KeyframeSchedule;
@@ -32,13 +34,12 @@ use cadence_media::{AudioStream, EncoderKind, FrameRate, VadConfig};
 use std::io::{Read, Write};
 use std::time::Instant;
 
-/// How a live Ditto render cuts its stream and fills its frames.
+/// How a live Ditto render cuts its stream (the MuseTalk live render's rule) and fills its
+/// frames.
 #[derive(Clone, Copy, Debug)]
 pub struct DittoLiveOptions {
-    /// The fixed keyframe stride.
-    pub stride: usize,
-    /// Frames per part: a positive multiple of the stride.
-    pub part_frames: usize,
+    /// The stride, the parts and the voice-activity lookahead.
+    pub live: LiveOptions,
     /// Frames of silence easing.
     pub ramp: u32,
     pub infill: DittoInfill,
@@ -48,8 +49,7 @@ pub struct DittoLiveOptions {
 }
 
 impl DittoLiveOptions {
-    /// Parts of about `window` frames (at least one stride; by default the render window's
-    /// default, as in the MuseTalk live render).
+    /// Parts of about `window` frames, as [`LiveOptions::new`] cuts them at Ditto's 25 fps.
     pub fn new(
         stride: usize,
         window: Option<usize>,
@@ -58,18 +58,9 @@ impl DittoLiveOptions {
         method: Method,
         steps: usize,
     ) -> Result<Self> {
-        ensure!(stride > 0, "stride must be at least 1 (got 0)");
         ensure!(steps > 0, "the motion diffusion needs at least one DDIM step");
-        let fps = FrameRate::whole(DITTO_FPS);
-        let window = window.unwrap_or(pipeline::window_frames(pipeline::DEFAULT_WINDOW_SECONDS, fps).unwrap_or(1));
-        let part_frames = window.div_ceil(stride).max(1) * stride;
-        Ok(Self { stride, part_frames, ramp, infill, method, steps })
-    }
-
-    /// Frames of audio past a part's end that must have arrived before its voice activity is
-    /// decided: the easing ramp and 0.25 s (voice activity's context).
-    pub fn lookahead_frames(&self) -> usize {
-        self.ramp as usize + (0.25 * DITTO_FPS as f64).ceil() as usize
+        let opts = RenderOptions { fps: FrameRate::whole(DITTO_FPS), ramp, ..RenderOptions::default() };
+        Ok(Self { live: LiveOptions::new(stride, window, &opts)?, ramp, infill, method, steps })
     }
 }
 
@@ -92,8 +83,9 @@ pub fn render_live<R: Read, W: Write>(
     let t0 = Instant::now();
     let fps = FrameRate::whole(DITTO_FPS);
     let vad = VadConfig::default();
-    let (k, ramp, lookahead) = (opts.stride, opts.ramp as usize, opts.lookahead_frames());
-    ensure!(k > 0 && opts.part_frames.is_multiple_of(k) && opts.part_frames > 0, "a part is a multiple of the stride");
+    let LiveOptions { stride: k, part_frames, lookahead_frames: lookahead } = opts.live;
+    let ramp = opts.ramp as usize;
+    ensure!(k > 0 && part_frames.is_multiple_of(k) && part_frames > 0, "a part is a multiple of the stride");
     let c = &avatar.compositor;
     let mut received = Received::new(input, &vad);
     let track_format = received.stream.track_format();
@@ -114,7 +106,7 @@ pub fn render_live<R: Read, W: Write>(
         // Read until the part's motion and its voice activity's lookahead are known.
         let total = loop {
             let total = received.ended.then(|| crate::clip_audio::frames_for_samples(received.mono_total, fps.hz()));
-            let need = total.map_or(a + opts.part_frames + 1, |n| n.min(a + opts.part_frames + 1));
+            let need = total.map_or(a + part_frames + 1, |n| n.min(a + part_frames + 1));
             let released = rows_from + rows.len() / MOTION_DIM;
             let heard = total.is_some() || whole_frames(received.mono_total, fps) >= need + lookahead;
             if (released >= need && heard) || motion.is_done() {
@@ -141,17 +133,17 @@ pub fn render_live<R: Read, W: Write>(
             rows.extend(m);
             stats.times.audio_ms += t.elapsed().as_secs_f64() * 1e3;
             // HuBERT keeps the audio it still needs; voice activity, the levels.
-            received.forget_before(fed, Received::<R>::first_hop_for(a, fps, &vad));
+            received.forget_before(fed, first_hop_for(a, fps, &vad));
         };
         let n = match total {
             Some(n) if n <= a => break,
             Some(n) => n,
             None => usize::MAX,
         };
-        let last = n - a <= opts.part_frames + 1;
+        let last = n - a <= part_frames + 1;
         // The part: frames a..=b, shown a..b (b, a keyframe, starts the next part), or to the
         // end of the stream.
-        let (part_len, shown) = if last { (n - a, n - a) } else { (opts.part_frames + 1, opts.part_frames) };
+        let (part_len, shown) = if last { (n - a, n - a) } else { (part_frames + 1, part_frames) };
         let released = rows_from + rows.len() / MOTION_DIM;
         ensure!(released >= a + part_len, "the motion of frames {a}..{} is not known", a + part_len);
         let known = total.unwrap_or_else(|| whole_frames(received.mono_total, fps));

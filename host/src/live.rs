@@ -207,11 +207,11 @@ impl<R: Read> Received<R> {
         }
         decided
     }
+}
 
-    /// The first level hop frame `a`'s decisions can still read.
-    pub(crate) fn first_hop_for(a: usize, fps: FrameRate, vad: &VadConfig) -> usize {
-        hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 2)
-    }
+/// The first level hop frame `a`'s decisions can still read.
+pub(crate) fn first_hop_for(a: usize, fps: FrameRate, vad: &VadConfig) -> usize {
+    hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 2)
 }
 
 /// The speech decisions of the frames already shown that the silence easing still reads (it
@@ -486,7 +486,7 @@ pub fn render_live<R: Read, W: Write>(
         }
         // What the next part can still need: whisper's 30 s before the audio received by then
         // (at least as much as now), the levels from the context before its first frame.
-        let next_hop = Received::<R>::first_hop_for(a, fps, &vad);
+        let next_hop = first_hop_for(a, fps, &vad);
         let next_context = end_sample.saturating_sub(CONTEXT_SAMPLES).min(frame_sample(a / step * step, fps));
         received.forget_before(next_context, next_hop);
     }
