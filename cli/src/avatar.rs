@@ -1,11 +1,12 @@
 //! `cadence avatar prepare`: an avatar's per-render work done once and kept in a file
-//! (`cadence::avatar_file`), which `cadence render --avatar FILE.cadence-avatar` reads instead.
+//! (`cadence::musetalk::avatar_file`), which `cadence render --avatar FILE.cadence-avatar` reads instead.
 
 use anyhow::{ensure, Result};
-use cadence::args::{parse_face_box, EngineArgs};
+use cadence::args::EngineArgs;
+use cadence::avatar::parse_face_box;
 use cadence::avatar::AvatarSource;
-use cadence::output::{OutputPath, Overwrite};
-use cadence::{avatar_file, render, Backend, BackendChoice};
+use cadence::io::output::{OutputPath, Overwrite};
+use cadence::{musetalk::avatar_file, Backend, BackendChoice};
 use cadence_media::FaceBox;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -69,7 +70,7 @@ fn prepare(a: PrepareArgs) -> Result<()> {
     let (device, profile) = a.engines.device()?;
     let backend = Backend::for_engines(a.backend, &device.device)?;
     let engines = a.engines.load(&device, profile)?;
-    let prepared = render::prepare_avatar_source(&engines, &backend, &source)?;
+    let prepared = cadence::musetalk::render::prepare_avatar_source(&engines, &backend, &source)?;
     avatar_file::save(&prepared, &engines, &out)?;
     let face = source.faces[0];
     eprintln!(

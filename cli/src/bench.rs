@@ -1,7 +1,7 @@
 //! `cadence bench`: the one-launch expansion against the copy bandwidth of the same run.
 
 use anyhow::Result;
-use cadence::output::{OutputPath, Overwrite};
+use cadence::io::output::{OutputPath, Overwrite};
 use cadence::{Backend, Method};
 use clap::Args;
 use std::path::PathBuf;
@@ -37,13 +37,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut rows = Vec::new();
     let backends = Backend::all_available()?;
     for b in &backends {
-        for dtype in [cadence::elem::Dtype::F32, cadence::elem::Dtype::F16] {
+        for dtype in [cadence::backend::elem::Dtype::F32, cadence::backend::elem::Dtype::F16] {
             for &k in &strides {
-                rows.push(cadence::bench::bench_expand_dtype(b, dtype, frames, k, dim, method, reps)?);
+                rows.push(cadence::measure::bench::bench_expand_dtype(b, dtype, frames, k, dim, method, reps)?);
             }
         }
     }
-    cadence::bench::print_expand_table(&rows);
+    cadence::measure::bench::print_expand_table(&rows);
     if !backends.iter().any(|b| b.is_cuda()) {
         println!("(no CUDA device here: CPU rows only)");
     }

@@ -1,9 +1,9 @@
 //! `cadence engine-run` and `cadence engine-bench`: one neural engine on its own.
 
 use anyhow::{ensure, Context, Result};
-use cadence::memory;
-use cadence::npy::{self, Array};
-use cadence::output::{OutputPath, Overwrite};
+use cadence::io::memory;
+use cadence::io::npy::{self, Array};
+use cadence::io::output::{OutputPath, Overwrite};
 use cadence_engines::device::DEVICE_HELP;
 use cadence_engines::{DeviceRequest, ModelKind, ModelsDir, WeightsSource, DEFAULT_SEED};
 use clap::Args;
@@ -454,7 +454,7 @@ pub fn bench(a: EngineBenchArgs) -> Result<()> {
     let rate = 0.5 * (mm + mm2);
     println!(
         "cpu: {} | cpu loops {} | engine device {engine_device} | profile {profile} | weights {label}",
-        cadence::hardware::cpu_model(),
+        cadence::backend::hardware::cpu_model(),
         cadence_engines::isa::describe()
     );
     println!("matmul 2048^3 f32 (before/after): {mm:.1} / {mm2:.1} GFLOP/s");

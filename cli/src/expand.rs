@@ -1,9 +1,9 @@
 //! `cadence expand`: keyframe latents (.npy) to every frame in one launch.
 
 use anyhow::{bail, Result};
-use cadence::memory;
-use cadence::npy::{self, Array};
-use cadence::output::{OutputPath, Overwrite};
+use cadence::io::memory;
+use cadence::io::npy::{self, Array};
+use cadence::io::output::{OutputPath, Overwrite};
 use cadence::{Backend, BackendChoice, Elem, KeyframeSchedule, Method};
 use clap::Args;
 use std::path::PathBuf;

@@ -28,9 +28,9 @@ pub struct GpuCheckArgs {
 pub fn run(a: GpuCheckArgs) -> Result<()> {
     if let Some(p) = &a.json {
         // Checked before the work: the report must have somewhere to go.
-        cadence::output::OutputPath::check(p, cadence::output::Overwrite::from_force(a.force), &[])?;
+        cadence::io::output::OutputPath::check(p, cadence::io::output::Overwrite::from_force(a.force), &[])?;
     }
-    let report = cadence::gpucheck::run(a.reps, a.emulate, &a.kernels)?;
+    let report = cadence::measure::gpucheck::run(a.reps, a.emulate, &a.kernels)?;
     crate::write_json(a.json.as_deref(), a.force, &report)?;
     report.verdict()
 }

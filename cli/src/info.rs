@@ -1,7 +1,7 @@
 //! `cadence ptx` and `cadence info`: what this build embeds and what this machine would use.
 
 use anyhow::{bail, Result};
-use cadence::{ptx, Backend, BackendChoice};
+use cadence::{backend::ptx, Backend, BackendChoice};
 use clap::Args;
 
 #[derive(Args)]
@@ -34,8 +34,12 @@ pub fn info() -> Result<()> {
             t.source.len()
         );
     }
-    println!("cpu: {} ({} logical CPUs)", cadence::hardware::cpu_model(), cadence::hardware::logical_cpus());
-    println!("cpu loops: {} (host kernels: {:?})", cadence_engines::isa::describe(), cadence::cpu::isa());
+    println!(
+        "cpu: {} ({} logical CPUs)",
+        cadence::backend::hardware::cpu_model(),
+        cadence::backend::hardware::logical_cpus()
+    );
+    println!("cpu loops: {} (host kernels: {:?})", cadence_engines::isa::describe(), cadence::backend::cpu::isa());
     let backend = Backend::select(BackendChoice::Auto)?;
     println!("backend (auto): {}", backend.describe());
     Ok(())

@@ -8,10 +8,9 @@ mod gpu_check;
 mod info;
 mod models;
 mod render;
-mod render_ditto;
 
 use anyhow::Result;
-use cadence::output::{OutputPath, Overwrite};
+use cadence::io::output::{OutputPath, Overwrite};
 use clap::{Parser, Subcommand};
 use std::path::Path;
 
@@ -64,7 +63,7 @@ fn main() {
     // The server handles SIGINT/SIGTERM itself (it drains); its renders write into per-request
     // directories that it removes.
     if !matches!(cli.command, Command::Serve(_)) {
-        if let Err(e) = cadence::output::install_interrupt_cleanup() {
+        if let Err(e) = cadence::io::output::install_interrupt_cleanup() {
             eprintln!("cadence: warning: {e:#}; an interrupted run may leave a temporary file beside its output");
         }
     }
@@ -89,7 +88,7 @@ fn main() {
 }
 
 /// Writes `value` as pretty JSON to `path`, when one is given, through the output policy
-/// ([`cadence::output`]: an existing file is replaced only with `--force`).
+/// ([`cadence::io::output`]: an existing file is replaced only with `--force`).
 pub(crate) fn write_json<T: serde::Serialize>(path: Option<&Path>, force: bool, value: &T) -> Result<()> {
     if let Some(p) = path {
         OutputPath::check(p, Overwrite::from_force(force), &[])?

@@ -2,7 +2,7 @@
 //! loading (headers, configurations and tensor shapes only).
 
 use anyhow::{bail, Result};
-use cadence::pipeline::{render_models, DecoderKind};
+use cadence::musetalk::{render_models, DecoderKind};
 use cadence_engines::models_dir::ALL_MODELS;
 use cadence_engines::{EngineCheck, ModelKind, ModelsDir, Profile};
 use clap::{Args, Subcommand};

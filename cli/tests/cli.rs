@@ -13,7 +13,7 @@ fn expand_f32_and_f16_roundtrip() {
     let out = dir.path().join("frames.npy");
     // 10 frames at stride 3: keyframes 0 3 6 9.
     let data: Vec<f32> = (0..4 * 2 * 3 * 5).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
-    cadence::npy::save(&keys, &[4, 2, 3, 5], &data).unwrap();
+    cadence::io::npy::save(&keys, &[4, 2, 3, 5], &data).unwrap();
     let o = cadence(&[
         "expand",
         "--input",
@@ -28,15 +28,15 @@ fn expand_f32_and_f16_roundtrip() {
         "cpu",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let arr = cadence::npy::read(&out).unwrap();
+    let arr = cadence::io::npy::read(&out).unwrap();
     assert_eq!(arr.shape(), &[10, 2, 3, 5]);
-    let cadence::npy::Array::F32 { data: frames, .. } = arr else { panic!("dtype changed") };
+    let cadence::io::npy::Array::F32 { data: frames, .. } = arr else { panic!("dtype changed") };
     assert_eq!(&frames[3 * 30..4 * 30], &data[30..60]);
 
     let data16: Vec<half::f16> = data.iter().map(|&x| half::f16::from_f32(x)).collect();
     let keys16 = dir.path().join("keys16.npy");
     let out16 = dir.path().join("frames16.npy");
-    cadence::npy::save(&keys16, &[4, 30], &data16).unwrap();
+    cadence::io::npy::save(&keys16, &[4, 30], &data16).unwrap();
     let o = cadence(&[
         "expand",
         "--input",
@@ -51,7 +51,7 @@ fn expand_f32_and_f16_roundtrip() {
         "lerp",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let arr = cadence::npy::read(&out16).unwrap();
+    let arr = cadence::io::npy::read(&out16).unwrap();
     assert_eq!(arr.shape(), &[10, 30]);
     assert_eq!(arr.dtype(), cadence::Dtype::F16);
 }
@@ -61,11 +61,11 @@ fn expand_bad_inputs_fail_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.npy");
     let out = dir.path().join("frames.npy");
-    cadence::npy::save(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
+    cadence::io::npy::save(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
     let mut nan = vec![0.5f32; 32];
     nan[17] = f32::NAN;
     let nan_keys = dir.path().join("nan.npy");
-    cadence::npy::save(&nan_keys, &[4, 8], &nan).unwrap();
+    cadence::io::npy::save(&nan_keys, &[4, 8], &nan).unwrap();
     let garbage = dir.path().join("garbage.npy");
     std::fs::write(&garbage, b"not an npy file at all").unwrap();
     let truncated = dir.path().join("truncated.npy");
@@ -109,7 +109,7 @@ fn existing_output_is_not_overwritten_without_force() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.npy");
     let out = dir.path().join("frames.npy");
-    cadence::npy::save(&keys, &[2, 4], &[1.0f32, 0., 0., 0., 0., 1., 0., 0.]).unwrap();
+    cadence::io::npy::save(&keys, &[2, 4], &[1.0f32, 0., 0., 0., 0., 1., 0., 0.]).unwrap();
     std::fs::write(&out, b"precious").unwrap();
     let args = ["expand", "--input", s(&keys), "--output", s(&out), "--frames", "5", "--stride", "4"];
     let o = cadence(&args);
@@ -119,7 +119,7 @@ fn existing_output_is_not_overwritten_without_force() {
     let mut forced = args.to_vec();
     forced.push("--force");
     assert!(cadence(&forced).status.success());
-    assert_eq!(cadence::npy::read(&out).unwrap().shape(), &[5, 4]);
+    assert_eq!(cadence::io::npy::read(&out).unwrap().shape(), &[5, 4]);
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn engine_device_flag() {
     let dir = tempfile::tempdir().unwrap();
     let lat = dir.path().join("lat.npy");
     let out = dir.path().join("out.npy");
-    cadence::npy::save(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
+    cadence::io::npy::save(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
     // Bad strings: clap's usage error naming the accepted forms.
     for (dev, needle) in [("gpu", "unknown device"), ("cuda:x", "`x` is not a device ordinal")] {
         for sub in [
@@ -178,7 +178,7 @@ fn engine_device_flag() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("on cpu)"), "{}", stderr(&o));
-    assert_eq!(cadence::npy::read(&out).unwrap().shape(), &[1, 3, 16, 16]);
+    assert_eq!(cadence::io::npy::read(&out).unwrap().shape(), &[1, 3, 16, 16]);
     for sub in ["engine-bench", "engine-run", "render"] {
         let o = cadence(&[sub, "--help"]);
         let text = String::from_utf8_lossy(&o.stdout);
@@ -200,7 +200,7 @@ fn cuda_engine_device_without_the_feature_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     let lat = dir.path().join("lat.npy");
     let out = dir.path().join("out.npy");
-    cadence::npy::save(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
+    cadence::io::npy::save(&lat, &[1, 4, 2, 2], &[0.25f32; 16]).unwrap();
     for dev in ["cuda", "cuda:1"] {
         for sub in [
             vec!["engine-bench", "--model", "taesd", "--runs", "1", "--batch", "1", "--device", dev],
@@ -225,14 +225,16 @@ fn expand_on_the_emulated_backend_matches_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.npy");
     let data: Vec<f32> = (0..5 * 64).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
-    cadence::npy::save(&keys, &[5, 64], &data).unwrap();
+    cadence::io::npy::save(&keys, &[5, 64], &data).unwrap();
     let mut frames = Vec::new();
     for backend in ["cpu", "emulated"] {
         let out = dir.path().join(format!("{backend}.npy"));
         let args = ["expand", "--input", s(&keys), "--output", s(&out), "--frames", "13", "--stride", "3"];
         let o = cadence(&[&args[..], &["--backend", backend]].concat());
         assert!(o.status.success(), "{backend}: {}", stderr(&o));
-        let cadence::npy::Array::F32 { data, .. } = cadence::npy::read(&out).unwrap() else { panic!("dtype changed") };
+        let cadence::io::npy::Array::F32 { data, .. } = cadence::io::npy::read(&out).unwrap() else {
+            panic!("dtype changed")
+        };
         frames.push(data);
     }
     assert_eq!(frames[0].len(), 13 * 64);

@@ -8,7 +8,7 @@ use common::{cadence, s, stderr};
 
 use std::path::{Path, PathBuf};
 
-use cadence::npy::{self, Array};
+use cadence::io::npy::{self, Array};
 use cadence_engines::ditto::lmdm::{LmdmConfig, MotionDecoder};
 use cadence_engines::ditto::stitch::{StitchConfig, StitchingNetwork};
 use cadence_engines::{WeightsSource, DEFAULT_SEED};

@@ -69,7 +69,7 @@ fn ditto_bad_input_is_refused_before_the_networks_load() {
         let p = d.join(name);
         let mut data = vec![0.5f32; shape.iter().product()];
         data[3] = v;
-        cadence::npy::save(&p, shape, &data).unwrap();
+        cadence::io::npy::save(&p, shape, &data).unwrap();
         p
     };
     let nan = npy("nan.npy", &[frames, 256], f32::NAN);

@@ -7,9 +7,9 @@
 //! the failure on.
 
 use anyhow::Result;
-use cadence::composite::{Compositor, FaceBox};
-use cadence::emulated::{read_output, run};
-use cadence::launch::{self, CompositeTarget, Emulated};
+use cadence::backend::composite::{Compositor, FaceBox};
+use cadence::backend::emulated::{read_output, run};
+use cadence::backend::launch::{self, CompositeTarget, Emulated};
 use cadence::{Backend, ColorMatrix, KeyframeSchedule, Method, RgbLayout, RgbRange};
 use cadence_kernels::emu::Buffer;
 use std::process::Command;
@@ -40,7 +40,7 @@ impl Plant {
 }
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
-    cadence::fixtures::test_data(n, seed)
+    cadence::measure::fixtures::test_data(n, seed)
 }
 
 fn as_f64<T: cadence::Elem>(v: &[T]) -> Vec<f64> {
@@ -181,7 +181,7 @@ fn composite_nv12_launch_errors_are_caught() {
         |p| {
             let (c, a, t) = (p.buffer("crop", &crop), p.buffer("alpha", alpha), p.buffer("background_term", &terms));
             let frame = p.buffer("frame", comp.background_nv12());
-            cadence::emulated::discard_box(&frame, target);
+            cadence::backend::emulated::discard_box(&frame, target);
             let mut l = launch::composite_nv12::<Emulated, f32>(
                 c.ptr(),
                 cw,
@@ -243,12 +243,17 @@ fn gpu_check_reports_a_planted_launch_error_and_still_writes_its_json() {
     let json = dir.path().join("report.json");
     let bin = env!("CARGO_BIN_EXE_cadence");
     let args = ["gpu-check", "--emulate", "--kernel", "hermite_f32", "--kernel", "rgb_to_nv12_f16", "--json"];
-    let o = Command::new(bin).args(args).arg(&json).env(cadence::emulated::PLANT_ENV, "hermite_f32").output().unwrap();
+    let o = Command::new(bin)
+        .args(args)
+        .arg(&json)
+        .env(cadence::backend::emulated::PLANT_ENV, "hermite_f32")
+        .output()
+        .unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(!o.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("1 checks failed"), "{stderr}");
     // 4004 values, one thread each: the plant launches one block fewer than they need.
-    let block = cadence::launch::ITEM_BLOCK as usize;
+    let block = cadence::backend::launch::ITEM_BLOCK as usize;
     let unwritten = 4004 - (4004usize.div_ceil(block) - 1) * block;
     let unwritten = format!("ERROR: kernel hermite_f32: {unwritten} of the 4004 elements of `out` were never written");
     assert!(stdout.contains(&unwritten), "{stdout}");

@@ -106,7 +106,7 @@ fn an_input_is_never_the_output() {
     let wav = speech(d.path());
     let img = avatar(d.path(), "face.png", 256, 256);
     let keys = d.path().join("k.npy");
-    cadence::npy::save(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
+    cadence::io::npy::save(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
     let link = d.path().join("link.mp4");
     std::os::unix::fs::symlink(&wav, &link).unwrap();
     let before: Vec<Vec<u8>> = [&wav, &img, &keys].iter().map(|p| std::fs::read(p).unwrap()).collect();
@@ -163,7 +163,7 @@ fn crafted_npy_headers_are_errors_not_panics() {
 fn flags_cannot_make_it_allocate_before_validation() {
     let d = tempfile::tempdir().unwrap();
     let keys = d.path().join("k.npy");
-    cadence::npy::save(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
+    cadence::io::npy::save(&keys, &[4, 8], &[0.5f32; 32]).unwrap();
     let out = d.path().join("out.npy");
     // 4 keyframes match this schedule; the output would be 4e9 frames x 8 floats = 128 GB.
     let r = cadence(&[
@@ -196,7 +196,7 @@ fn what_can_be_checked_early_is_checked_before_the_engines_load() {
     let odd = avatar(d.path(), "odd.png", 255, 256);
     let big = avatar(d.path(), "big.png", 3842, 64);
     let lat = d.path().join("lat.npy");
-    cadence::npy::save(&lat, &[1, 3, 8, 8], &[0.1f32; 192]).unwrap();
+    cadence::io::npy::save(&lat, &[1, 3, 8, 8], &[0.1f32; 192]).unwrap();
     let out = d.path().join("out.mp4");
     let o_npy = d.path().join("o.npy");
     let render = |extra: &[&str]| -> Vec<String> {
@@ -265,7 +265,7 @@ fn non_finite_inputs_are_refused() {
     let keys = d.path().join("inf.npy");
     let mut v = vec![0.5f32; 32];
     v[9] = f32::NEG_INFINITY;
-    cadence::npy::save(&keys, &[4, 8], &v).unwrap();
+    cadence::io::npy::save(&keys, &[4, 8], &v).unwrap();
     let npy_out = d.path().join("out.npy");
     let r = cadence(&["expand", "--input", s(&keys), "--output", s(&npy_out), "--frames", "10", "--stride", "3"]);
     refused(&r, "keyframe 1, element 1 is not a finite number", "inf keyframe");
@@ -340,7 +340,7 @@ fn a_failure_while_writing_leaves_nothing() {
     let wav = speech(d.path());
     let img = avatar(d.path(), "face.png", 256, 256);
     let keys = d.path().join("k.npy");
-    cadence::npy::save(&keys, &[2, 4096], &vec![0.25f32; 8192]).unwrap();
+    cadence::io::npy::save(&keys, &[2, 4096], &vec![0.25f32; 8192]).unwrap();
     let limit = |bytes: u64| {
         move || {
             // SAFETY: async-signal-safe calls between fork and exec.

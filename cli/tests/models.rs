@@ -9,7 +9,9 @@
 mod common;
 use common::{cadence, s};
 
-use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
+use cadence::musetalk::{DecoderKind, Engines};
+
+use cadence::frame_loop::RenderOptions;
 use cadence_engines::torch_write::write_musetalk_folder;
 use cadence_engines::{Device, ModelsDir, Profile, DEFAULT_SEED};
 use std::path::{Path, PathBuf};
@@ -42,13 +44,13 @@ fn avatar(dir: &Path) -> PathBuf {
 fn render_frames(engines: &Engines, avatar_path: &Path) -> Vec<Vec<u8>> {
     let backend = cadence::Backend::Cpu;
     let opts = RenderOptions::default();
-    let mut audio = cadence::render::load_audio(&speech(), 60.0).unwrap();
+    let mut audio = cadence::frame_loop::audio::load_audio(&speech(), 60.0).unwrap();
     audio.samples_16k.truncate(16000 * 8 / 10);
-    let img = cadence::render::load_avatar(avatar_path).unwrap();
-    let face = cadence::render::face_box(&img, None).unwrap();
-    let prepared = cadence::render::prepare(engines, &backend, audio, &img, face, &opts).unwrap();
+    let img = cadence::avatar::load_avatar(avatar_path).unwrap();
+    let face = cadence::avatar::face_box(&img, None).unwrap();
+    let prepared = cadence::musetalk::render::prepare(engines, &backend, audio, &img, face, &opts).unwrap();
     let schedule = cadence::KeyframeSchedule::fixed_stride(prepared.frames, 2).unwrap();
-    cadence::fixtures::render_prepared(engines, &backend, &opts, &prepared, &schedule).unwrap().0
+    cadence::measure::fixtures::render_prepared(engines, &backend, &opts, &prepared, &schedule).unwrap().0
 }
 
 #[test]

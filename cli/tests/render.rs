@@ -94,7 +94,8 @@ fn render_real_speech_to_mp4() {
 
 #[test]
 fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
-    use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
+    use cadence::frame_loop::RenderOptions;
+    use cadence::musetalk::{DecoderKind, Engines};
     let dir = tempfile::tempdir().unwrap();
     let wav = speech_with_pause(dir.path());
     let img_path = avatar(dir.path(), 256, 256);
@@ -102,13 +103,14 @@ fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
     let engines =
         Engines::load(cadence_engines::Profile::Cpu, DecoderKind::Taesd, &cadence_engines::Device::Cpu, None).unwrap();
     let opts = RenderOptions::default();
-    let audio = cadence::render::load_audio(&wav, 60.0).unwrap();
-    let img = cadence::render::load_avatar(&img_path).unwrap();
-    let face = cadence::render::face_box(&img, None).unwrap();
-    let prepared = cadence::render::prepare(&engines, &backend, audio, &img, face, &opts).unwrap();
+    let audio = cadence::frame_loop::audio::load_audio(&wav, 60.0).unwrap();
+    let img = cadence::avatar::load_avatar(&img_path).unwrap();
+    let face = cadence::avatar::face_box(&img, None).unwrap();
+    let prepared = cadence::musetalk::render::prepare(&engines, &backend, audio, &img, face, &opts).unwrap();
     let schedule = cadence::KeyframeSchedule::fixed_stride(prepared.frames, 2).unwrap();
-    let (frames, stats) = cadence::fixtures::render_prepared(&engines, &backend, &opts, &prepared, &schedule).unwrap();
-    let distance = cadence::schedule::speech_distance(&prepared.speech);
+    let (frames, stats) =
+        cadence::measure::fixtures::render_prepared(&engines, &backend, &opts, &prepared, &schedule).unwrap();
+    let distance = cadence::schedules::keyframes::speech_distance(&prepared.speech);
     let bypassed: Vec<usize> = (0..frames.len()).filter(|&i| distance[i] >= opts.ramp).collect();
     assert_eq!(bypassed.len(), stats.bypassed_frames);
     assert!(bypassed.len() >= 40, "the pause should be detected: {} bypassed", bypassed.len());

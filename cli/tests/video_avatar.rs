@@ -9,8 +9,9 @@ mod common;
 use common::{cadence, s};
 
 use cadence::avatar::AvatarSource;
-use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
-use cadence::{render, Backend, KeyframeSchedule};
+use cadence::frame_loop::RenderOptions;
+use cadence::musetalk::{DecoderKind, Engines};
+use cadence::{Backend, KeyframeSchedule};
 use cadence_media::{EncoderKind, FaceBox, FrameRate, Mp4Reader, RgbImage, VideoWriter};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -109,15 +110,16 @@ fn each_output_frame_uses_its_avatar_frames_latents_and_background() {
     let engines = engines();
     let backend = Backend::Cpu;
     let opts = RenderOptions { batch: 4, window: Some(16), ..RenderOptions::default() };
-    let audio = render::load_audio(&wav, 60.0).unwrap();
+    let audio = cadence::frame_loop::audio::load_audio(&wav, 60.0).unwrap();
     let source = AvatarSource::open(&clip, Some(FACE), None).unwrap();
     assert_eq!(source.frames(), 3);
-    let avatar = render::prepare_avatar_source(&engines, &backend, &source).unwrap();
-    let prepared = render::prepare_with_avatar(&engines, audio.clone(), &avatar, &opts).unwrap();
+    let avatar = cadence::musetalk::render::prepare_avatar_source(&engines, &backend, &source).unwrap();
+    let prepared = cadence::musetalk::render::prepare_with_avatar(&engines, audio.clone(), &avatar, &opts).unwrap();
     // Stride 1: every frame's latent comes from its own UNet evaluation (no interpolation
     // between keyframes of different avatar frames), so a still render can reproduce it.
     let schedule = KeyframeSchedule::fixed_stride(prepared.frames, 1).unwrap();
-    let (video, stats) = cadence::fixtures::render_prepared(&engines, &backend, &opts, &prepared, &schedule).unwrap();
+    let (video, stats) =
+        cadence::measure::fixtures::render_prepared(&engines, &backend, &opts, &prepared, &schedule).unwrap();
     assert!(stats.bypassed_frames > 10 && stats.keyframes_evaluated > 20, "{stats:?}");
 
     let mut images: Vec<RgbImage> = Vec::new();
@@ -128,8 +130,9 @@ fn each_output_frame_uses_its_avatar_frames_latents_and_background() {
         })
         .unwrap();
     for (a, img) in images.iter().enumerate() {
-        let still = render::prepare(&engines, &backend, audio.clone(), img, FACE, &opts).unwrap();
-        let (frames, _) = cadence::fixtures::render_prepared(&engines, &backend, &opts, &still, &schedule).unwrap();
+        let still = cadence::musetalk::render::prepare(&engines, &backend, audio.clone(), img, FACE, &opts).unwrap();
+        let (frames, _) =
+            cadence::measure::fixtures::render_prepared(&engines, &backend, &opts, &still, &schedule).unwrap();
         let shown: Vec<usize> = (0..video.len()).filter(|&k| musetalk_cycle(k, 3) == a).collect();
         assert!(shown.len() > 20);
         for &k in &shown {

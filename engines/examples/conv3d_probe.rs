@@ -1,7 +1,7 @@
 //! Probe: the 3-D convolution's paths at the cpu-reduced warping network's layer sizes
 //! (a 4x32x32 volume), medians of 7, GFLOP/s of useful work. `--subnormal` makes a fifth of
 //! the inputs subnormal, to show what that costs on this CPU.
-use cadence_engines::cpu_conv3d::{conv3d_via, path_for, Conv3dPath, Ndhwc, PackedConv3d};
+use cadence_engines::conv::conv3d::{conv3d_via, path_for, Conv3dPath, Ndhwc, PackedConv3d};
 use std::time::Instant;
 
 fn main() {

@@ -1,10 +1,10 @@
 //! Probe: the direct 3x3 kernel (each arm the CPU runs) against im2col + gemm at narrow widths
 //! (TAESD's cpu-reduced 16 channels, the full profile's 64), the measurement behind
-//! `direct_conv::DIRECT_MAX_COUT`. Median of 7 runs each; GFLOP/s counts 2 x MACs.
+//! `direct::DIRECT_MAX_COUT`. Median of 7 runs each; GFLOP/s counts 2 x MACs.
 //!
 //!     cargo run --release -p cadence-engines --example direct_conv_probe
-use cadence_engines::cpu_conv::{conv3x3, Nhwc, PackedConv};
-use cadence_engines::direct_conv::{self, Arm, DirectWeights};
+use cadence_engines::conv::direct::{self, Arm, DirectWeights};
+use cadence_engines::conv::{conv3x3, Nhwc, PackedConv};
 use std::time::Instant;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -56,7 +56,7 @@ fn main() {
         );
         for arm in Arm::runnable() {
             let b = time(|| {
-                std::hint::black_box(direct_conv::conv3x3_on(arm, &x, &q, up, None, true));
+                std::hint::black_box(direct::conv3x3_on(arm, &x, &q, up, None, true));
             });
             line += &format!(", {arm:?} {b:.2} ms ({:.0} GFLOP/s, x{:.2})", gf / b * 1e3, a / b);
         }

@@ -1,7 +1,7 @@
 //! Scratch probe: TAESD decoder frames/s on the CPU fast path at several widths (used to pick
 //! Profile::Cpu). Builds the decoder's conv sequence directly from `cpu_conv`.
 use cadence_engines::bench::{matmul_probe, test_input};
-use cadence_engines::cpu_conv::{conv3x3, Nhwc, PackedConv};
+use cadence_engines::conv::{conv3x3, Nhwc, PackedConv};
 use std::time::Instant;
 
 fn main() {

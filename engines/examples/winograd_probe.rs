@@ -1,6 +1,6 @@
 //! Scratch probe: Winograd F(2,3) against im2col at the engines' layer sizes.
-use cadence_engines::cpu_conv::{conv3x3, Nhwc, PackedConv};
-use cadence_engines::winograd::{self, WinogradWeights};
+use cadence_engines::conv::winograd::{self, WinogradWeights};
+use cadence_engines::conv::{conv3x3, Nhwc, PackedConv};
 use std::time::Instant;
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -51,30 +51,22 @@
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
-#[cfg(test)]
-mod conv_reference;
-pub mod cpu_conv;
-pub mod cpu_conv3d;
+pub mod conv;
 pub mod device;
-pub mod direct_conv;
 pub mod ditto;
 pub mod error;
 mod flops;
 pub mod isa;
 pub mod models_dir;
 pub mod sd_vae;
-pub mod sd_vae_cpu;
 mod simd;
 pub mod taesd;
 pub mod torch_write;
 #[cfg(feature = "tensorrt")]
 pub mod trt;
 pub mod unet;
-pub mod unet_cpu;
 pub mod weights;
 pub mod whisper;
-pub mod whisper_cpu;
-pub mod winograd;
 
 /// One latent frame of MuseTalk: 4 channels x 32 x 32, the UNet's output and the decoders' input
 /// (and the element count the expansion kernels work on per frame).

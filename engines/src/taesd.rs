@@ -14,7 +14,7 @@
 //! the input, ReLU. All convs are 3x3 with padding 1. C = 64 at [`Profile::Full`] (1,222,531
 //! decoder parameters, 1,222,532 encoder parameters), 16 at [`Profile::Cpu`].
 
-use crate::cpu_conv::{self, Nhwc, PackedConv};
+use crate::conv::{self, Nhwc, PackedConv};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
     Batch, Device, Engine, EngineError, EngineInfo, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, Runtime,
@@ -235,7 +235,7 @@ pub(crate) fn synthetic_weights(kind: ModelKind, profile: Profile, seed: u64) ->
     weights::synthetic_tensors(&table, seed, &init_rule(kind), &Device::Cpu)
 }
 
-/// One step of the CPU fast path (see [`crate::cpu_conv`]).
+/// One step of the CPU fast path (see [`crate::conv`]).
 #[derive(Debug, Clone)]
 enum FastOp {
     Clamp,
@@ -337,11 +337,11 @@ impl Taesd {
                     a.data.iter_mut().for_each(|v| *v = (*v / 3.0).tanh() * 3.0);
                     a
                 }
-                FastOp::Conv { conv, upsample, relu } => cpu_conv::conv3x3(&a, conv, *upsample, None, *relu),
+                FastOp::Conv { conv, upsample, relu } => conv::conv3x3(&a, conv, *upsample, None, *relu),
                 FastOp::Block([c0, c2, c4]) => {
-                    let h = cpu_conv::conv3x3(&a, c0, false, None, true);
-                    let h = cpu_conv::conv3x3(&h, c2, false, None, true);
-                    cpu_conv::conv3x3(&h, c4, false, Some(&a), true)
+                    let h = conv::conv3x3(&a, c0, false, None, true);
+                    let h = conv::conv3x3(&h, c2, false, None, true);
+                    conv::conv3x3(&h, c4, false, Some(&a), true)
                 }
             };
         }
@@ -478,7 +478,7 @@ pub mod ops {
     ) -> Result<Batch> {
         let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
         let p = PackedConv::new(w.shape[0], w.shape[1], &w.data, b.map(|b| b.data.clone()), stride);
-        let y = cpu_conv::conv3x3(&Nhwc::from_nchw(n, c, h, wd, &x.data), &p, upsample, None, relu);
+        let y = conv::conv3x3(&Nhwc::from_nchw(n, c, h, wd, &x.data), &p, upsample, None, relu);
         Ok(Batch { shape: vec![y.n, y.c, y.h, y.w], data: y.to_nchw() })
     }
     /// The CPU fast path's Block (three fused convs, residual in the last epilogue).
@@ -492,7 +492,7 @@ pub mod ops {
     /// The CPU fast path's NHWC nearest x2 upsampling.
     pub fn upsample_nearest2_fast(x: &Batch) -> Result<Batch> {
         let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-        let y = cpu_conv::upsample2(&Nhwc::from_nchw(n, c, h, wd, &x.data));
+        let y = conv::upsample2(&Nhwc::from_nchw(n, c, h, wd, &x.data));
         Ok(Batch { shape: vec![y.n, y.c, y.h, y.w], data: y.to_nchw() })
     }
     /// Nearest x2 upsampling of (B,C,H,W).

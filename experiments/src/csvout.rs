@@ -12,7 +12,7 @@ use std::path::Path;
 /// Readers: pandas `read_csv(path, comment="#")`, csv's `ReaderBuilder::comment(Some(b'#'))`.
 pub fn write_csv<R: Serialize>(path: &Path, provenance: &Provenance, rows: &[R]) -> Result<()> {
     ensure!(!rows.is_empty(), "no rows to write to {}", path.display());
-    cadence::output::write_atomically(path, |w| {
+    cadence::io::output::write_atomically(path, |w| {
         w.write_all(provenance.comment_block().as_bytes())?;
         let mut cw = csv::Writer::from_writer(&mut *w);
         for (i, r) in rows.iter().enumerate() {

@@ -3,7 +3,7 @@
 //! and the decoder over a list of latents with its output clamped to the nominal range.
 
 use anyhow::{ensure, Result};
-use cadence::pipeline::{AvatarLatents, FACE_SIDE, LATENT_DIM};
+use cadence::musetalk::{AvatarLatents, FACE_SIDE, LATENT_DIM};
 use cadence_engines::{Batch, KeyframeModel, LatentDecoder, MuseTalkUnet};
 
 /// Samples of one decoded face crop (3 x 256 x 256).

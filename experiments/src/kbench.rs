@@ -2,15 +2,15 @@
 //! given backend with preallocated buffers, its compulsory bytes, and the copy bandwidth of
 //! the same number of bytes measured on the same backend in the same run.
 //!
-//! Host timing: wall clock around the CPU path (`cadence::bench::time_host`). CUDA timing:
+//! Host timing: wall clock around the CPU path (`cadence::measure::bench::time_host`). CUDA timing:
 //! events around the launch on the stream (`CudaBackend::time_ms`), data already on the device.
 
 use anyhow::{ensure, Result};
-use cadence::bench::{median, time_host};
-use cadence::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
-use cadence::fixtures::test_data;
+use cadence::backend::elem::{ColorMatrix, Elem, Method, RgbLayout, RgbRange};
+use cadence::measure::bench::{median, time_host};
+use cadence::measure::fixtures::test_data;
 use cadence::Dtype;
-use cadence::{cpu, Backend, KeyframeSchedule};
+use cadence::{backend::cpu, Backend, KeyframeSchedule};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
@@ -65,7 +65,11 @@ pub fn host_times(r: Reps, mut f: impl FnMut()) -> Vec<f64> {
 }
 
 /// CUDA event times of `f` on the backend's stream under the policy `r`.
-pub fn cuda_times(c: &cadence::cuda::CudaBackend, r: Reps, mut f: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+pub fn cuda_times(
+    c: &cadence::backend::cuda::CudaBackend,
+    r: Reps,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
     let mut times = c.time_ms(r.warmup, 1, &mut f)?;
     let n = r.count(times[0]);
     times.extend(c.time_ms(0, n - 1, &mut f)?);
@@ -162,7 +166,7 @@ pub fn copy_gbps(backend: &Backend, bytes: u64, r: Reps) -> Result<f64> {
 }
 
 /// `n` elements of benchmark data (never zeros): a window of one shared pool of
-/// `cadence::fixtures::test_data`, generated once and grown on demand, at an offset chosen by
+/// `cadence::measure::fixtures::test_data`, generated once and grown on demand, at an offset chosen by
 /// `seed`, so that a sweep does not spend most of its time making data.
 pub fn data<T: Elem>(n: usize, seed: u64) -> Vec<T> {
     static POOL: Mutex<Vec<f32>> = Mutex::new(Vec::new());
@@ -301,7 +305,7 @@ pub fn composite_bytes(crop: usize, box_w: usize, box_h: usize) -> u64 {
 
 /// The face compositor (bilinear resize of a `crop`-square decoded face into a `box_side`-square
 /// box, feathered blend, NV12 of the box) into a reused `width` x `height` frame, as the render
-/// loop runs it: [`cadence::composite::Compositor::compose_box`].
+/// loop runs it: [`cadence::backend::composite::Compositor::compose_box`].
 pub fn time_composite(
     backend: &Backend,
     width: usize,
@@ -310,7 +314,7 @@ pub fn time_composite(
     crop: usize,
     r: Reps,
 ) -> Result<Timing> {
-    use cadence::composite::{Compositor, FaceBox};
+    use cadence::backend::composite::{Compositor, FaceBox};
     anyhow::ensure!(
         box_side <= width && box_side <= height,
         "a {box_side} px face box does not fit a {width}x{height} frame"
@@ -342,7 +346,7 @@ pub fn time_composite(
             let d_rgb = c.upload(&rgb)?;
             let mut d_frame = c.upload(&frame)?;
             cuda_times(c, r, || {
-                dc.compose_on_device(&d_rgb.as_view(), crop, crop, RgbRange::Unit, &comp, &mut d_frame)
+                dc.compose_on_device(&d_rgb.as_view(), crop, crop, RgbRange::Unit, comp.target(), &mut d_frame)
             })?
         }
     };

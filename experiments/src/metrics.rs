@@ -348,7 +348,7 @@ pub fn signed_summary(values: &[f64]) -> Result<SignedSummary> {
 
 // Throughput projection (calibrate): in the library, where the server's `POST /calibrate` uses it
 // too; the pipeline's bypass rule is the schedule module's.
-pub use cadence::calibrate::{
+pub use cadence::measure::calibrate::{
     duty_cycle_label, fps, projected_render_ms, projection_error_pct, ComponentCosts, RenderCounts,
 };
-pub use cadence::schedule::bypassed_frames;
+pub use cadence::schedules::keyframes::bypassed_frames;

@@ -4,7 +4,7 @@
 
 use crate::provenance::Provenance;
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use cadence::output::{OutputPath, Overwrite};
+use cadence::io::output::{OutputPath, Overwrite};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -373,7 +373,7 @@ fn render<F: Figure>(base: &Path, size: (u32, u32), prov: &Provenance, fig: &F) 
     draw_page(BitMapBackend::new(partial.path(), size).into_drawing_area(), prov, fig)
         .with_context(|| format!("drawing {}", png.display()))?;
     partial.commit()?;
-    cadence::output::write_atomically(&svg, |w| {
+    cadence::io::output::write_atomically(&svg, |w| {
         use std::io::Write;
         w.write_all(text.as_bytes())?;
         Ok(())

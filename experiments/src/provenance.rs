@@ -161,7 +161,7 @@ pub fn load_average() -> String {
 
 /// "MODEL (N logical CPUs)".
 pub fn cpu_hardware() -> String {
-    format!("{} ({} logical CPUs)", cadence::hardware::cpu_model(), cadence::hardware::logical_cpus())
+    format!("{} ({} logical CPUs)", cadence::backend::hardware::cpu_model(), cadence::backend::hardware::logical_cpus())
 }
 
 /// The program's arguments, quoted where a shell would need it.

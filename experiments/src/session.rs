@@ -2,10 +2,12 @@
 //! and loading engines and inputs once.
 
 use anyhow::{ensure, Result};
-use cadence::args::{parse_face_box, EncoderArg, EngineArgs};
-use cadence::composite::FaceBox;
-use cadence::pipeline::{Engines, RenderOptions};
-use cadence::{render, Backend, BackendChoice};
+use cadence::args::{EncoderArg, EngineArgs};
+use cadence::avatar::parse_face_box;
+use cadence::backend::composite::FaceBox;
+use cadence::frame_loop::RenderOptions;
+use cadence::musetalk::Engines;
+use cadence::{Backend, BackendChoice};
 use cadence_engines::EngineDevice;
 use std::path::PathBuf;
 
@@ -91,7 +93,7 @@ impl Inputs {
         let (engine_device, profile) = a.engines.device()?;
         let backend = Backend::for_engines(a.backend, &engine_device.device)?;
         let opts = RenderOptions { batch: a.engines.batch as usize, ..RenderOptions::default() };
-        let mut audio = render::load_audio(&audio_path, 3600.0)?;
+        let mut audio = cadence::frame_loop::audio::load_audio(&audio_path, 3600.0)?;
         if let Some(n) = a.frames {
             let keep = (n as f64 / opts.fps.hz() * cadence_media::TARGET_RATE as f64).round() as usize;
             ensure!(
@@ -101,8 +103,8 @@ impl Inputs {
             );
             audio.samples_16k.truncate(keep);
         }
-        let img = render::load_avatar(&avatar_path)?;
-        let face = render::face_box(&img, face)?;
+        let img = cadence::avatar::load_avatar(&avatar_path)?;
+        let face = cadence::avatar::face_box(&img, face)?;
         Ok(Inputs { backend, engine_device, profile, opts, audio, audio_path, avatar_path, img, face, encoder })
     }
 
@@ -145,7 +147,7 @@ impl Session {
         p.note(crate::provenance::ENGINE_DEVICE_KEY, self.engine_device.label());
         p.note(
             crate::provenance::FRAMES_KEPT_IN_KEY,
-            cadence::resident::residency(&self.backend, &self.engines.device).to_string(),
+            cadence::backend::resident::residency(&self.backend, &self.engines.device).to_string(),
         );
         p.note("engines", self.engines.describe());
         input_notes(&mut p, &self.audio_path, &self.avatar_path, self.face, &self.img);

@@ -20,10 +20,10 @@ fn easing_benchmark_changes_every_frame() {
     let (frames, dim, ramp) = (9usize, 64usize, 4u32);
     let d = transition_distances(frames, ramp);
     assert!(d.iter().all(|&x| x >= 1 && x < ramp), "{d:?}");
-    let rest = cadence::fixtures::test_data(dim, 1);
-    let orig = cadence::fixtures::test_data(frames * dim, 2);
+    let rest = cadence::measure::fixtures::test_data(dim, 1);
+    let orig = cadence::measure::fixtures::test_data(frames * dim, 2);
     let mut f = orig.clone();
-    cadence::cpu::ease(&mut f, &rest, &d, ramp);
+    cadence::backend::cpu::ease(&mut f, &rest, &d, ramp);
     for (i, (new, old)) in f.chunks(dim).zip(orig.chunks(dim)).enumerate() {
         assert!(new != old, "frame {i} was not eased");
         assert!(new != &rest[..], "frame {i} became the rest frame");

@@ -8,7 +8,7 @@ fn close(a: f64, b: f64, tol: f64) -> bool {
 
 /// Deterministic texture in [0, 1].
 fn texture(w: usize, h: usize, seed: u64) -> Vec<f32> {
-    cadence::fixtures::test_data(w * h, seed).into_iter().map(|v| (v * 0.15 + 0.5).clamp(0.0, 1.0)).collect()
+    cadence::measure::fixtures::test_data(w * h, seed).into_iter().map(|v| (v * 0.15 + 0.5).clamp(0.0, 1.0)).collect()
 }
 
 #[test]
@@ -108,7 +108,7 @@ fn ssim_of_mirrored_structure_by_hand() {
 fn ssim_falls_with_noise_and_is_symmetric() {
     let shape = ImageShape::gray(48, 48);
     let a = texture(48, 48, 5);
-    let noise = cadence::fixtures::test_data(48 * 48, 9);
+    let noise = cadence::measure::fixtures::test_data(48 * 48, 9);
     let mut last = 1.0;
     for level in [0.01f32, 0.03, 0.1, 0.3] {
         let b: Vec<f32> = a.iter().zip(&noise).map(|(x, n)| x + level * n).collect();

@@ -82,7 +82,7 @@ fn scratch_file(bytes: &[u8], ext: &str) -> PathBuf {
 
 /// Every parser of untrusted bytes.
 pub const TARGETS: &[Target] = &[
-    Target { name: "npy", parse: |b| cadence::npy::parse(b).is_ok() },
+    Target { name: "npy", parse: |b| cadence::io::npy::parse(b).is_ok() },
     Target {
         name: "wav",
         parse: |b| {

@@ -2,11 +2,11 @@
 //! flattened into each command), with their parsers and the checks that can run before any
 //! engine loads.
 
-use crate::pipeline::{DecoderKind, Engines};
+use crate::musetalk::{DecoderKind, Engines};
 use anyhow::{ensure, Result};
 use cadence_engines::device::DEVICE_HELP;
 use cadence_engines::{DeviceRequest, EngineDevice, ModelsDir, Profile};
-use cadence_media::{EncoderKind, FaceBox, FrameRate};
+use cadence_media::{EncoderKind, FrameRate};
 use std::path::PathBuf;
 
 /// Which neural engines to load, where, and with which weights.
@@ -100,23 +100,6 @@ impl EncoderArg {
     }
 }
 
-/// `x,y,w,h` in pixels, each a whole number that fits the frame's 32-bit coordinates.
-pub fn parse_face_box(s: &str) -> std::result::Result<FaceBox, String> {
-    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let [x, y, w, h] = parts[..] else {
-        return Err(format!("'{s}': expected four numbers x,y,w,h"));
-    };
-    let num = |name: &str, v: &str| {
-        v.parse::<u32>()
-            .map_err(|_| format!("'{s}': {name} = '{v}' is not a whole number of pixels from 0 to {}", u32::MAX))
-    };
-    let b = FaceBox { x: num("x", x)?, y: num("y", y)?, w: num("w", w)?, h: num("h", h)? };
-    if b.w == 0 || b.h == 0 {
-        return Err(format!("'{s}': the width and height must be positive"));
-    }
-    Ok(b)
-}
-
 /// A frame rate (see [`FrameRate::parse`]).
 pub fn parse_frame_rate(s: &str) -> std::result::Result<FrameRate, String> {
     FrameRate::parse(s)
@@ -141,16 +124,6 @@ pub fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn face_boxes_parse_into_32_bits_or_fail() {
-        assert_eq!(parse_face_box(" 1, 2,30,40 ").unwrap(), FaceBox { x: 1, y: 2, w: 30, h: 40 });
-        let e = parse_face_box("4294967306,0,100,100").unwrap_err();
-        assert!(e.contains("x = '4294967306' is not a whole number of pixels"), "{e}");
-        for bad in ["1,2,3", "1,2,3,4,5", "-1,0,16,16", "0,0,0,16", "a,b,c,d", ""] {
-            assert!(parse_face_box(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn seconds_must_be_positive_and_finite() {

@@ -331,7 +331,7 @@ fn unknown_symbols_get_the_default_class_and_one_warning_listing_them() {
 /// Speech runs separated by silence long enough to be bypassed (ramp 4).
 fn clip_bypass(n: usize, pauses: &[(usize, usize)]) -> Vec<bool> {
     let speech: Vec<bool> = (0..n).map(|f| !pauses.iter().any(|&(a, b)| (a..b).contains(&f))).collect();
-    cadence::schedule::bypassed_frames(&cadence::schedule::speech_distance(&speech), 4)
+    cadence::schedules::keyframes::bypassed_frames(&cadence::schedules::keyframes::speech_distance(&speech), 4)
 }
 
 fn check_rules(p: &Planned, bypassed: &[bool]) {
@@ -351,7 +351,7 @@ fn check_rules(p: &Planned, bypassed: &[bool]) {
 
 /// A deterministic wiggly signal for the audio and error-bounded inputs.
 fn wiggle(n: usize, seed: u64) -> Vec<f32> {
-    cadence::fixtures::test_data(n, seed)
+    cadence::measure::fixtures::test_data(n, seed)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `composite_nv12` kernels in the SIMT emulator, CUDA).
 
 mod common;
-use cadence::composite::{Compositor, FaceBox};
+use cadence::backend::composite::{Compositor, FaceBox};
 use cadence::{Backend, ColorMatrix, RgbLayout, RgbRange};
 
 fn compose_pastes_the_crop_into_the_box_only(backend: &Backend) {

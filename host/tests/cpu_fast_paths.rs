@@ -5,8 +5,8 @@
 //! `cargo test --release -p cadence --test cpu_fast_paths -- --ignored --nocapture`.
 
 mod common;
-use cadence::bench::{bench_expand_dtype, print_expand_table, Placed};
-use cadence::cpu::{self, Isa};
+use cadence::backend::cpu::{self, Isa};
+use cadence::measure::bench::{bench_expand_dtype, print_expand_table, Placed};
 use cadence::{Backend, ColorMatrix, Dtype, Elem, KeyframeSchedule, Method, RgbLayout, RgbRange};
 use common::*;
 use half::f16;
@@ -53,8 +53,9 @@ fn run_all<T: Elem>(dim: usize, seed: u64) -> Vec<u32> {
     // The face compositor, upscaling an odd-sized crop into a box wider than 16 columns.
     let (w, h) = (96, 64);
     let bg: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
-    let face = cadence::composite::FaceBox { x: 6, y: 4, w: 70, h: 50 };
-    let comp = cadence::composite::Compositor::new(&Backend::Cpu, &bg, w, h, face, 9.0, ColorMatrix::Bt601).unwrap();
+    let face = cadence::backend::composite::FaceBox { x: 6, y: 4, w: 70, h: 50 };
+    let comp =
+        cadence::backend::composite::Compositor::new(&Backend::Cpu, &bg, w, h, face, 9.0, ColorMatrix::Bt601).unwrap();
     let crop = uniform(&mut r, 3 * 33 * 29, -0.1, 1.1);
     let mut frame = vec![0u8; comp.frame_bytes()];
     comp.compose_frame(&crop, 33, 29, RgbRange::Unit, &mut frame).unwrap();
@@ -66,10 +67,10 @@ fn run_all<T: Elem>(dim: usize, seed: u64) -> Vec<u32> {
     let img = uniform(&mut r, 3 * side * side, 0.0, 1.0);
     let from = uniform(&mut r, 63, -1.0, 1.0);
     let to_kp: Vec<f32> = from.iter().zip(uniform(&mut r, 63, -0.3, 0.3)).map(|(a, d)| a + d).collect();
-    all.extend(cadence::ditto::motion_warp(&img, side, &from, &to_kp).iter().map(|v| v.to_bits()));
+    all.extend(cadence::ditto::motion_warp::motion_warp(&img, side, &from, &to_kp).iter().map(|v| v.to_bits()));
     let mut nan_kp = to_kp.clone();
     nan_kp[4] = f32::NAN;
-    all.extend(cadence::ditto::motion_warp(&img, side, &from, &nan_kp).iter().map(|v| v.to_bits()));
+    all.extend(cadence::ditto::motion_warp::motion_warp(&img, side, &from, &nan_kp).iter().map(|v| v.to_bits()));
     all
 }
 
@@ -234,16 +235,16 @@ fn bench_table() {
     print_expand_table(&rows);
     for k in [2usize, 3] {
         let s = KeyframeSchedule::fixed_stride(640, k).unwrap();
-        let data = cadence::fixtures::test_data(s.count() * 4096, 7);
+        let data = cadence::measure::fixtures::test_data(s.count() * 4096, 7);
         let mut line = format!("expansion f32 k={k}, median ms by (keys, frames) page offsets:");
         for (ko, oo) in [(0usize, 2048usize), (0, 16), (0, 0), (2528, 2544)] {
             let mut keys = Placed::<f32>::new(data.len(), ko);
             keys.as_mut_slice().copy_from_slice(&data);
             let mut out = Placed::<f32>::new(640 * 4096, oo);
-            let t = cadence::bench::time_host(3, reps, || {
+            let t = cadence::measure::bench::time_host(3, reps, || {
                 cpu::expand(keys.as_slice(), &s, 4096, Method::Slerp, out.as_mut_slice())
             });
-            line += &format!("  ({ko},{oo}): {:.3}", cadence::bench::median(&t));
+            line += &format!("  ({ko},{oo}): {:.3}", cadence::measure::bench::median(&t));
         }
         println!("{line}");
     }

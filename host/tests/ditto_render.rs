@@ -29,22 +29,22 @@ fn setup() -> &'static Setup {
             .flat_map(|i| [(i % w * 5 % 256) as u8, (i / w * 3 % 256) as u8, ((i * 11) % 256) as u8])
             .collect();
         let img = cadence_media::RgbImage::from_raw(w, h, px).unwrap();
-        let face = cadence::render::face_box(&img, None).unwrap();
+        let face = cadence::avatar::face_box(&img, None).unwrap();
         let avatar = ditto::prepare_avatar(&engines, &Backend::Cpu, &img, face).unwrap();
         let width = engines.audio_feature_width();
         let features: Vec<f32> = (0..FRAMES * width).map(|i| ((i * 7919) % 1009) as f32 / 504.5 - 1.0).collect();
         let motion = ditto::sample_motion(&engines, &avatar, &features, 2).unwrap();
         let speech: Vec<bool> = (0..FRAMES).map(|f| f < SPEECH).collect();
-        let distance = cadence::schedule::speech_distance(&speech);
+        let distance = cadence::schedules::keyframes::speech_distance(&speech);
         let kp = ditto::driving_keypoints(&engines, &avatar, &motion[..265], &motion, &distance, RAMP).unwrap();
         Setup { engines, avatar, kp, distance }
     })
 }
 
-fn render(schedule: &KeyframeSchedule, infill: DittoInfill) -> (Vec<Vec<u8>>, cadence::pipeline::RenderStats) {
+fn render(schedule: &KeyframeSchedule, infill: DittoInfill) -> (Vec<Vec<u8>>, cadence::frame_loop::RenderStats) {
     let s = setup();
     let mut frames = Vec::new();
-    let stats = ditto::render_frames(
+    let stats = ditto::frames::render(
         &s.engines,
         &s.avatar,
         &s.kp,

@@ -223,7 +223,7 @@ test_device!(expansion_rejects_a_wrong_keyframe_count);
 fn easing_blends_toward_rest_geodesically(b: &Backend) {
     let mut r = rng(10);
     let speech = [true, true, false, false, false, false, false, false, true];
-    let distance = cadence::schedule::speech_distance(&speech);
+    let distance = cadence::schedules::keyframes::speech_distance(&speech);
     assert_eq!(distance, vec![0, 0, 1, 2, 3, 3, 2, 1, 0]);
     let rest = randn(&mut r, D);
     let frames = randn(&mut r, speech.len() * D);

@@ -2,7 +2,7 @@
 //! tests in kernels.rs compare the GPU with the same references).
 
 mod common;
-use cadence::{cpu, KeyframeSchedule, Method};
+use cadence::{backend::cpu, KeyframeSchedule, Method};
 use common::*;
 use proptest::prelude::*;
 

@@ -1,4 +1,4 @@
-//! The render loop (frames kept as tensors on the engines' device, `cadence::resident`) against
+//! The render loop (frames kept as tensors on the engines' device, `cadence::backend::resident`) against
 //! a straightforward reference built from the host-buffer APIs, frame by frame. Written once and
 //! run per device: on the CPU always; in a build with `engines-cuda` on a machine with a GPU,
 //! also with the engines on CUDA and the backend made on candle's stream, i.e. the
@@ -13,11 +13,11 @@
 
 mod common;
 
-use cadence::composite::Compositor;
-use cadence::fixtures::CheckClip;
-use cadence::pipeline::{DecoderKind, Engines, FACE_SIDE, LATENT_DIM};
-use cadence::resident::{self, Residency};
-use cadence::schedule::speech_distance;
+use cadence::backend::composite::Compositor;
+use cadence::backend::resident::{self, Residency};
+use cadence::measure::fixtures::CheckClip;
+use cadence::musetalk::{DecoderKind, Engines, FACE_SIDE, LATENT_DIM};
+use cadence::schedules::keyframes::speech_distance;
 use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::{Batch, Device, KeyframeModel, Profile, Tensor};
 
@@ -200,14 +200,14 @@ fn render_on_cpu(
     compositor: &Compositor,
     sink: impl FnMut(usize, &[u8]) -> anyhow::Result<()>,
     progress: impl FnMut(usize),
-) -> anyhow::Result<cadence::pipeline::RenderStats> {
+) -> anyhow::Result<cadence::frame_loop::RenderStats> {
     let CheckClip { opts, features, speech, schedule, avatar, .. } = clip;
-    cadence::pipeline::render_frames(
+    cadence::musetalk::frames::render(
         engines,
         &Backend::Cpu,
         opts,
         features,
-        speech,
+        cadence::frame_loop::ClipPart::whole(&cadence::schedules::keyframes::speech_distance(speech)),
         schedule,
         std::slice::from_ref(avatar),
         std::slice::from_ref(compositor),
@@ -269,7 +269,7 @@ fn cancel_flag_stops_the_render_at_the_next_batch() {
         |_| {},
     )
     .unwrap_err();
-    assert!(err.is::<cadence::pipeline::Cancelled>(), "{err:#}");
+    assert!(err.is::<cadence::frame_loop::Cancelled>(), "{err:#}");
     // Frames of the decoder batch that was running when the flag was set still arrive.
     assert!((6..=8).contains(&seen), "{seen} frames reached the sink after cancelling at frame 5");
 }
@@ -307,19 +307,21 @@ fn windowed_render_of_a_clip_over_30_s_gives_the_whole_clip_frames() {
 /// Renders `audio` prepared whole and prepared for windows of `window` frames (stride 3,
 /// batch 4) and compares every byte of every frame.
 fn assert_windowed_render_equals_whole(audio: cadence_media::Audio, window: usize) {
-    use cadence::pipeline::RenderOptions;
+    use cadence::frame_loop::RenderOptions;
     let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
     let (w, h) = (320u32, 256u32);
     let px: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
     let img = cadence_media::RgbImage::from_raw(w, h, px).unwrap();
-    let face = cadence::render::face_box(&img, None).unwrap();
+    let face = cadence::avatar::face_box(&img, None).unwrap();
     let whole_opts = RenderOptions { batch: 4, ..RenderOptions::default() };
     let windowed_opts = RenderOptions { window: Some(window), ..whole_opts.clone() };
-    let whole = cadence::render::prepare(&engines, &Backend::Cpu, audio.clone(), &img, face, &whole_opts).unwrap();
-    let windowed = cadence::render::prepare(&engines, &Backend::Cpu, audio, &img, face, &windowed_opts).unwrap();
+    let whole =
+        cadence::musetalk::render::prepare(&engines, &Backend::Cpu, audio.clone(), &img, face, &whole_opts).unwrap();
+    let windowed =
+        cadence::musetalk::render::prepare(&engines, &Backend::Cpu, audio, &img, face, &windowed_opts).unwrap();
     assert!(whole.features.is_some() && windowed.features.is_none());
     let schedule = KeyframeSchedule::fixed_stride(whole.frames, 3).unwrap();
-    let render = |p, o| cadence::fixtures::render_prepared(&engines, &Backend::Cpu, o, p, &schedule).unwrap();
+    let render = |p, o| cadence::measure::fixtures::render_prepared(&engines, &Backend::Cpu, o, p, &schedule).unwrap();
     let (a, _) = render(&whole, &whole_opts);
     let (b, stats) = render(&windowed, &windowed_opts);
     assert_eq!(a.len(), whole.frames);

@@ -1,4 +1,4 @@
-use cadence::schedule::speech_distance;
+use cadence::schedules::keyframes::speech_distance;
 use cadence::KeyframeSchedule;
 use proptest::prelude::*;
 

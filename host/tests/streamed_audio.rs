@@ -3,9 +3,10 @@
 //! and AAC track), over a clip longer than whisper's 30 s segment; and a file that changes
 //! under the render is an error, not a short track.
 
-use cadence::clip_audio::{ClipAudio, StreamedAudio};
-use cadence::pipeline::{DecoderKind, Engines, RenderOptions};
-use cadence::render::{self, Output, Sink};
+use cadence::frame_loop::audio::{ClipAudio, StreamedAudio};
+use cadence::frame_loop::video::{Output, Sink};
+use cadence::frame_loop::RenderOptions;
+use cadence::musetalk::{DecoderKind, Engines};
 use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::{ClipSamples, Device, Profile};
 use cadence_media::{EncoderKind, RgbImage};
@@ -48,12 +49,19 @@ fn streamed_audio_renders_the_same_fragmented_mp4_as_audio_decoded_whole() {
     let (w, h) = (320u32, 256u32);
     let px: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
     let img = RgbImage::from_raw(w, h, px).unwrap();
-    let face = render::face_box(&img, None).unwrap();
+    let face = cadence::avatar::face_box(&img, None).unwrap();
     let opts = RenderOptions { batch: 4, window: Some(20), ..RenderOptions::default() };
 
-    let whole = render::prepare(&engines, &Backend::Cpu, render::load_audio(&wav, 60.0).unwrap(), &img, face, &opts);
+    let whole = cadence::musetalk::render::prepare(
+        &engines,
+        &Backend::Cpu,
+        cadence::frame_loop::audio::load_audio(&wav, 60.0).unwrap(),
+        &img,
+        face,
+        &opts,
+    );
     let streamed = StreamedAudio::open(&wav, 60.0).unwrap();
-    let streamed = render::prepare(&engines, &Backend::Cpu, streamed, &img, face, &opts);
+    let streamed = cadence::musetalk::render::prepare(&engines, &Backend::Cpu, streamed, &img, face, &opts);
     let (whole, streamed) = (whole.unwrap(), streamed.unwrap());
     assert!(matches!(streamed.audio, ClipAudio::Streamed(_)));
     assert_eq!(streamed.frames, whole.frames);
@@ -63,14 +71,16 @@ fn streamed_audio_renders_the_same_fragmented_mp4_as_audio_decoded_whole() {
     assert!(whole.speech.iter().any(|&s| s) && whole.speech.iter().any(|&s| !s));
 
     let schedule = KeyframeSchedule::fixed_stride(whole.frames, 3).unwrap();
-    let mp4 = |prepared: &render::Prepared| {
+    let mp4 = |prepared: &cadence::musetalk::render::Prepared| {
         let mut bytes = Vec::new();
         let out = Output::Fragmented {
             sink: Sink::Writer { out: &mut bytes, name: "memory" },
             encoder: EncoderKind::OpenH264,
             pace: false,
         };
-        let r = render::render_clip(&engines, &Backend::Cpu, &opts, prepared, &schedule, out, |_| {}).unwrap();
+        let r =
+            cadence::musetalk::render::render_clip(&engines, &Backend::Cpu, &opts, prepared, &schedule, out, |_| {})
+                .unwrap();
         assert!(r.video.unwrap().has_audio);
         bytes
     };

@@ -3,8 +3,8 @@
 //! twice gives the same id and prepares nothing the second time. Preparations are kept per
 //! decoder, since the latents depend on the image encoder.
 
-use cadence::pipeline::DecoderKind;
-use cadence::render::PreparedAvatar;
+use cadence::musetalk::render::PreparedAvatar;
+use cadence::musetalk::DecoderKind;
 use cadence_media::{FaceBox, RgbImage};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

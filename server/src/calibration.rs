@@ -1,5 +1,5 @@
 //! `POST /calibrate` and `GET /v1/calibration`: the calibrate experiment's measurement
-//! ([`cadence::calibrate::calibrate`]) run inside the server on the engines it serves with, the
+//! ([`cadence::measure::calibrate::calibrate`]) run inside the server on the engines it serves with, the
 //! source's JSON shape plus the hardware, backend, device, profile, weights and
 //! `recommended_render_slots`, cached until the next calibration.
 //!
@@ -12,9 +12,8 @@ use crate::state::AppState;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::Json;
-use cadence::calibrate::{calibrate, CalibrateSetup};
-use cadence::pipeline::RenderOptions;
-use cadence::render;
+use cadence::frame_loop::RenderOptions;
+use cadence::measure::calibrate::{calibrate, CalibrateSetup};
 use cadence_media::EncoderKind;
 use std::time::Instant;
 
@@ -120,11 +119,11 @@ fn measure(
     let (clip, avatar) = (scratch.path().join("clip.wav"), scratch.path().join("avatar"));
     std::fs::write(&clip, CLIP)?;
     std::fs::write(&avatar, &state.config.default_avatar)?;
-    let whole = render::load_audio(&clip, f64::INFINITY)?;
+    let whole = cadence::frame_loop::audio::load_audio(&clip, f64::INFINITY)?;
     let keep = (frames as f64 / opts.fps.hz() * cadence_media::TARGET_RATE as f64).round() as usize;
     let audio = cadence_media::Audio::from_samples_16k(whole.samples_16k[..keep.min(whole.samples_16k.len())].to_vec());
-    let img = render::load_avatar(&avatar)?;
-    let face = render::face_box(&img, None)?;
+    let img = cadence::avatar::load_avatar(&avatar)?;
+    let face = cadence::avatar::face_box(&img, None)?;
     let setup = CalibrateSetup {
         engines,
         backend: &set.backend,
@@ -142,7 +141,7 @@ fn measure(
     let rendered = setup_json(set);
     Ok(serde_json::json!({
         "benchmarks": {"musetalk": cal.musetalk_json(engines)},
-        "hardware": {"cpu": cadence::hardware::cpu_model(), "logical_cpus": cadence::hardware::logical_cpus()},
+        "hardware": {"cpu": cadence::backend::hardware::cpu_model(), "logical_cpus": cadence::backend::hardware::logical_cpus()},
         "backend": rendered.backend,
         "device": rendered.engine_device,
         "engines": rendered.engines,
@@ -163,7 +162,7 @@ fn measure(
     }))
 }
 
-fn setup_json(set: &crate::engines::EngineSet) -> cadence::report::RenderSetup {
+fn setup_json(set: &crate::engines::EngineSet) -> cadence::frame_loop::report::RenderSetup {
     set.setup(set.primary())
 }
 

@@ -71,7 +71,7 @@ pub struct ServeArgs {
     /// Render in windows of this many seconds (as `cadence render --window`): a streamed
     /// response's first segment waits for the first window, and the frames in flight are bounded by it. The
     /// video is the same whatever the window; `0` renders the clip as one window.
-    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS, value_parser = cadence::args::parse_window_seconds)]
+    #[arg(long, default_value_t = cadence::frame_loop::DEFAULT_WINDOW_SECONDS, value_parser = cadence::args::parse_window_seconds)]
     pub window: f64,
     /// Where cadence's kernels run (expansion, easing, compositing + NV12).
     #[arg(long, value_enum, default_value = "auto")]

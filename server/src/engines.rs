@@ -8,8 +8,8 @@
 
 use anyhow::Result;
 use cadence::args::EngineArgs;
-use cadence::pipeline::{DecoderKind, Engines};
-use cadence::report::RenderSetup;
+use cadence::frame_loop::report::RenderSetup;
+use cadence::musetalk::{DecoderKind, Engines};
 use cadence::{Backend, BackendChoice};
 use cadence_engines::{EngineDevice, Profile};
 use std::sync::{Arc, Mutex};

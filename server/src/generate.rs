@@ -23,8 +23,8 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use cadence::pipeline::RenderOptions;
-use cadence::{render, KeyframeSchedule};
+use cadence::frame_loop::RenderOptions;
+use cadence::KeyframeSchedule;
 use cadence_media::Audio;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -343,12 +343,13 @@ fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> 
         }
     };
     let opts = RenderOptions { fps: settings.fps, ..RenderOptions::default() };
-    let frames = render::video_frames(&audio, &opts);
+    let frames = cadence::musetalk::render::video_frames(&audio, &opts);
     if frames == 0 {
         return Err(ApiError::invalid("audio_too_short", "audio: too short for one video frame"));
     }
-    let (schedule, _) = render::fixed_schedule(frames, settings.keyframes.as_deref(), settings.stride)
-        .map_err(|e| ApiError::invalid("invalid_keyframes", format!("keyframes: {e:#}")))?;
+    let (schedule, _) =
+        cadence::schedules::keyframes::fixed_schedule(frames, settings.keyframes.as_deref(), settings.stride)
+            .map_err(|e| ApiError::invalid("invalid_keyframes", format!("keyframes: {e:#}")))?;
     Ok(Checked { audio, avatar, schedule, settings })
 }
 

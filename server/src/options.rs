@@ -2,8 +2,9 @@
 //! checked into the settings of a render. Every parser is the CLI's where the CLI has one.
 
 use crate::error::ApiError;
-use cadence::args::{parse_face_box, parse_frame_rate, EncoderArg};
-use cadence::pipeline::DecoderKind;
+use cadence::args::{parse_frame_rate, EncoderArg};
+use cadence::avatar::parse_face_box;
+use cadence::musetalk::DecoderKind;
 use cadence::Method;
 use cadence_media::{EncoderKind, FaceBox, FrameRate};
 use clap::ValueEnum;

@@ -9,10 +9,10 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::options::Settings;
 use cadence::avatar::AvatarSource;
-use cadence::output::{OutputPath, Overwrite};
-use cadence::pipeline::{Cancelled, RenderOptions};
-use cadence::render::{self, PreparedAvatar};
-use cadence::report::RenderReport;
+use cadence::frame_loop::report::RenderReport;
+use cadence::frame_loop::{Cancelled, RenderOptions};
+use cadence::io::output::{OutputPath, Overwrite};
+use cadence::musetalk::render::PreparedAvatar;
 use cadence::KeyframeSchedule;
 use cadence_media::{Audio, FaceBox, RgbImage};
 use std::io::Write;
@@ -82,7 +82,7 @@ pub struct Rendered {
 /// decoded again.
 pub fn avatar_for(
     set: &EngineSet,
-    engines: &cadence::pipeline::Engines,
+    engines: &cadence::musetalk::Engines,
     entry: &AvatarEntry,
     metrics: &Metrics,
     scratch: &Path,
@@ -92,14 +92,16 @@ pub fn avatar_for(
         return Ok((p, true));
     }
     let p = match &entry.media {
-        AvatarMedia::Image { image, face } => render::prepare_avatar_image(engines, &set.backend, image, *face)?,
+        AvatarMedia::Image { image, face } => {
+            cadence::musetalk::render::prepare_avatar_image(engines, &set.backend, image, *face)?
+        }
         AvatarMedia::Video { mp4, faces, .. } => {
             let path = scratch.join("avatar.mp4");
             std::fs::write(&path, mp4)?;
             let mut source = AvatarSource::open(&path, None, None)?;
             anyhow::ensure!(source.frames() == faces.len(), "the registered video avatar changed its frame count");
             source.faces = faces.clone();
-            render::prepare_avatar_source(engines, &set.backend, &source)?
+            cadence::musetalk::render::prepare_avatar_source(engines, &set.backend, &source)?
         }
     };
     let p = Arc::new(p);
@@ -142,25 +144,25 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
         ramp: s.ramp,
         batch: job.batch,
         method: s.method,
-        window: cadence::pipeline::window_frames(job.window_seconds, s.fps),
+        window: cadence::frame_loop::window_frames(job.window_seconds, s.fps),
         cancel: Some(job.cancel.clone()),
     };
     let t = Instant::now();
     let (avatar, avatar_cached) = match &job.avatar {
         AvatarInput::Image { image, face } => {
-            let p = render::prepare_avatar_image(&engines, &set.backend, image, *face)?;
+            let p = cadence::musetalk::render::prepare_avatar_image(&engines, &set.backend, image, *face)?;
             metrics.avatar_prepared();
             (Arc::new(p), false)
         }
         AvatarInput::Video(source) => {
-            let p = render::prepare_avatar_source(&engines, &set.backend, source)?;
+            let p = cadence::musetalk::render::prepare_avatar_source(&engines, &set.backend, source)?;
             metrics.avatar_prepared();
             (Arc::new(p), false)
         }
         AvatarInput::Cached(entry) => avatar_for(set, &engines, entry, metrics, job.dir.path())?,
     };
     let avatar_ms = t.elapsed().as_secs_f64() * 1e3;
-    let mut prepared = render::prepare_with_avatar(&engines, job.audio, &avatar, &opts)?;
+    let mut prepared = cadence::musetalk::render::prepare_with_avatar(&engines, job.audio, &avatar, &opts)?;
     if !avatar_cached {
         prepared.avatar_encoder_ms = avatar.avatar_encoder_ms;
         prepared.compositor_setup_ms = avatar.compositor_setup_ms;
@@ -172,21 +174,34 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
             progress(n)
         }
     };
-    let clip = |output| render::render_clip(&engines, &set.backend, &opts, &prepared, &job.schedule, output, progress);
+    let clip = |output| {
+        cadence::musetalk::render::render_clip(
+            &engines,
+            &set.backend,
+            &opts,
+            &prepared,
+            &job.schedule,
+            output,
+            progress,
+        )
+    };
     let (result, mp4) = match job.target {
         Target::File => {
             let path = job.dir.path().join("out.mp4");
             let out = OutputPath::check(&path, Overwrite::Ask, &[])?;
-            let r = clip(render::Output::Mp4 { out: &out, encoder: s.encoder })?;
+            let r = clip(cadence::frame_loop::video::Output::Mp4 { out: &out, encoder: s.encoder })?;
             (r, std::fs::read(&path)?)
         }
         Target::Keep(path) => {
             let out = OutputPath::check(&path, Overwrite::Ask, &[])?;
-            (clip(render::Output::Mp4 { out: &out, encoder: s.encoder })?, Vec::new())
+            (clip(cadence::frame_loop::video::Output::Mp4 { out: &out, encoder: s.encoder })?, Vec::new())
         }
         Target::Fragmented(mut w) => {
-            let sink = render::Sink::Writer { out: &mut *w, name: "the response body" };
-            (clip(render::Output::Fragmented { sink, encoder: s.encoder, pace: false })?, Vec::new())
+            let sink = cadence::frame_loop::video::Sink::Writer { out: &mut *w, name: "the response body" };
+            (
+                clip(cadence::frame_loop::video::Output::Fragmented { sink, encoder: s.encoder, pace: false })?,
+                Vec::new(),
+            )
         }
     };
     let report =

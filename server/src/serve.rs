@@ -9,7 +9,7 @@ use crate::routes::router;
 use crate::state::{AppState, ServerState};
 use crate::tempdirs;
 use anyhow::{Context, Result};
-use cadence::pipeline::Engines;
+use cadence::musetalk::Engines;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -5,7 +5,6 @@
 
 use crate::error::ApiError;
 use cadence::avatar::{self as host_avatar, AvatarSource};
-use cadence::render;
 use cadence_media::{Audio, FaceBox, RgbImage};
 use std::path::Path;
 
@@ -23,7 +22,7 @@ pub fn audio(path: &Path, max_seconds: f64) -> Result<Audio, ApiError> {
             format!("audio: {seconds:.1} s is longer than this server's limit of {max_seconds} s (--max-seconds)"),
         ));
     }
-    render::load_audio(path, max_seconds)
+    cadence::frame_loop::audio::load_audio(path, max_seconds)
         .map_err(|e| ApiError::invalid("invalid_audio", named(format!("{e:#}"), path, "audio")))
 }
 
@@ -41,7 +40,7 @@ pub fn image(path: &Path, field: &str, max_pixels: u64) -> Result<RgbImage, ApiE
             format!("{field}: {w}x{h} is more than this server's limit of {max_pixels} pixels (--max-pixels)"),
         ));
     }
-    render::load_avatar(path).map_err(|e| invalid(format!("{e:#}")))
+    cadence::avatar::load_avatar(path).map_err(|e| invalid(format!("{e:#}")))
 }
 
 /// What the server bounds in an avatar a client sends (the operator's default avatar is not).
@@ -86,7 +85,7 @@ pub fn avatar(
             ));
         }
         let image = image(path, field, limits.max_pixels)?;
-        let face = render::face_box(&image, face_box)
+        let face = cadence::avatar::face_box(&image, face_box)
             .map_err(|e| ApiError::invalid("invalid_face_box", format!("face_box: {e:#}")))?;
         return Ok(AvatarFile::Image { image, face });
     }

@@ -11,11 +11,11 @@
 //! it stays a per-channel scale and shift, applied with its ReLU in one pass.
 //! Cost: 32.0 GMAC ([`AppearanceConfig::macs`]), two thirds in the 3-D residual blocks.
 
-use crate::cpu_conv::{conv3x3, PackedConv};
-use crate::cpu_conv3d::{conv3d, Ndhwc, PackedConv3d};
+use crate::conv::conv3d::{conv3d, Ndhwc, PackedConv3d};
+use crate::conv::{conv3x3, PackedConv};
 use crate::ditto::warp::{avg_pool_hw2, conv3d_from};
 use crate::ditto::{Params, TableBuilder, BN_EPS};
-use crate::unet_cpu::{conv, Linear};
+use crate::unet::cpu::{conv, Linear};
 use crate::weights::ParamTable;
 use crate::{EngineError, Result, WeightsSource};
 use rayon::prelude::*;
@@ -162,12 +162,12 @@ impl AppearanceFeatureExtractor {
                 cfg.image_channels
             )));
         }
-        let x = crate::cpu_conv::Nhwc::from_nchw(1, cfg.image_channels, h, w, image);
+        let x = crate::conv::Nhwc::from_nchw(1, cfg.image_channels, h, w, image);
         let mut x = conv3x3(&x, &self.first, false, None, true);
         for d in &self.down {
             let y = conv3x3(&x, d, false, None, true);
             let v = avg_pool_hw2(&Ndhwc { n: 1, d: 1, h: y.h, w: y.w, c: y.c, data: y.data });
-            x = crate::cpu_conv::Nhwc { n: 1, h: v.h, w: v.w, c: v.c, data: v.data };
+            x = crate::conv::Nhwc { n: 1, h: v.h, w: v.w, c: v.c, data: v.data };
         }
         let flat = self.second.forward(&x.data, None);
         // (h, w, c·D + d) -> (d, h, w, c).

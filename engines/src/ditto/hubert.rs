@@ -14,7 +14,7 @@
 //!   its last output frame dropped (even kernel), GELU, added to the projection;
 //! - `encoder.layers.{0..23}`: x + attention(`layer_norm` x) (16 heads, q, k, v, out projections
 //!   with biases, scale 1/√64), then x + `feed_forward.output_dense`(GELU(`intermediate_dense`
-//!   (`final_layer_norm` x))) (4096 hidden) — the pre-LN block of [`crate::whisper_cpu`];
+//!   (`final_layer_norm` x))) (4096 hidden) — the pre-LN block of [`crate::whisper::cpu`];
 //! - `encoder.layer_norm` on the last layer's output is `last_hidden_state`.
 //!
 //! Names are the HF state dict's; the CTC checkpoint's `hubert.` prefix is stripped and its
@@ -32,11 +32,11 @@
 
 use rayon::prelude::*;
 
-use crate::cpu_conv::{epilogue, gemm_st};
+use crate::conv::{epilogue, gemm_st};
 use crate::ditto::{Params, TableBuilder};
-use crate::unet_cpu::{Attention, LayerNorm, Linear, ROWS};
+use crate::unet::cpu::{Attention, LayerNorm, Linear, ROWS};
 use crate::weights::ParamTable;
-use crate::whisper_cpu::{gelu_in_place, Block};
+use crate::whisper::cpu::{gelu_in_place, Block};
 use crate::{EngineError, Result, WeightsSource};
 
 /// Audio sample rate the encoder expects.

@@ -56,11 +56,11 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use crate::cpu_conv::gemm_st;
+use crate::conv::gemm_st;
 use crate::ditto::{Params, TableBuilder};
-use crate::unet_cpu::{softmax_rows, LayerNorm, Linear};
+use crate::unet::cpu::{softmax_rows, LayerNorm, Linear};
 use crate::weights::{synthetic_values, Init, ParamTable};
-use crate::whisper_cpu::gelu_in_place;
+use crate::whisper::cpu::gelu_in_place;
 use crate::{EngineError, Result, WeightsSource};
 
 /// Diffusion steps of the schedule.

@@ -258,7 +258,7 @@ impl Params {
     }
 
     /// For the CPU packers of the other engines.
-    pub(crate) fn weights(&self) -> crate::unet_cpu::Weights<'_> {
-        crate::unet_cpu::Weights(&self.0)
+    pub(crate) fn weights(&self) -> crate::unet::cpu::Weights<'_> {
+        crate::unet::cpu::Weights(&self.0)
     }
 }

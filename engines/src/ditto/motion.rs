@@ -15,11 +15,11 @@
 //!
 //! The strided convolutions have stride = kernel, so they are a patch gather and one GEMM.
 
-use crate::cpu_conv::Nhwc;
+use crate::conv::Nhwc;
 use crate::ditto::{Params, TableBuilder};
-use crate::unet_cpu::Linear;
+use crate::unet::cpu::Linear;
 use crate::weights::ParamTable;
-use crate::whisper_cpu::gelu_erf;
+use crate::whisper::cpu::gelu_erf;
 use crate::{EngineError, Result, WeightsSource};
 use rayon::prelude::*;
 

@@ -16,16 +16,16 @@
 //! `actv = ReLU(mlp_shared.0(nearest_resize(seg, x's size)))` (conv3x3 label->hidden, hidden = 128)
 //! and γ = `mlp_gamma(actv)`, β = `mlp_beta(actv)` (conv3x3 hidden->c each). The two are one
 //! convolution here (their weights stacked), and the nearest resize is folded into the gather of
-//! `mlp_shared` ([`cpu_conv::conv3x3`]'s upsampling; x4 = one materialised x2 plus a folded x2).
+//! `mlp_shared` ([`conv::conv3x3`]'s upsampling; x4 = one materialised x2 plus a folded x2).
 //!
 //! Cost at the real size: 446 GMAC ([`SpadeConfig::macs`], LivePortrait's docs say 446), three
 //! quarters of it at 128x128 and 256x256 in `up_0` and `up_1`, where the SPADE branches (three
 //! per block, each a conv3x3 from 256 label channels plus the γ/β conv) cost more than the
 //! block's own convolutions.
 
-use crate::cpu_conv::{self, conv3x3, instance_norm_stats, Nhwc, PackedConv};
+use crate::conv::{self, conv3x3, instance_norm_stats, Nhwc, PackedConv};
 use crate::ditto::{Params, TableBuilder};
-use crate::unet_cpu::{conv, Linear};
+use crate::unet::cpu::{conv, Linear};
 use crate::weights::ParamTable;
 use crate::{EngineError, Result, WeightsSource};
 use rayon::prelude::*;
@@ -237,12 +237,12 @@ impl SpadeDecoder {
             x = b.forward(&x, &seg, false);
         }
         // up_0 at 2x: the map's nearest x2 folded into each SPADE's shared conv.
-        x = self.blocks[6].forward(&cpu_conv::upsample2(&x), &seg, true);
+        x = self.blocks[6].forward(&conv::upsample2(&x), &seg, true);
         // up_1 at 4x: one x2 of the map materialised, the other folded.
-        let seg2 = cpu_conv::upsample2(&seg);
-        x = self.blocks[7].forward(&cpu_conv::upsample2(&x), &seg2, true);
+        let seg2 = conv::upsample2(&seg);
+        x = self.blocks[7].forward(&conv::upsample2(&x), &seg2, true);
         x.data.par_iter_mut().for_each(|v| *v = if *v < 0.0 { *v * SLOPE } else { *v });
-        let mut y = cpu_conv::pixel_shuffle(&conv3x3(&x, &self.conv_img, false, None, false), 2);
+        let mut y = conv::pixel_shuffle(&conv3x3(&x, &self.conv_img, false, None, false), 2);
         y.data.par_iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp()));
         Ok(y.to_nchw())
     }

@@ -11,7 +11,7 @@
 //! other MLPs ignored. A plain state dict (`mlp.0.weight`, ...) loads too.
 
 use crate::ditto::{Params, TableBuilder};
-use crate::unet_cpu::Linear;
+use crate::unet::cpu::Linear;
 use crate::weights::ParamTable;
 use crate::{EngineError, Result, WeightsSource};
 

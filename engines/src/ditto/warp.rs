@@ -31,10 +31,10 @@
 //! kernel math the GPU kernel and the host's CPU path share (`cadence_kernels::grid_sample`,
 //! bitwise PyTorch's operation order), applied here to channels-last volumes.
 
-use crate::cpu_conv::{conv3x3, Nhwc, PackedConv};
-use crate::cpu_conv3d::{conv3d, Ndhwc, PackedConv3d};
+use crate::conv::conv3d::{conv3d, Ndhwc, PackedConv3d};
+use crate::conv::{conv3x3, Nhwc, PackedConv};
 use crate::ditto::{Params, TableBuilder};
-use crate::unet_cpu::{conv, Linear};
+use crate::unet::cpu::{conv, Linear};
 use crate::weights::ParamTable;
 use crate::{EngineError, Result, WeightsSource};
 use cadence_kernels::grid_sample::{Corner, Trilinear};

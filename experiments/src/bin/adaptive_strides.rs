@@ -28,12 +28,12 @@
 //! keyframes, per-frame error) and `adaptive_calibration.json`.
 
 use anyhow::{ensure, Context, Result};
-use cadence::pipeline::FACE_SIDE;
-use cadence::pipeline::LATENT_DIM;
-use cadence::resident::{expand_eased, Infill};
-use cadence::schedule::{bypassed_frames, speech_distance};
+use cadence::backend::resident::{expand_eased, Infill};
+use cadence::musetalk::FACE_SIDE;
+use cadence::musetalk::LATENT_DIM;
+use cadence::schedules::keyframes::{bypassed_frames, speech_distance};
 use cadence::schedules::{self, Alignment, Calibration, Inputs, PhonemeClass, ScheduleKind, Target};
-use cadence::{render, KeyframeSchedule, Method};
+use cadence::{KeyframeSchedule, Method};
 use cadence_engines::{Device, Tensor};
 use clap::Parser;
 use experiments::frames::{decode_each, frame_of, unet_frames, CROP};
@@ -228,7 +228,7 @@ fn run(args: Args) -> Result<()> {
             ClipName::Text => {
                 let wav = args.text_audio.clone().unwrap_or_else(|| root.join(TEXT_WAV));
                 let ph = args.text_phonemes.clone().unwrap_or_else(|| root.join(TEXT_PHONEMES));
-                let mut audio = render::load_audio(&wav, 3600.0)?;
+                let mut audio = cadence::frame_loop::audio::load_audio(&wav, 3600.0)?;
                 let alignment = Alignment::read(&ph)?;
                 alignment.check_duration(audio.duration_s).with_context(|| format!("{}", ph.display()))?;
                 if let Some(n) = args.session.frames {
@@ -358,7 +358,7 @@ fn run(args: Args) -> Result<()> {
     // Calibration file.
     if let Some((c, _)) = &calibration {
         let path = out_dir.join("adaptive_calibration.json");
-        cadence::output::write_atomically(&path, |w| Ok(serde_json::to_writer_pretty(&mut *w, c)?))?;
+        cadence::io::output::write_atomically(&path, |w| Ok(serde_json::to_writer_pretty(&mut *w, c)?))?;
         println!("wrote {}", path.display());
     }
 
@@ -436,7 +436,7 @@ fn dense_render(
     let Session { inputs: SessionInputs { backend, opts, img, face, .. }, engines } = session;
     ensure!(opts.fps == cadence_media::FrameRate::whole(25), "the experiment runs at 25 fps");
     let samples = audio.samples_16k.clone();
-    let prepared = render::prepare(engines, backend, audio, img, *face, opts)?;
+    let prepared = cadence::musetalk::render::prepare(engines, backend, audio, img, *face, opts)?;
     let features = prepared.whole_features(engines, opts)?;
     let n = prepared.frames;
     let distance = speech_distance(&prepared.speech);

@@ -1,4 +1,4 @@
-//! Hardware calibration as the source's `/calibrate` does it ([`cadence::calibrate`], which the
+//! Hardware calibration as the source's `/calibrate` does it ([`cadence::measure::calibrate`], which the
 //! server's `POST /calibrate` runs too): component throughputs, a projection per stride, and a
 //! render per stride measured against it.
 //!
@@ -7,7 +7,7 @@
 //! `calibrate.csv` (one row per stride, with provenance lines).
 
 use anyhow::{Context, Result};
-use cadence::calibrate::{calibrate, check_parameters, CalibrateSetup, Step};
+use cadence::measure::calibrate::{calibrate, check_parameters, CalibrateSetup, Step};
 use clap::Parser;
 use experiments::session::{Inputs, Session, SessionArgs};
 use experiments::OutDir;
@@ -125,7 +125,7 @@ fn run(mut a: Args) -> Result<()> {
         "provenance": prov.pairs().into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect::<serde_json::Map<_, _>>(),
     });
     let json_path = out_dir.join("calibrate.json");
-    cadence::output::write_atomically(&json_path, |w| {
+    cadence::io::output::write_atomically(&json_path, |w| {
         use std::io::Write;
         serde_json::to_writer_pretty(&mut *w, &json)?;
         w.write_all(b"\n")?;

@@ -9,7 +9,7 @@
 //! the files say so.
 
 use anyhow::{ensure, Result};
-use cadence::composite::FaceBox;
+use cadence::backend::composite::FaceBox;
 use cadence::ditto::{self, DittoEngines, DittoInfill};
 use cadence::{Backend, KeyframeSchedule, Method};
 use clap::Parser;
@@ -96,7 +96,7 @@ fn main() -> Result<()> {
 
     let render = |schedule: &KeyframeSchedule, infill: DittoInfill| -> Result<Captured> {
         let mut c = Captured { luma: Vec::with_capacity(n), grid: Vec::new() };
-        ditto::render_frames(
+        ditto::frames::render(
             &dengines,
             &avatar,
             &clip.kp_driving,
@@ -119,7 +119,7 @@ fn main() -> Result<()> {
     eprintln!("ditto_parity: dense render ({n} frames)");
     let dense = render(&KeyframeSchedule::fixed_stride(n, 1)?, DittoInfill::Feature)?;
     let dense_flicker = flicker(&dense.luma, fw, fh);
-    let bypassed = cadence::schedule::bypassed_frames(&clip.distance, opts.ramp);
+    let bypassed = cadence::schedules::keyframes::bypassed_frames(&clip.distance, opts.ramp);
 
     let mut rows = Vec::new();
     let mut grid_rows: Vec<(String, Vec<Vec<u8>>)> = vec![("ditto dense".into(), dense.grid.clone())];
@@ -158,7 +158,7 @@ fn main() -> Result<()> {
     }
 
     eprintln!("ditto_parity: MuseTalk dense render for the grid");
-    let prepared = cadence::render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+    let prepared = cadence::musetalk::render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
     let mut musetalk = Vec::new();
     prepared.render_frames(
         engines,
@@ -237,7 +237,7 @@ fn write_grid(
             }
         }
     }
-    cadence::output::write_atomically(path, |f| {
+    cadence::io::output::write_atomically(path, |f| {
         grid.write_to(f, image::ImageFormat::Png)?;
         Ok(())
     })

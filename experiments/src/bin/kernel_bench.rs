@@ -6,7 +6,7 @@
 //! the copy bound as a dashed line).
 
 use anyhow::{bail, ensure, Context, Result};
-use cadence::elem::{Method, RgbLayout};
+use cadence::backend::elem::{Method, RgbLayout};
 use cadence::Backend;
 use clap::Parser;
 use experiments::kbench::{self, Reps, Timing};

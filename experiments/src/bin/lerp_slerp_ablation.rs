@@ -21,9 +21,9 @@
 //! `lerp_slerp_trajectory.csv` and the plot `lerp_slerp_trajectory.{png,svg}`.
 
 use anyhow::{bail, ensure, Context, Result};
-use cadence::pipeline::FACE_SIDE;
-use cadence::pipeline::LATENT_DIM;
-use cadence::{render, Backend, KeyframeSchedule, Method};
+use cadence::musetalk::FACE_SIDE;
+use cadence::musetalk::LATENT_DIM;
+use cadence::{Backend, KeyframeSchedule, Method};
 use clap::Parser;
 use experiments::frames::{decode_each, frame_of, unet_frames};
 use experiments::metrics::{self, ImageShape, SignedSummary};
@@ -117,7 +117,7 @@ fn backends(set: BackendSet) -> Result<Vec<Backend>> {
 
 /// Deterministic unit vector (f64) from the host's test-data generator.
 fn unit(dim: usize, seed: u64) -> Vec<f64> {
-    let v: Vec<f64> = cadence::fixtures::test_data(dim, seed).into_iter().map(f64::from).collect();
+    let v: Vec<f64> = cadence::measure::fixtures::test_data(dim, seed).into_iter().map(f64::from).collect();
     let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
     v.into_iter().map(|x| x / n).collect()
 }
@@ -478,7 +478,7 @@ fn trajectory(args: &Args, out_dir: &Path) -> Result<()> {
     eprintln!("lerp_slerp_ablation: trajectory part: loading engines and inputs ...");
     let session = Session::open(&sa)?;
     let Session { inputs: Inputs { backend, opts, audio, img, face, .. }, engines } = &session;
-    let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+    let prepared = cadence::musetalk::render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
     let features = prepared.whole_features(engines, opts)?;
     ensure!(
         prepared.frames >= args.start + n,

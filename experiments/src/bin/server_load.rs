@@ -646,8 +646,9 @@ fn measure(a: &Args, cadence: &Path, scratch: &Path, out_dir: &Path, t_run: Inst
     let root = experiments::workspace_root();
     let wav_path = scratch.join("speech.wav");
     write_clip(&root.join(experiments::session::DEFAULT_AUDIO), a.clip_seconds, &wav_path)?;
-    let audio = cadence::render::load_audio(&wav_path, 60.0)?;
-    let expected_frames = cadence::render::video_frames(&audio, &cadence::pipeline::RenderOptions::default());
+    let audio = cadence::frame_loop::audio::load_audio(&wav_path, 60.0)?;
+    let expected_frames =
+        cadence::musetalk::render::video_frames(&audio, &cadence::frame_loop::RenderOptions::default());
     let portraits = (0..3).map(|v| portrait(192, 256, v, scratch)).collect::<Result<Vec<_>>>()?;
     let portrait_path = scratch.join("portrait0.png");
 

@@ -9,8 +9,8 @@
 //! Writes results/streaming.csv (with provenance) and a plot.
 
 use anyhow::{bail, ensure, Context, Result};
-use cadence::clip_audio::{ClipAudio, StreamedAudio};
-use cadence::render::{self, Output, Sink};
+use cadence::frame_loop::audio::{ClipAudio, StreamedAudio};
+use cadence::frame_loop::video::{Output, Sink};
 use cadence::KeyframeSchedule;
 use clap::Parser;
 use experiments::plot::{line_plot_grid, LineChart, Series};
@@ -30,7 +30,7 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     stride: usize,
     /// Render window in seconds.
-    #[arg(long, default_value_t = cadence::pipeline::DEFAULT_WINDOW_SECONDS)]
+    #[arg(long, default_value_t = cadence::frame_loop::DEFAULT_WINDOW_SECONDS)]
     window: f64,
     /// Whole-clip (one window) renders, for comparison, of the clips up to this many seconds
     /// (they hold the whole clip's audio features: 77 KB per frame, 1.2 GB for 600 s).
@@ -47,7 +47,7 @@ struct Args {
     /// Internal, with --child: render the clip as one window.
     #[arg(long, hide = true)]
     whole: bool,
-    /// Internal, with --child: render the clip as a live stream ([`cadence::live`]).
+    /// Internal, with --child: render the clip as a live stream ([`cadence::musetalk::live`]).
     #[arg(long, hide = true, conflicts_with = "whole")]
     live: bool,
     /// Skip the live renders.
@@ -172,21 +172,24 @@ fn child(a: &Args, seconds: f64) -> Result<Row> {
         return live_child(a, seconds);
     }
     let mut session = Session::open(&a.session)?;
-    let window = if a.whole { None } else { cadence::pipeline::window_frames(a.window, session.opts.fps) };
+    let window = if a.whole { None } else { cadence::frame_loop::window_frames(a.window, session.opts.fps) };
     session.opts.window = window;
     let Session { inputs: Inputs { backend, opts, img, face, encoder, .. }, engines } = &session;
     let encoder = encoder.context("the streaming experiment needs the video encoder")?;
     let wav = a.clip_wav.as_deref().context("--child needs --clip-wav")?;
     let t0 = Instant::now();
     // The windowed render reads the WAV as it goes; the whole-clip render decodes it first.
-    let audio: ClipAudio =
-        if a.whole { render::load_audio(wav, 3600.0)?.into() } else { StreamedAudio::open(wav, 3600.0)?.into() };
-    let prepared = render::prepare(engines, backend, audio, img, *face, opts)?;
+    let audio: ClipAudio = if a.whole {
+        cadence::frame_loop::audio::load_audio(wav, 3600.0)?.into()
+    } else {
+        StreamedAudio::open(wav, 3600.0)?.into()
+    };
+    let prepared = cadence::musetalk::render::prepare(engines, backend, audio, img, *face, opts)?;
     let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;
     let schedule = KeyframeSchedule::fixed_stride(prepared.frames, a.stride)?;
     let mut sink = Count(0);
     let mut frame_times = Vec::with_capacity(prepared.frames);
-    let r = render::render_clip(
+    let r = cadence::musetalk::render::render_clip(
         engines,
         backend,
         opts,
@@ -234,9 +237,13 @@ fn live_child(a: &Args, seconds: f64) -> Result<Row> {
     let Session { inputs: Inputs { backend, opts, img, face, encoder, .. }, engines } = &session;
     let encoder = encoder.context("the streaming experiment needs the video encoder")?;
     let wav = a.clip_wav.as_deref().context("--child needs --clip-wav")?;
-    let live = cadence::live::LiveOptions::new(a.stride, cadence::pipeline::window_frames(a.window, opts.fps), opts)?;
+    let live = cadence::frame_loop::live::LiveOptions::new(
+        a.stride,
+        cadence::frame_loop::window_frames(a.window, opts.fps),
+        opts,
+    )?;
     let t0 = Instant::now();
-    let avatar = render::prepare_avatar_image(engines, backend, img, *face)?;
+    let avatar = cadence::musetalk::render::prepare_avatar_image(engines, backend, img, *face)?;
     let file = std::fs::File::open(wav).with_context(|| format!("opening {}", wav.display()))?;
     // No length given: the reader cannot know where the stream ends, as with a pipe.
     let reader = cadence_media::wav::WavReader::new(std::io::BufReader::new(file), None)
@@ -245,7 +252,7 @@ fn live_child(a: &Args, seconds: f64) -> Result<Row> {
     let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;
     let mut sink = Count(0);
     let mut frame_times = Vec::new();
-    let r = cadence::live::render_live(
+    let r = cadence::musetalk::live::render_live(
         engines,
         backend,
         opts,

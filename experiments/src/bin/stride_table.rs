@@ -6,9 +6,9 @@
 use anyhow::{ensure, Context, Result};
 use cadence::args::EngineFamily;
 use cadence::ditto::{self, DittoEngines, DittoInfill};
-use cadence::output::{OutputPath, Overwrite};
-use cadence::render::{self, Output};
-use cadence::report::{RenderReport, RenderSetup};
+use cadence::frame_loop::report::{RenderReport, RenderSetup};
+use cadence::frame_loop::video::Output;
+use cadence::io::output::{OutputPath, Overwrite};
 use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::Engine;
 use clap::Parser;
@@ -99,7 +99,7 @@ fn main() -> Result<()> {
     let bar = experiments::progress::progress_bar(0, "stride_table");
     let rows = in_rounds(&a.strides, a.rounds, |&k| {
         bar.set_message(format!("stride {k}: audio encoder + avatar"));
-        let prepared = render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
+        let prepared = cadence::musetalk::render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
         let n = prepared.frames;
         total_bar_len += n as u64;
         bar.set_length(total_bar_len);
@@ -110,8 +110,10 @@ fn main() -> Result<()> {
             Some(e) => Output::Mp4 { out: &out, encoder: *e },
             None => Output::Discard,
         };
-        let r = render::render_clip(engines, backend, opts, &prepared, &schedule, output, |d| bar.inc(d as u64))
-            .with_context(|| format!("render at stride {k}"))?;
+        let r = cadence::musetalk::render::render_clip(engines, backend, opts, &prepared, &schedule, output, |d| {
+            bar.inc(d as u64)
+        })
+        .with_context(|| format!("render at stride {k}"))?;
         let setup = RenderSetup::new(backend, &session.engine_device, engines);
         let rep = RenderReport::new(setup, &prepared, &r.stats, r.video.as_ref(), opts.fps, 0.0);
         let names = Names {

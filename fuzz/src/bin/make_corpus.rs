@@ -15,10 +15,10 @@ fn main() -> Result<()> {
     };
 
     let npy = dir("npy")?;
-    cadence::npy::save(&npy.join("f32_4x8.npy"), &[4, 8], &(0..32).map(|i| i as f32 * 0.25).collect::<Vec<_>>())?;
+    cadence::io::npy::save(&npy.join("f32_4x8.npy"), &[4, 8], &(0..32).map(|i| i as f32 * 0.25).collect::<Vec<_>>())?;
     let h: Vec<half::f16> = (0..12).map(|i| half::f16::from_f32(i as f32 - 6.0)).collect();
-    cadence::npy::save(&npy.join("f16_2x3x2.npy"), &[2, 3, 2], &h)?;
-    cadence::npy::save(&npy.join("f32_scalar.npy"), &[], &[1.5f32])?;
+    cadence::io::npy::save(&npy.join("f16_2x3x2.npy"), &[2, 3, 2], &h)?;
+    cadence::io::npy::save(&npy.join("f32_scalar.npy"), &[], &[1.5f32])?;
 
     let wav = dir("wav")?;
     let write = |name: &str, rate: u32, ch: u16, bits: u16, float: bool| -> Result<()> {

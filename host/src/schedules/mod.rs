@@ -5,7 +5,7 @@
 //! Rules every schedule here keeps (documented in `docs/adaptive_keyframes.md`):
 //! - the first and the last frame of the clip are keyframes;
 //! - no keyframe lies in sustained silence, the frames the pipeline bypasses
-//!   ([`crate::schedule::bypassed_frames`]): the UNet never runs there;
+//!   ([`crate::schedules::keyframes::bypassed_frames`]): the UNet never runs there;
 //! - the first and last frame of every run of frames that are not bypassed (a "speech run",
 //!   silence easing ramps included) are keyframes, so no in-between frame is interpolated across
 //!   a bypassed pause;
@@ -33,8 +33,8 @@
 
 pub mod alignment;
 pub mod classes;
-pub mod cli;
 pub mod espeak;
+pub mod keyframes;
 pub mod signals;
 
 pub use alignment::{Alignment, FrameClasses, Phone};
@@ -93,7 +93,7 @@ pub enum Target {
 #[derive(Clone, Debug)]
 pub struct Inputs<'a> {
     pub fps: f64,
-    /// Per frame: bypassed in sustained silence ([`crate::schedule::bypassed_frames`]).
+    /// Per frame: bypassed in sustained silence ([`crate::schedules::keyframes::bypassed_frames`]).
     pub bypassed: &'a [bool],
     pub alignment: Option<&'a Alignment>,
     pub class_strides: ClassStrides,

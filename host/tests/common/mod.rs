@@ -131,11 +131,12 @@ pub fn skipped(test: &str, reason: &str) {
 /// The CUDA backend for a per-device test: `None` (recorded as skipped) on a machine without a
 /// CUDA driver; on a machine with one, a backend that fails to start fails the test.
 pub fn cuda_backend(test: &str) -> Option<cadence::Backend> {
-    if !cadence::cuda::driver_present() {
+    if !cadence::backend::cuda::driver_present() {
         skipped(test, "no CUDA driver on this machine");
         return None;
     }
-    let c = cadence::cuda::CudaBackend::new(0).expect("a CUDA driver is present, so the CUDA backend must start");
+    let c =
+        cadence::backend::cuda::CudaBackend::new(0).expect("a CUDA driver is present, so the CUDA backend must start");
     Some(cadence::Backend::Cuda(Box::new(c)))
 }
 

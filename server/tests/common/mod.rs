@@ -2,7 +2,7 @@
 //! client, and the clips and images the tests send.
 #![allow(dead_code)]
 
-use cadence::pipeline::{DecoderKind, Engines};
+use cadence::musetalk::{DecoderKind, Engines};
 use cadence_engines::{Device, Profile};
 use cadence_server::{RunningServer, ServeArgs};
 use clap::Parser;

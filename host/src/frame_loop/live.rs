@@ -1,0 +1,424 @@
+//! A live render: speech read from a stream as it arrives (a pipe, a FIFO, standard input),
+//! video written as fragmented MP4 as it is made, with no end known in advance.
+//!
+//! A file's render knows its whole clip: the loudness reference of voice activity is a
+//! percentile of the whole clip, and whisper encodes each 30 s segment with all of its audio. A
+//! live render cannot wait for either, so it renders the stream a part at a time, each part as
+//! soon as the audio of the part and a short lookahead has arrived:
+//! - parts are [`LiveOptions::part_frames`] frames (the render window, rounded up to a multiple
+//!   of the stride), starting on keyframes of the stream's fixed-stride schedule (every k-th
+//!   frame, and the last frame, as in a file's render). A part is rendered with the keyframe
+//!   that ends it, which the next part starts from and renders again (one UNet evaluation more
+//!   per part);
+//! - whisper encodes, for each part, the last 30 s of audio received (the lookahead included):
+//!   one encoder pass per part instead of one per 30 s;
+//! - the loudness reference is the percentile of the levels received so far
+//!   ([`cadence_media::LevelReference`]); a frame's speech decision is final once it is
+//!   shown;
+//! - the silence easing sees speech up to `ramp` frames ahead (the lookahead covers it), so it
+//!   is the file's rule on the decisions.
+//!
+//! The output therefore differs from a render of the same audio as a file; how much is measured
+//! (`cadence render --audio -` against a file render: `cli/tests/live_audio.rs`, and the
+//! `streaming` experiment). The delay from a sample's arrival to its frame's output is the
+//! part, the lookahead and one part's render time.
+
+use crate::backend::resident::Residency;
+use crate::frame_loop::video::RenderResult;
+use crate::frame_loop::{RenderOptions, RenderStats, StageTimes};
+use crate::schedules::keyframes::{bypassed_frames, speech_distance};
+use anyhow::{ensure, Result};
+use cadence_media::{
+    frames_from_hops, hop_activity_above, hop_context, AudioStream, EncoderKind, FragmentedWriter, FrameRate,
+    HopLevels, LevelReference, VadConfig, TARGET_RATE,
+};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+/// How a live stream is cut into parts.
+#[derive(Clone, Copy, Debug)]
+pub struct LiveOptions {
+    /// The fixed keyframe stride.
+    pub stride: usize,
+    /// Frames per part: a positive multiple of the stride.
+    pub part_frames: usize,
+    /// Frames of audio past a part's end that must have arrived before the part is rendered.
+    pub lookahead_frames: usize,
+}
+
+impl LiveOptions {
+    /// Parts of about `window` frames (at least one stride), and a lookahead of the easing ramp
+    /// plus 0.25 s: whisper's frame window reaches 0.1 s ahead, and voice activity's shortest
+    /// run 30 ms.
+    pub fn new(stride: usize, window: Option<usize>, opts: &RenderOptions) -> Result<Self> {
+        ensure!(stride > 0, "stride must be at least 1 (got 0)");
+        let window = window.unwrap_or(
+            crate::frame_loop::window_frames(crate::frame_loop::DEFAULT_WINDOW_SECONDS, opts.fps).unwrap_or(1),
+        );
+        let part_frames = window.div_ceil(stride).max(1) * stride;
+        let lookahead_frames = opts.ramp as usize + (0.25 * opts.fps.hz()).ceil() as usize;
+        Ok(Self { stride, part_frames, lookahead_frames })
+    }
+}
+
+/// Frames whose audio has fully arrived, for `samples` 16 kHz samples.
+pub(crate) fn whole_frames(samples: usize, fps: FrameRate) -> usize {
+    // floor(samples * fps / 16000) in integers: exact for every rational rate.
+    (samples as u128 * fps.num as u128 / (TARGET_RATE as u128 * fps.den as u128)) as usize
+}
+
+/// The 16 kHz sample holding the start of frame `f`: floor(f x 16000 / fps).
+pub(crate) fn frame_sample(f: usize, fps: FrameRate) -> usize {
+    (f as u128 * TARGET_RATE as u128 * fps.den as u128 / fps.num as u128) as usize
+}
+
+/// The 16 kHz sample where frame `f` starts, when that is a whole sample.
+pub(crate) fn frame_start_sample(f: usize, fps: FrameRate) -> Option<usize> {
+    let num = f as u128 * TARGET_RATE as u128 * fps.den as u128;
+    num.is_multiple_of(fps.num as u128).then(|| (num / fps.num as u128) as usize)
+}
+
+/// The smallest frame step whose frames all start on a whole 16 kHz sample (1 at 25 fps, 3 at
+/// 30, 15 at 30000/1001): whisper's context must start at a frame's first sample for its frames
+/// to be the stream's frames.
+pub(crate) fn aligned_frame_step(fps: FrameRate) -> usize {
+    let a = TARGET_RATE as u64 * fps.den as u64;
+    let b = fps.num as u64;
+    let g = gcd(a, b);
+    (b / g) as usize
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// What has arrived of the stream and is still needed.
+pub(crate) struct Received<R: Read> {
+    pub(crate) stream: AudioStream<R>,
+    /// Source frames asked for per read: 10 ms, so a read returns as soon as that has arrived.
+    read_frames: usize,
+    pub(crate) ended: bool,
+    /// 16 kHz samples from `mono_from` on.
+    pub(crate) mono: Vec<f32>,
+    pub(crate) mono_from: usize,
+    pub(crate) mono_total: usize,
+    pub(crate) track: Track,
+    /// Voice activity: whole 10 ms hop levels from `levels_from` on, and the reference.
+    hops: Option<HopLevels>,
+    levels: Vec<f64>,
+    levels_from: usize,
+    reference: LevelReference,
+}
+
+impl<R: Read> Received<R> {
+    pub(crate) fn new(stream: AudioStream<R>, vad: &VadConfig) -> Self {
+        let rate = stream.reader().format().sample_rate as usize;
+        let track_channels = stream.track_format().channels as usize;
+        Self {
+            stream,
+            read_frames: (rate / 100).max(1),
+            ended: false,
+            mono: Vec::new(),
+            mono_from: 0,
+            mono_total: 0,
+            track: Track { samples: Vec::new(), from: 0, channels: track_channels.max(1) },
+            hops: Some(HopLevels::new(vad)),
+            levels: Vec::new(),
+            levels_from: 0,
+            reference: LevelReference::new(),
+        }
+    }
+
+    /// Reads until `frames` whole frames of audio have arrived or the stream ends.
+    pub(crate) fn wait_for(&mut self, frames: usize, fps: FrameRate) -> Result<()> {
+        let mut fresh = Vec::new();
+        while !self.ended && whole_frames(self.mono_total, fps) < frames {
+            fresh.clear();
+            self.ended = !self.stream.read(self.read_frames, &mut fresh, &mut self.track.samples)?;
+            self.mono_total += fresh.len();
+            self.mono.extend_from_slice(&fresh);
+            let hops = self.hops.as_mut().expect("hops end with the stream");
+            hops.push(&fresh);
+            let mut new_levels = hops.take_levels();
+            if self.ended {
+                // The last, shorter hop counts, as in a file's levels.
+                new_levels.extend(self.hops.take().expect("checked above").finish());
+            }
+            new_levels.iter().for_each(|&l| self.reference.push(l));
+            self.levels.extend(new_levels);
+        }
+        Ok(())
+    }
+
+    /// Forgets the 16 kHz samples before `sample` and the levels before `hop`.
+    pub(crate) fn forget_before(&mut self, sample: usize, hop: usize) {
+        if sample > self.mono_from {
+            let n = (sample - self.mono_from).min(self.mono.len());
+            self.mono.drain(..n);
+            self.mono_from += n;
+        }
+        if hop > self.levels_from {
+            let n = (hop - self.levels_from).min(self.levels.len());
+            self.levels.drain(..n);
+            self.levels_from += n;
+        }
+    }
+}
+
+impl<R: Read> Received<R> {
+    /// Voice activity of frames a..end (`end` at most the frames known), decided with the levels
+    /// and the loudness reference received so far.
+    pub(crate) fn speech(&self, a: usize, end: usize, fps: FrameRate, vad: &VadConfig) -> Vec<bool> {
+        let first_hop = hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 1).max(self.levels_from);
+        let mut decided = vec![false; end.saturating_sub(a)];
+        if let Some(threshold) = self.reference.threshold(vad) {
+            let levels = &self.levels[first_hop - self.levels_from..];
+            let hops = hop_activity_above(levels, threshold, vad);
+            frames_from_hops(&hops, first_hop, fps.hz(), a, &mut decided, vad);
+        }
+        decided
+    }
+}
+
+/// The first level hop frame `a`'s decisions can still read.
+pub(crate) fn first_hop_for(a: usize, fps: FrameRate, vad: &VadConfig) -> usize {
+    hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 2)
+}
+
+/// The speech decisions of the frames already shown that the silence easing still reads (it
+/// looks `ramp` frames back): a decision is final once its frame is shown.
+pub(crate) struct ShownSpeech {
+    speech: Vec<bool>,
+    from: usize,
+    ramp: usize,
+}
+
+impl ShownSpeech {
+    pub(crate) fn new(ramp: u32) -> Self {
+        Self { speech: Vec::new(), from: 0, ramp: ramp as usize }
+    }
+
+    /// Distances to speech of frames a..a + len, over the decisions shown before `a` and
+    /// `decided` (frames a.., as far as they are known).
+    pub(crate) fn distance(&self, a: usize, decided: &[bool], len: usize) -> Vec<u32> {
+        let before = a - self.from;
+        let mut speech = self.speech[..before].to_vec();
+        speech.extend_from_slice(decided);
+        speech.resize(speech.len().max(before + len), false);
+        speech_distance(&speech)[before..before + len].to_vec()
+    }
+
+    /// Frames a..a + shown were shown with the decisions `decided` (frames a..).
+    pub(crate) fn shown(&mut self, a: usize, decided: &[bool], shown: usize) {
+        let before = a - self.from;
+        self.speech.truncate(before);
+        self.speech.extend_from_slice(&decided[..shown.min(decided.len())]);
+        self.speech.resize(before + shown, false);
+        let keep_from = (a + shown).saturating_sub(self.ramp).max(self.from);
+        self.speech.drain(..keep_from - self.from);
+        self.from = keep_from;
+    }
+}
+
+/// A live render's fragmented MP4: each frame after the stream's audio up to the frame's end,
+/// paced to real time when asked, with the times of the first frame and fragment.
+pub(crate) struct LiveOutput<W: Write> {
+    writer: FragmentedWriter<W>,
+    name: String,
+    t0: Instant,
+    pace: bool,
+    period: f64,
+    track_rate: f64,
+    started: Option<Instant>,
+    first_frame_ms: Option<f64>,
+    first_fragment_ms: Option<f64>,
+    late_frames: usize,
+}
+
+impl<W: Write> LiveOutput<W> {
+    /// `t0`: when the render started (the first frame's and fragment's times count from it).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        out: W,
+        name: &str,
+        (width, height): (usize, usize),
+        fps: FrameRate,
+        encoder: EncoderKind,
+        track_format: cadence_media::AudioFormat,
+        pace: bool,
+        t0: Instant,
+    ) -> Result<Self> {
+        let writer = FragmentedWriter::new(out, name, width as u32, height as u32, fps, encoder, Some(track_format))?;
+        Ok(Self {
+            writer,
+            name: name.to_string(),
+            t0,
+            pace,
+            period: 1.0 / fps.hz(),
+            track_rate: track_format.sample_rate as f64,
+            started: None,
+            first_frame_ms: None,
+            first_fragment_ms: None,
+            late_frames: 0,
+        })
+    }
+
+    /// Shows frame `f` (NV12): first the track's audio up to the frame's end, then the frame,
+    /// held back to its time with pacing.
+    pub(crate) fn show(&mut self, f: usize, frame: &[u8], track: &mut Track) -> Result<()> {
+        self.first_frame_ms.get_or_insert_with(|| self.t0.elapsed().as_secs_f64() * 1e3);
+        if self.pace {
+            let start = *self.started.get_or_insert_with(Instant::now);
+            let due = start + Duration::from_secs_f64(f as f64 * self.period);
+            let now = Instant::now();
+            if now < due {
+                std::thread::sleep(due - now);
+            } else if (now - due).as_secs_f64() > self.period {
+                self.late_frames += 1;
+            }
+        }
+        let upto = ((f + 1) as f64 * self.period * self.track_rate).ceil() as usize;
+        let writer = &mut self.writer;
+        track.take(upto, &mut |s| Ok(writer.push_audio(s)?))?;
+        self.writer.push_nv12(frame)?;
+        if self.first_fragment_ms.is_none() && self.writer.fragments_written() > 0 {
+            self.first_fragment_ms = Some(self.t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
+    }
+
+    /// The rest of the track, the last fragment, flushed; the render's result with `stats`
+    /// (the encoder's time of this last step added, the total set).
+    pub(crate) fn finish(mut self, track: &mut Track, mut stats: RenderStats) -> Result<RenderResult> {
+        let t = Instant::now();
+        let total = track.total();
+        let writer = &mut self.writer;
+        track.take(total, &mut |s| Ok(writer.push_audio(s)?))?;
+        let (video, mut out) = self.writer.finish()?;
+        out.flush().map_err(|e| anyhow::anyhow!("{}: {e}", self.name))?;
+        self.first_fragment_ms.get_or_insert_with(|| self.t0.elapsed().as_secs_f64() * 1e3);
+        stats.times.encoder_ms += t.elapsed().as_secs_f64() * 1e3;
+        stats.times.total_ms = self.t0.elapsed().as_secs_f64() * 1e3;
+        Ok(RenderResult {
+            stats,
+            video: Some(video),
+            first_frame_ms: self.first_frame_ms,
+            first_fragment_ms: self.first_fragment_ms,
+            late_frames: self.late_frames,
+        })
+    }
+}
+
+/// The MP4 track's interleaved samples received and not yet muxed: sample frames `from..`.
+pub(crate) struct Track {
+    samples: Vec<i16>,
+    from: usize,
+    channels: usize,
+}
+
+impl Track {
+    /// Sample frames received so far.
+    pub(crate) fn total(&self) -> usize {
+        self.from + self.samples.len() / self.channels
+    }
+
+    /// Hands the sample frames `from..to` (as many as have arrived) to `f` and forgets them.
+    fn take(&mut self, to: usize, f: &mut dyn FnMut(&[i16]) -> Result<()>) -> Result<()> {
+        let to = to.min(self.total());
+        if to > self.from {
+            let n = (to - self.from) * self.channels;
+            f(&self.samples[..n])?;
+            self.samples.drain(..n);
+            self.from = to;
+        }
+        Ok(())
+    }
+}
+
+/// The hop holding 16 kHz sample `s`.
+pub(crate) fn hop_of(s: usize, vad: &VadConfig) -> usize {
+    let hop = ((vad.hop_ms * TARGET_RATE as f64 / 1000.0).round() as usize).max(1);
+    s / hop
+}
+
+/// A live render's statistics before its first part.
+pub(crate) fn stream_stats(residency: Residency) -> RenderStats {
+    RenderStats {
+        frames: 0,
+        keyframes_scheduled: 0,
+        keyframes_evaluated: 0,
+        bypassed_frames: 0,
+        decoded_frames: 0,
+        residency,
+        times: StageTimes::default(),
+    }
+}
+
+/// Adds a part's statistics to the stream's: the `shown` frames (the part's last frame, a
+/// keyframe, is the next part's first), their bypasses by the part's `distance` and `ramp`, its
+/// evaluations and times.
+pub(crate) fn add_part(stats: &mut RenderStats, part: &RenderStats, distance: &[u32], shown: usize, ramp: u32) {
+    stats.frames += shown;
+    stats.keyframes_scheduled += part.keyframes_scheduled;
+    stats.keyframes_evaluated += part.keyframes_evaluated;
+    stats.bypassed_frames += bypassed_frames(&distance[..shown], ramp).iter().filter(|&&b| b).count();
+    stats.decoded_frames += part.decoded_frames;
+    add_times(&mut stats.times, &part.times);
+}
+
+fn add_times(sum: &mut StageTimes, t: &StageTimes) {
+    sum.audio_ms += t.audio_ms;
+    sum.unet_ms += t.unet_ms;
+    sum.expand_ms += t.expand_ms;
+    sum.ease_ms += t.ease_ms;
+    sum.decoder_ms += t.decoder_ms;
+    sum.composite_nv12_ms += t.composite_nv12_ms;
+    sum.encoder_ms += t.encoder_ms;
+    sum.encoder_busy_ms += t.encoder_busy_ms;
+    sum.other_ms += t.other_ms;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_align_to_whole_samples() {
+        assert_eq!(aligned_frame_step(FrameRate::whole(25)), 1);
+        assert_eq!(aligned_frame_step(FrameRate::whole(30)), 3);
+        assert_eq!(aligned_frame_step(FrameRate { num: 30000, den: 1001 }), 15);
+        for fps in [FrameRate::whole(25), FrameRate::whole(30), FrameRate { num: 30000, den: 1001 }] {
+            let step = aligned_frame_step(fps);
+            for m in 0..5 {
+                assert!(frame_start_sample(m * step, fps).is_some(), "{fps:?} frame {}", m * step);
+            }
+            if step > 1 {
+                assert!(frame_start_sample(1, fps).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn whole_frames_is_floor_of_time() {
+        let fps = FrameRate::whole(25);
+        assert_eq!(whole_frames(639, fps), 0);
+        assert_eq!(whole_frames(640, fps), 1);
+        assert_eq!(whole_frames(16000, fps), 25);
+        let ntsc = FrameRate { num: 30000, den: 1001 };
+        assert_eq!(whole_frames(8008, ntsc), 15);
+        assert_eq!(whole_frames(8007, ntsc), 14);
+    }
+
+    #[test]
+    fn parts_are_whole_strides() {
+        let opts = RenderOptions::default();
+        let l = LiveOptions::new(3, Some(100), &opts).unwrap();
+        assert_eq!(l.part_frames, 102);
+        assert_eq!(l.lookahead_frames, 4 + 7);
+        assert_eq!(LiveOptions::new(3, Some(1), &opts).unwrap().part_frames, 3);
+        assert!(LiveOptions::new(0, None, &opts).is_err());
+    }
+}
