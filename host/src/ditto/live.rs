@@ -167,14 +167,7 @@ pub fn render_live<R: Read, W: Write>(
             &schedule,
             opts.infill,
             opts.method,
-            |i, frame| {
-                if i >= shown {
-                    return Ok(()); // the next part's first frame
-                }
-                output.show(a + i, frame, track)?;
-                progress(1);
-                Ok(())
-            },
+            output.part_sink(a, shown, track, &mut progress),
             |_| {},
         )
         .with_context(|| format!("rendering frames {a}..{}", a + shown))?;

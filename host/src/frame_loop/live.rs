@@ -265,6 +265,25 @@ impl<W: Write> LiveOutput<W> {
             late_frames: 0,
         })
     }
+    /// The sink of a part that starts at stream frame `a` and shows `shown` frames: its frames go
+    /// out ([`Self::show`]) with progress, its closing keyframe (which the next part renders
+    /// again and shows) does not.
+    pub(crate) fn part_sink<'s>(
+        &'s mut self,
+        a: usize,
+        shown: usize,
+        track: &'s mut Track,
+        progress: &'s mut dyn FnMut(usize),
+    ) -> impl FnMut(usize, &[u8]) -> Result<()> + 's {
+        move |i, frame| {
+            if i >= shown {
+                return Ok(()); // the next part's first frame
+            }
+            self.show(a + i, frame, track)?;
+            progress(1);
+            Ok(())
+        }
+    }
 
     /// Shows frame `f` (NV12): first the track's audio up to the frame's end, then the frame,
     /// held back to its time with pacing.

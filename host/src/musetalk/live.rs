@@ -161,14 +161,7 @@ pub fn render_live<R: Read, W: Write>(
             &schedule,
             &avatar.avatar,
             &avatar.compositors,
-            |i, frame| {
-                if i >= shown {
-                    return Ok(()); // the next part's first frame
-                }
-                output.show(a + i, frame, track)?;
-                progress(1);
-                Ok(())
-            },
+            output.part_sink(a, shown, track, &mut progress),
             |_| {},
         )
         .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
