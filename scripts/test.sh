@@ -3,7 +3,7 @@
 # tests that could check nothing on this machine and why (CUDA without a GPU, AVX without the
 # CPU feature), counted, so a skip never passes unseen. Extra arguments go to `cargo test`.
 # Needs nothing installed by hand: speech comes from committed fixtures, MP4s are decoded
-# in-process; the groups that need system tools are separate (README, "Tests").
+# in-process; the groups that need system tools are separate (docs/tests.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skips="${CARGO_TARGET_DIR:-target}/tmp/skipped-tests.txt"
