@@ -1,7 +1,7 @@
 //! Hostile but realistic use of the CLI: every case exits non-zero with a clear one-line message
 //! and no panic text, leaves no file at or beside the output path, never changes an input, and
 //! where the case is about memory, the child's peak resident memory is measured and bounded.
-//! (docs/cli.md: "What cadence refuses and why".)
+//! (docs/cli.md: "Output files, and what cadence refuses".)
 
 mod common;
 use common::s;
