@@ -8,6 +8,7 @@ mod gpu_check;
 mod info;
 mod models;
 mod render;
+mod vad;
 
 use anyhow::Result;
 use cadence::io::output::{OutputPath, Overwrite};
@@ -56,6 +57,9 @@ enum Command {
     /// avatars prepared once, render slots, limits and metrics (server/README.md). SIGTERM or
     /// SIGINT drains it.
     Serve(Box<cadence_server::ServeArgs>),
+    /// Speech segments of a WAV file by Silero VAD (a trained detector, its model embedded):
+    /// start and end in seconds, or with --json the probability of every 32 ms chunk too.
+    Vad(vad::VadArgs),
 }
 
 fn main() {
@@ -80,6 +84,7 @@ fn main() {
         Command::Bench(a) => bench::run(a),
         Command::GpuCheck(a) => gpu_check::run(a),
         Command::Serve(a) => cadence_server::serve(*a),
+        Command::Vad(a) => vad::run(a),
     });
     if let Err(e) = result {
         eprintln!("cadence: error: {e:#}");

@@ -37,6 +37,9 @@ pub enum MediaError {
     /// The video or audio encoder failed.
     #[error("{encoder} encoder: {detail}")]
     Encode { encoder: String, detail: String },
+    /// The Silero VAD model could not be loaded or run (see [`crate::vad::silero`]).
+    #[error("Silero VAD: {0}")]
+    Model(String),
     /// Writing or reading the MP4 container failed.
     #[error("{path}: MP4: {detail}")]
     Mp4 { path: String, detail: String },

@@ -21,6 +21,12 @@
 //!   frame, energy based, thresholds relative to the clip's loudness, 200 ms hangover
 //!   (documented in [`vad`] and [`VadConfig`]); [`voice_activity_with`] takes a config.
 //! - [`frame_count`]`(duration_s, fps) = ceil(duration_s * fps)`.
+//! - Silero VAD v5 ([`vad::silero`]), a trained detector run by tract on the committed ONNX
+//!   file: [`silero_voice_activity`]`(samples_16k, fps, n_frames) -> Vec<bool>` (the same shape
+//!   as [`voice_activity`]), [`vad::silero::try_voice_activity_with`] with a [`SileroConfig`];
+//!   [`SileroVad::process_chunk`] for a stream of 512-sample chunks, [`VadIterator`] for live
+//!   start/end events; [`vad::silero::speech_probabilities`] and
+//!   [`vad::silero::speech_timestamps`] for a whole clip (Silero's `get_speech_timestamps`).
 //!
 //! ## Avatar image ([`image`])
 //! - [`load_image`]`(path) -> Result<RgbImage>`: PNG/JPEG, each side 64..=3840 (the encoder's limit).
@@ -86,6 +92,9 @@ pub use error::{MediaError, Result};
 pub use fmp4::{FragmentedWriter, SegmentQueue};
 pub use image::{crop_to_planar, image_size, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
 pub use probe::{probe, Mp4Info};
+pub use vad::silero::{
+    voice_activity as silero_voice_activity, SileroConfig, SileroVad, SpeechEvent, SpeechSegment, VadIterator,
+};
 pub use vad::{
     frame_count, frames_from_hops, hop_activity_above, hop_context, voice_activity, voice_activity_from_levels,
     voice_activity_with, HopLevels, LevelReference, VadConfig,

@@ -14,8 +14,9 @@
 //! 6. A video frame is speech when any hop whose centre lies in the frame's time span is
 //!    speech; frames past the end of the audio are silence.
 //!
-//! (webrtc-vad and Silero need C or model weights; an energy detector with these guards is
-//! what the render needs: it only has to find pauses of a fraction of a second or longer.)
+//! (webrtc-vad needs C; an energy detector with these guards is what the render needed first:
+//! it only has to find pauses of a fraction of a second or longer. The trained detector is
+//! [`super::silero`].)
 
 /// Thresholds of [`voice_activity_with`]. See the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq)]

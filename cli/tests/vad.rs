@@ -1,0 +1,90 @@
+//! `cadence vad`: Silero VAD's segments and probabilities of a WAV file, against the wheel's own
+//! results on the same clip (fixtures/vad/silero_reference.json, scripts/make_vad_fixtures.py),
+//! and bad input (clear error, non-zero exit).
+
+mod common;
+use common::{cadence, s, speech_fixture, stderr};
+
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/vad").join(name)
+}
+
+fn reference() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("silero_reference.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn json_report_matches_the_reference() {
+    let wav = fixture("mix_16k.wav");
+    let o = cadence(&["vad", s(&wav), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+    let want = reference();
+    assert_eq!(got["model"], want["model"]);
+    assert_eq!(got["sample_rate"], 16000);
+    assert_eq!(got["chunk_samples"], 512);
+    let (p, q) = (got["probabilities"].as_array().unwrap(), want["probabilities"].as_array().unwrap());
+    assert_eq!(p.len(), q.len());
+    let max_err = p.iter().zip(q).map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs()).fold(0.0, f64::max);
+    assert!(max_err < 1e-3, "max probability error {max_err}");
+    let segs = got["segments"].as_array().unwrap();
+    let want_segs = want["segments"]["default"]["segments"].as_array().unwrap();
+    assert_eq!(segs.len(), want_segs.len());
+    for (g, w) in segs.iter().zip(want_segs) {
+        for k in 0..2 {
+            let want_s = w[k].as_f64().unwrap() / 16000.0;
+            assert!((g[k].as_f64().unwrap() - want_s).abs() < 1e-9, "{g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn text_report_and_flags() {
+    let wav = fixture("mix_16k.wav");
+    let o = cadence(&["vad", s(&wav)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("4 speech segment(s)"), "{out}");
+    assert_eq!(out.lines().count(), 1 + 4, "{out}");
+
+    // A 1 s limit cuts the long sentences: more segments than the default's 4.
+    let o = cadence(&["vad", s(&wav), "--max-speech-s", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().count() > 1 + 4, "{out}");
+
+    // Any WAV rate: a committed 22.05 kHz sentence has speech.
+    let o = cadence(&["vad", s(&speech_fixture("fox"))]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 speech segment(s)"));
+
+    let o = cadence(&["vad", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    for flag in ["--json", "--threshold", "--neg-threshold", "--min-speech-ms", "--min-silence-ms", "--speech-pad-ms"] {
+        assert!(help.contains(flag), "--help lacks {flag}: {help}");
+    }
+}
+
+#[test]
+fn bad_input_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_wav = dir.path().join("x.wav");
+    std::fs::write(&not_wav, b"not a wav file at all").unwrap();
+    let missing = dir.path().join("missing.wav");
+    let wav = fixture("mix_16k.wav");
+    for (args, needle) in [
+        (vec!["vad", s(&missing)], "missing.wav"),
+        (vec!["vad", s(&not_wav)], "not a WAV"),
+        (vec!["vad", s(&wav), "--threshold", "1.5"], "--threshold"),
+        (vec!["vad", s(&wav), "--min-silence-ms=-5"], "min_silence_duration_ms"),
+        (vec!["vad", s(&wav), "--max-speech-s", "0"], "max_speech_duration_s"),
+    ] {
+        let o = cadence(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = stderr(&o);
+        assert!(err.contains("cadence: error") && err.contains(needle), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&o.stdout));
+    }
+}

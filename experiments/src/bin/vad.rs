@@ -1,0 +1,447 @@
+//! Silero VAD against the energy VAD (issue 36): speed, and what each would make the render do.
+//!
+//! Speed: Silero's chunk probabilities of a whole mix ([`silero::speech_probabilities`], tract on
+//! one thread), median of `--runs` runs, as x real time (audio seconds per wall second) and
+//! milliseconds per 512-sample chunk; the energy VAD timed the same way for scale.
+//!
+//! Accuracy: test mixes at 16 kHz with speech of known boundaries, made from the committed
+//! espeak-ng sentences (fixtures/speech/*.wav; a sentence's speech runs from its first to its last
+//! sample above -40 dB of its peak), each at a gain of 0, -3, -6 or -12 dB, separated by pauses
+//! of 0.4 to 4 s, some empty, some holding a breath (noise band-passed to about 300-2000 Hz with a
+//! sin^2 envelope, 20 dB below the speech), a music-like chord (three notes with five harmonics,
+//! attack and decay, 10 dB below the speech) or both. One mix without background noise
+//! (`clean`), then the same mix with a pink-ish background noise at 20, 10, 5 and 0 dB SNR
+//! (relative to the 0 dB speech level). At 25 fps, for each detector's per-frame decisions
+//! (`cadence_media::voice_activity`, `cadence_media::silero_voice_activity`):
+//! - frame accuracy against the truth (a frame is speech when it overlaps a sentence's span);
+//! - false bypasses: speech frames (truth) that the render would bypass. The render eases to
+//!   rest and skips the networks on silence longer than its easing ramp; computed here as
+//!   frames whose distance to the nearest frame the detector calls speech exceeds 4 frames;
+//! - missed silences: frames the render would bypass with the true decisions (distance to the
+//!   nearest true speech frame above 4) but does not with the detector's.
+//!
+//! Writes `vad.csv` (one row per mix and detector), `vad_speed.csv` and `vad.{png,svg}` (false
+//! bypass and missed silence rates), each with provenance (commit, date, hardware, the CPU
+//! features tract can use, the model file and its sha256).
+
+use anyhow::{ensure, Context, Result};
+use cadence_media::vad::silero::{self, CHUNK_SAMPLES, MODEL_FILE};
+use cadence_media::{frame_count, load_wav};
+use clap::Parser;
+use experiments::plot::{bar_plot, BarChart};
+use experiments::{workspace_root, write_csv, OutDir, Provenance};
+use sha2::{Digest, Sha256};
+use std::time::Instant;
+
+const RATE: f64 = 16_000.0;
+/// Frames of silence the render eases over before it bypasses (its easing ramp).
+const RAMP_FRAMES: usize = 4;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "vad",
+    about = "Silero VAD vs the energy VAD: speed on one thread (x real time), and per 25 fps frame the accuracy, false bypasses and missed silences on speech mixed with breaths, music-like tones, long pauses and noise at several SNRs",
+    long_about = None
+)]
+struct Args {
+    /// Timed runs (the median is reported).
+    #[arg(long, default_value_t = 7)]
+    runs: usize,
+    /// Video frame rate of the per-frame decisions.
+    #[arg(long, default_value_t = 25.0)]
+    fps: f64,
+    /// Background noise levels, dB SNR against the speech (comma-separated); a clean mix is
+    /// always included.
+    #[arg(long, value_delimiter = ',', default_value = "20,10,5,0")]
+    snr_db: Vec<f64>,
+    /// How many times the four sentences repeat in a mix.
+    #[arg(long, default_value_t = 4)]
+    repeats: usize,
+    /// Seed of the noise.
+    #[arg(long, default_value_t = 36)]
+    seed: u64,
+    #[command(flatten)]
+    out: OutDir,
+}
+
+/// One row of `vad.csv`.
+#[derive(serde::Serialize, Clone, Debug)]
+struct AccuracyRow {
+    mix: String,
+    /// Background noise SNR in dB; empty for the clean mix.
+    snr_db: Option<f64>,
+    detector: String,
+    duration_s: f64,
+    frames: usize,
+    speech_frames: usize,
+    /// Frames the render would bypass with the true decisions.
+    bypassable_frames: usize,
+    frame_accuracy: f64,
+    false_bypass_frames: usize,
+    /// Of the speech frames.
+    false_bypass_pct: f64,
+    missed_silence_frames: usize,
+    /// Of the bypassable frames.
+    missed_silence_pct: f64,
+}
+
+/// One row of `vad_speed.csv`.
+#[derive(serde::Serialize, Clone, Debug)]
+struct SpeedRow {
+    detector: String,
+    threads: usize,
+    audio_s: f64,
+    runs: usize,
+    median_s: f64,
+    min_s: f64,
+    x_realtime: f64,
+    ms_per_chunk: f64,
+}
+
+fn main() {
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("vad: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// xorshift64* with a normal deviate from the sum of 4 uniforms (variance scaled to 1).
+struct Rng(u64);
+impl Rng {
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        // Sum of 4 U(0,1) has variance 4/12; centred and scaled to unit variance.
+        ((0..4).map(|_| self.uniform()).sum::<f64>() - 2.0) * (3.0f64).sqrt()
+    }
+}
+
+fn rms(x: &[f64]) -> f64 {
+    (x.iter().map(|v| v * v).sum::<f64>() / x.len().max(1) as f64).sqrt()
+}
+
+/// A sentence: its samples and the span of its speech (first to last sample above -40 dB of
+/// its peak).
+struct Sentence {
+    samples: Vec<f64>,
+    span: (usize, usize),
+}
+
+fn sentences() -> Result<Vec<Sentence>> {
+    let mut out = Vec::new();
+    for name in ["fox", "goodnight", "news", "sleep"] {
+        let path = workspace_root().join("fixtures/speech").join(format!("{name}.wav"));
+        let a = load_wav(&path).with_context(|| format!("reading {}", path.display()))?;
+        let x: Vec<f64> = a.samples_16k.iter().map(|&v| v as f64).collect();
+        let peak = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let floor = peak * 10f64.powf(-40.0 / 20.0);
+        let first = x.iter().position(|v| v.abs() > floor).context("silent sentence")?;
+        let last = x.iter().rposition(|v| v.abs() > floor).unwrap() + 1;
+        // Normalise the speech span to -20 dBFS RMS.
+        let g = 0.1 / rms(&x[first..last]);
+        out.push(Sentence { samples: x.iter().map(|v| v * g).collect(), span: (first, last) });
+    }
+    Ok(out)
+}
+
+/// A breath: noise band-passed by two one-pole filters (high-pass ~300 Hz, low-pass ~2 kHz),
+/// sin^2 envelope, scaled to `level` RMS.
+fn breath(len: usize, level: f64, rng: &mut Rng) -> Vec<f64> {
+    let a_lo = (-2.0 * std::f64::consts::PI * 2000.0 / RATE).exp();
+    let a_hi = (-2.0 * std::f64::consts::PI * 300.0 / RATE).exp();
+    let (mut lp, mut lp2) = (0.0, 0.0);
+    let mut x: Vec<f64> = (0..len)
+        .map(|i| {
+            let w = rng.normal();
+            lp = a_lo * lp + (1.0 - a_lo) * w;
+            lp2 = a_hi * lp2 + (1.0 - a_hi) * lp;
+            let env = (std::f64::consts::PI * i as f64 / len as f64).sin().powi(2);
+            (lp - lp2) * env
+        })
+        .collect();
+    let g = level / rms(&x);
+    x.iter_mut().for_each(|v| *v *= g);
+    x
+}
+
+/// A music-like chord: A3, C#4, E4 with harmonics 1..5 at 1/k, 50 ms attack, exponential decay.
+fn chord(len: usize, level: f64) -> Vec<f64> {
+    let mut x: Vec<f64> = (0..len)
+        .map(|i| {
+            let t = i as f64 / RATE;
+            let env = (t / 0.05).min(1.0) * (-t / 0.8).exp();
+            let s: f64 = [220.0, 277.18, 329.63]
+                .iter()
+                .flat_map(|f| (1..=5).map(move |k| (2.0 * std::f64::consts::PI * f * k as f64 * t).sin() / k as f64))
+                .sum();
+            s * env
+        })
+        .collect();
+    let g = level / rms(&x);
+    x.iter_mut().for_each(|v| *v *= g);
+    x
+}
+
+/// The mix without background noise and its true speech spans (samples).
+fn clean_mix(sents: &[Sentence], repeats: usize, rng: &mut Rng) -> (Vec<f64>, Vec<(usize, usize)>) {
+    let speech = 0.1; // the 0 dB speech RMS
+    let gains_db = [0.0, -3.0, -6.0, -12.0, -3.0];
+    // (pause seconds, breath, chord)
+    let pauses = [(0.4, false, false), (3.0, false, false), (2.0, true, false), (2.5, false, true), (4.0, true, true)];
+    let mut x = vec![0.0; RATE as usize];
+    let mut spans = Vec::new();
+    let mut k = 0;
+    for _ in 0..repeats {
+        for s in sents {
+            let g = 10f64.powf(gains_db[k % gains_db.len()] / 20.0);
+            let at = x.len();
+            x.extend(s.samples.iter().map(|v| v * g));
+            spans.push((at + s.span.0, at + s.span.1));
+            let (secs, b, c) = pauses[k % pauses.len()];
+            let n = (secs * RATE) as usize;
+            let mut p = vec![0.0; n];
+            if b {
+                let len = (0.45 * RATE) as usize;
+                let start = n / 4;
+                for (d, v) in p[start..start + len].iter_mut().zip(breath(len, speech * 10f64.powf(-20.0 / 20.0), rng))
+                {
+                    *d += v;
+                }
+            }
+            if c {
+                let len = (1.5 * RATE) as usize;
+                let start = n - len - (0.3 * RATE) as usize;
+                for (d, v) in p[start..start + len].iter_mut().zip(chord(len, speech * 10f64.powf(-10.0 / 20.0))) {
+                    *d += v;
+                }
+            }
+            x.extend(p);
+            k += 1;
+        }
+    }
+    (x, spans)
+}
+
+/// Pink-ish noise (white through a one-pole low-pass at 1 kHz, plus a fifth of white), at `level`.
+fn background(len: usize, level: f64, rng: &mut Rng) -> Vec<f64> {
+    let a = (-2.0 * std::f64::consts::PI * 1000.0 / RATE).exp();
+    let mut lp = 0.0;
+    let mut x: Vec<f64> = (0..len)
+        .map(|_| {
+            let w = rng.normal();
+            lp = a * lp + (1.0 - a) * w;
+            lp + 0.2 * w
+        })
+        .collect();
+    let g = level / rms(&x);
+    x.iter_mut().for_each(|v| *v *= g);
+    x
+}
+
+/// Frames the render would bypass: distance to the nearest speech frame above the ramp.
+fn bypassed(speech: &[bool]) -> Vec<bool> {
+    let n = speech.len();
+    let mut dist = vec![usize::MAX; n];
+    let mut last = None;
+    for i in 0..n {
+        if speech[i] {
+            last = Some(i);
+        }
+        if let Some(l) = last {
+            dist[i] = i - l;
+        }
+    }
+    last = None;
+    for i in (0..n).rev() {
+        if speech[i] {
+            last = Some(i);
+        }
+        if let Some(l) = last {
+            dist[i] = dist[i].min(l - i);
+        }
+    }
+    dist.iter().map(|&d| d > RAMP_FRAMES).collect()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// CPU features tract-linalg chooses its kernels from (at run time).
+fn isa() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = [
+            ("avx512f", std::is_x86_feature_detected!("avx512f")),
+            ("avx2", std::is_x86_feature_detected!("avx2")),
+            ("fma", std::is_x86_feature_detected!("fma")),
+            ("sse4.1", std::is_x86_feature_detected!("sse4.1")),
+        ];
+        let on: Vec<&str> = f.iter().filter(|x| x.1).map(|x| x.0).collect();
+        format!("x86_64, detected: {} (tract-linalg picks its kernels at run time)", on.join(" "))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        format!("{} (tract-linalg picks its kernels at run time)", std::env::consts::ARCH)
+    }
+}
+
+fn run(a: Args) -> Result<()> {
+    ensure!(a.runs >= 1 && a.repeats >= 1 && a.fps > 0.0, "--runs, --repeats and --fps must be positive");
+    let out_dir = a.out.dir()?;
+    let sha = format!("{:x}", Sha256::digest(silero::model_bytes()));
+    ensure!(sha == silero::MODEL_SHA256, "embedded model sha256 {sha} is not the committed file's");
+    let mut prov = Provenance::gather(
+        "cpu, 1 thread (tract-onnx for Silero)",
+        "n/a",
+        format!("Silero VAD v5: {MODEL_FILE} (sha256 {sha}; {})", silero::MODEL_SOURCE),
+    );
+    prov.note("isa", isa());
+    prov.note("model_file", MODEL_FILE);
+    prov.note("model_sha256", &sha);
+    prov.note("fps", a.fps.to_string());
+    prov.note("bypass_rule", format!("frames more than {RAMP_FRAMES} frames from the nearest speech frame"));
+
+    let sents = sentences()?;
+    let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let (clean, spans) = clean_mix(&sents, a.repeats, &mut rng);
+    let duration_s = clean.len() as f64 / RATE;
+    let n_frames = frame_count(duration_s, a.fps);
+    let truth = silero::frames_from_segments(
+        &spans.iter().map(|&(s, e)| silero::SpeechSegment { start: s, end: e }).collect::<Vec<_>>(),
+        a.fps,
+        n_frames,
+    );
+    let truth_bypass = bypassed(&truth);
+    println!(
+        "vad: mix of {duration_s:.1} s, {} sentences, {} of {n_frames} frames speech",
+        spans.len(),
+        truth.iter().filter(|&&v| v).count()
+    );
+
+    let mut mixes: Vec<(String, Option<f64>, Vec<f32>)> =
+        vec![("clean".into(), None, clean.iter().map(|&v| v as f32).collect())];
+    for &snr in &a.snr_db {
+        let noise = background(clean.len(), 0.1 / 10f64.powf(snr / 20.0), &mut rng);
+        let x: Vec<f32> = clean.iter().zip(&noise).map(|(s, n)| (s + n).clamp(-1.0, 1.0) as f32).collect();
+        mixes.push((format!("noise {snr} dB SNR"), Some(snr), x));
+    }
+
+    let mut rows = Vec::new();
+    for (name, snr, x) in &mixes {
+        let decisions = [
+            ("energy", cadence_media::voice_activity(x, a.fps, n_frames)),
+            ("silero", silero::try_voice_activity_with(x, a.fps, n_frames, &Default::default())?),
+        ];
+        for (det, d) in decisions {
+            let by = bypassed(&d);
+            let speech_frames = truth.iter().filter(|&&v| v).count();
+            let bypassable = truth_bypass.iter().filter(|&&v| v).count();
+            let correct = d.iter().zip(&truth).filter(|(a, b)| a == b).count();
+            let false_bypass = truth.iter().zip(&by).filter(|(t, b)| **t && **b).count();
+            let missed = truth_bypass.iter().zip(&by).filter(|(t, b)| **t && !**b).count();
+            let pct = |n: usize, of: usize| if of == 0 { 0.0 } else { 100.0 * n as f64 / of as f64 };
+            let row = AccuracyRow {
+                mix: name.clone(),
+                snr_db: *snr,
+                detector: det.into(),
+                duration_s,
+                frames: n_frames,
+                speech_frames,
+                bypassable_frames: bypassable,
+                frame_accuracy: correct as f64 / n_frames as f64,
+                false_bypass_frames: false_bypass,
+                false_bypass_pct: pct(false_bypass, speech_frames),
+                missed_silence_frames: missed,
+                missed_silence_pct: pct(missed, bypassable),
+            };
+            println!(
+                "{:>20} {:>6}: accuracy {:.3}, false bypasses {:4} ({:5.2} %), missed silences {:4} ({:5.2} %)",
+                row.mix,
+                row.detector,
+                row.frame_accuracy,
+                row.false_bypass_frames,
+                row.false_bypass_pct,
+                row.missed_silence_frames,
+                row.missed_silence_pct
+            );
+            rows.push(row);
+        }
+    }
+
+    // Speed, on the noisiest mix (the same length as every mix).
+    let x = &mixes.last().unwrap().2;
+    let audio_s = x.len() as f64 / RATE;
+    let chunks = x.len().div_ceil(CHUNK_SAMPLES);
+    let mut speed = Vec::new();
+    for det in ["silero", "energy"] {
+        let mut times = Vec::with_capacity(a.runs);
+        for _ in 0..a.runs {
+            let t = Instant::now();
+            if det == "silero" {
+                std::hint::black_box(silero::speech_probabilities(x)?);
+            } else {
+                std::hint::black_box(cadence_media::voice_activity(x, a.fps, n_frames));
+            }
+            times.push(t.elapsed().as_secs_f64());
+        }
+        let min_s = times.iter().cloned().fold(f64::INFINITY, f64::min);
+        let median_s = median(&mut times);
+        let row = SpeedRow {
+            detector: det.into(),
+            threads: 1,
+            audio_s,
+            runs: a.runs,
+            median_s,
+            min_s,
+            x_realtime: audio_s / median_s,
+            ms_per_chunk: 1000.0 * median_s / chunks as f64,
+        };
+        println!(
+            "{det}: {audio_s:.1} s of audio in {median_s:.4} s (median of {}): {:.0}x real time, {:.4} ms per 512-sample chunk",
+            a.runs, row.x_realtime, row.ms_per_chunk
+        );
+        speed.push(row);
+    }
+    prov.note("silero_x_realtime", format!("{:.0}", speed[0].x_realtime));
+    prov.note("silero_ms_per_chunk", format!("{:.4}", speed[0].ms_per_chunk));
+
+    let csv = out_dir.join("vad.csv");
+    write_csv(&csv, &prov, &rows)?;
+    let csv_speed = out_dir.join("vad_speed.csv");
+    write_csv(&csv_speed, &prov, &speed)?;
+
+    let pick = |det: &str, f: fn(&AccuracyRow) -> f64| -> Vec<f64> {
+        rows.iter().filter(|r| r.detector == det).map(f).collect()
+    };
+    let chart = BarChart {
+        title: format!(
+            "Silero vs energy VAD per {} fps frame: false bypasses (% of speech frames) and missed silences (% of bypassable frames)",
+            a.fps
+        ),
+        x_label: "mix".into(),
+        y_label: "% of frames".into(),
+        categories: rows.iter().filter(|r| r.detector == "silero").map(|r| r.mix.clone()).collect(),
+        series: vec![
+            ("energy: false bypass".into(), pick("energy", |r| r.false_bypass_pct)),
+            ("silero: false bypass".into(), pick("silero", |r| r.false_bypass_pct)),
+            ("energy: missed silence".into(), pick("energy", |r| r.missed_silence_pct)),
+            ("silero: missed silence".into(), pick("silero", |r| r.missed_silence_pct)),
+        ],
+        value_labels: true,
+    };
+    let files = bar_plot(&out_dir.join("vad"), &chart, &prov)?;
+    println!(
+        "vad: wrote {}, {}, {} and {}",
+        csv.display(),
+        csv_speed.display(),
+        files.png.display(),
+        files.svg.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! Voice activity: which video frames hold speech.
+//!
+//! Two detectors with the same per-frame shape, `fn(samples_16k, fps, n_frames) -> Vec<bool>`:
+//! - [`energy`] (re-exported here, so every path of the original `vad` module still works:
+//!   [`voice_activity`], [`VadConfig`], [`HopLevels`], ...): RMS level of 10 ms hops against the
+//!   clip's own loudness, with a hangover. No model; fooled by loud non-speech (breaths, music,
+//!   noise).
+//! - [`silero`]: Silero VAD v5, a small trained network (STFT, four convolutions, an LSTM) run on
+//!   512-sample chunks by tract, with Silero's own post-processing ([`silero::voice_activity`],
+//!   [`silero::SileroVad`] for a stream, [`silero::VadIterator`] for live events).
+//!
+//! The module was one file (`vad.rs`, the energy detector); it became this folder so the two
+//! detectors sit side by side while every existing public item keeps its path
+//! (`cadence_media::vad::X` and the crate-root re-exports).
+
+pub mod energy;
+pub mod silero;
+
+pub use energy::*;

@@ -1,0 +1,249 @@
+//! Silero VAD (media/src/vad/silero.rs) against the wheel's own code: probabilities from ONNX
+//! Runtime on the same model file and samples, segments from `get_speech_timestamps`, events from
+//! `VADIterator`, all in `fixtures/vad/silero_reference.json` (scripts/make_vad_fixtures.py).
+//! No Python runs here.
+
+mod common;
+
+use cadence_media::vad::silero::{
+    self, frames_from_segments, speech_probabilities, speech_segments, try_voice_activity_with, CHUNK_SAMPLES,
+    MODEL_SHA256,
+};
+use cadence_media::{audio, load_wav, SileroConfig, SileroVad, SpeechEvent, SpeechSegment, VadIterator};
+use common::*;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn reference() -> &'static Value {
+    static REF: OnceLock<Value> = OnceLock::new();
+    REF.get_or_init(|| {
+        let path = root().join("fixtures/vad/silero_reference.json");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap()
+    })
+}
+
+/// The clip's 16 kHz samples as cadence reads them (16 kHz in, so passed through unchanged).
+fn mix() -> &'static Vec<f32> {
+    static MIX: OnceLock<Vec<f32>> = OnceLock::new();
+    MIX.get_or_init(|| {
+        let a = load_wav(root().join("fixtures/vad/mix_16k.wav")).unwrap();
+        assert_eq!(a.source_rate, 16_000);
+        assert_eq!(a.samples_16k.len() as u64, reference()["samples"].as_u64().unwrap());
+        a.samples_16k
+    })
+}
+
+/// Rust's probabilities of the clip, computed once for all tests.
+fn rust_probs() -> &'static Vec<f32> {
+    static P: OnceLock<Vec<f32>> = OnceLock::new();
+    P.get_or_init(|| speech_probabilities(mix()).unwrap())
+}
+
+fn ref_probs() -> Vec<f32> {
+    reference()["probabilities"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect()
+}
+
+fn segs(v: &Value) -> Vec<SpeechSegment> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| SpeechSegment { start: p[0].as_u64().unwrap() as usize, end: p[1].as_u64().unwrap() as usize })
+        .collect()
+}
+
+/// The wheel's keyword arguments as a config.
+fn config(params: &Value) -> SileroConfig {
+    let mut c = SileroConfig::default();
+    for (k, v) in params.as_object().unwrap() {
+        match k.as_str() {
+            "threshold" => c.threshold = v.as_f64().unwrap(),
+            "neg_threshold" => c.neg_threshold = Some(v.as_f64().unwrap()),
+            "min_speech_duration_ms" => c.min_speech_duration_ms = v.as_f64().unwrap(),
+            "max_speech_duration_s" => c.max_speech_duration_s = v.as_f64().unwrap(),
+            "min_silence_duration_ms" => c.min_silence_duration_ms = v.as_f64().unwrap(),
+            "speech_pad_ms" => c.speech_pad_ms = v.as_f64().unwrap(),
+            "min_silence_at_max_speech" => c.min_silence_at_max_speech_ms = v.as_f64().unwrap(),
+            "use_max_poss_sil_at_max_speech" => c.use_max_poss_sil_at_max_speech = v.as_bool().unwrap(),
+            other => panic!("unknown parameter {other}"),
+        }
+    }
+    c
+}
+
+#[test]
+fn embedded_model_is_the_committed_file() {
+    let hash = |b: &[u8]| format!("{:x}", Sha256::digest(b));
+    assert_eq!(hash(silero::model_bytes()), MODEL_SHA256);
+    let file = std::fs::read(root().join(silero::MODEL_FILE)).unwrap();
+    assert_eq!(hash(&file), MODEL_SHA256);
+    assert_eq!(reference()["model_sha256"].as_str().unwrap(), MODEL_SHA256);
+    assert_eq!(reference()["model"].as_str().unwrap(), silero::MODEL_FILE);
+}
+
+#[test]
+fn probabilities_match_onnx_runtime() {
+    let (ours, theirs) = (rust_probs(), ref_probs());
+    assert_eq!(ours.len(), theirs.len());
+    let (mut max_err, mut at) = (0f32, 0);
+    for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+        if (a - b).abs() > max_err {
+            (max_err, at) = ((a - b).abs(), i);
+        }
+    }
+    println!("max |p_tract - p_onnxruntime| = {max_err:e} at chunk {at} of {}", ours.len());
+    assert!(max_err < 1e-3, "max error {max_err} at chunk {at}: ours {} theirs {}", ours[at], theirs[at]);
+    // The clip has speech and silence, so the comparison is not between two flat lines.
+    assert!(theirs.iter().filter(|&&p| p > 0.9).count() > 50);
+    assert!(theirs.iter().filter(|&&p| p < 0.1).count() > 50);
+}
+
+#[test]
+fn post_processing_matches_get_speech_timestamps_from_the_same_probabilities() {
+    let probs = ref_probs();
+    let n = mix().len();
+    let mut configs = 0;
+    for (name, case) in reference()["segments"].as_object().unwrap() {
+        let cfg = config(&case["params"]);
+        assert_eq!(speech_segments(&probs, n, &cfg), segs(&case["segments"]), "config {name}");
+        configs += 1;
+    }
+    assert!(configs >= 8);
+}
+
+#[test]
+fn segments_from_our_probabilities_are_identical() {
+    let n = mix().len();
+    for (name, case) in reference()["segments"].as_object().unwrap() {
+        let cfg = config(&case["params"]);
+        assert_eq!(speech_segments(rust_probs(), n, &cfg), segs(&case["segments"]), "config {name}");
+    }
+    let default = segs(&reference()["segments"]["default"]["segments"]);
+    assert_eq!(silero::speech_timestamps(mix(), &SileroConfig::default()).unwrap(), default);
+    assert_eq!(default.len(), 4, "the clip's four sentences");
+}
+
+#[test]
+fn iterator_events_match_vad_iterator() {
+    for (name, case) in reference()["iterator"].as_object().unwrap() {
+        let cfg = config(&case["params"]);
+        let mut it = VadIterator::new(&cfg).unwrap();
+        let mut ours = Vec::new();
+        for (i, chunk) in mix().chunks_exact(CHUNK_SAMPLES).enumerate() {
+            if let Some(ev) = it.push_chunk(chunk).unwrap() {
+                ours.push((i, ev));
+            }
+        }
+        let theirs: Vec<(usize, SpeechEvent)> = case["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let chunk = e["chunk"].as_u64().unwrap() as usize;
+                match (e.get("start"), e.get("end")) {
+                    (Some(s), None) => (chunk, SpeechEvent::Start(s.as_u64().unwrap() as usize)),
+                    (None, Some(s)) => (chunk, SpeechEvent::End(s.as_u64().unwrap() as usize)),
+                    _ => panic!("bad event {e}"),
+                }
+            })
+            .collect();
+        assert_eq!(ours, theirs, "iterator config {name}");
+        assert!(theirs.len() >= 8);
+
+        // The same events when the feed arrives in odd pieces, and again after a reset.
+        it.reset();
+        let mut pieces = Vec::new();
+        for piece in mix().chunks(777) {
+            pieces.extend(it.push(piece).unwrap());
+        }
+        assert_eq!(pieces, theirs.iter().map(|e| e.1).collect::<Vec<_>>(), "pieces, config {name}");
+    }
+}
+
+#[test]
+fn stream_reset_and_chunk_size() {
+    let mut vad = SileroVad::new().unwrap();
+    let x = &mix()[..CHUNK_SAMPLES * 40];
+    let a: Vec<f32> = x.chunks_exact(CHUNK_SAMPLES).map(|c| vad.process_chunk(c).unwrap()).collect();
+    vad.reset();
+    let b: Vec<f32> = x.chunks_exact(CHUNK_SAMPLES).map(|c| vad.process_chunk(c).unwrap()).collect();
+    assert_eq!(a, b, "reset restores the initial state and context");
+    assert_eq!(a, rust_probs()[..40].to_vec());
+    assert!(vad.process_chunk(&x[..511]).is_err());
+    assert!(vad.process_chunk(&x[..1024]).is_err());
+}
+
+#[test]
+fn frames_overlap_segments() {
+    // 25 fps: a frame is 640 samples. Segment [1000, 1280): frame 1 only ([640, 1280)).
+    let s = |start, end| SpeechSegment { start, end };
+    assert_eq!(frames_from_segments(&[s(1000, 1280)], 25.0, 4), vec![false, true, false, false]);
+    // Ending one sample into frame 2 reaches it; starting at a frame's first sample too.
+    assert_eq!(frames_from_segments(&[s(1280, 1281)], 25.0, 4), vec![false, false, true, false]);
+    assert_eq!(frames_from_segments(&[s(639, 641)], 25.0, 3), vec![true, true, false]);
+    // Past n_frames: ignored; a bad fps: all silence.
+    assert_eq!(frames_from_segments(&[s(0, 100_000)], 25.0, 3), vec![true; 3]);
+    assert_eq!(frames_from_segments(&[s(0, 100_000)], 0.0, 2), vec![false; 2]);
+
+    // On the clip: every frame overlapping a default segment, and only those.
+    let fps = 25.0;
+    let n_frames = cadence_media::frame_count(mix().len() as f64 / 16_000.0, fps);
+    let frames = silero::voice_activity(mix(), fps, n_frames);
+    assert_eq!(frames.len(), n_frames);
+    let default = segs(&reference()["segments"]["default"]["segments"]);
+    for (f, &v) in frames.iter().enumerate() {
+        let (a, b) = (f as f64 / fps, (f + 1) as f64 / fps);
+        let overlaps = default.iter().any(|s| s.start_s() < b && s.end_s() > a);
+        assert_eq!(v, overlaps, "frame {f}");
+    }
+    assert!(frames.iter().any(|&v| v) && frames.iter().any(|&v| !v));
+}
+
+/// The clip at another rate, read back through cadence's WAV reader (which resamples to 16 kHz):
+/// the segments are those of the 16 kHz original within two chunks.
+#[test]
+fn other_sample_rates_give_the_same_segments() {
+    let original = silero::speech_timestamps(mix(), &SileroConfig::default()).unwrap();
+    let dir = tmp_dir("silero-rates");
+    for rate in [8_000u32, 44_100, 48_000] {
+        let x = audio::resample(mix(), 16_000, rate).unwrap();
+        let path = dir.join(format!("mix_{rate}.wav"));
+        write_wav(&path, rate, 1, 32, true, x.len(), |i, _| x[i]);
+        let back = load_wav(&path).unwrap();
+        assert_eq!(back.source_rate, rate);
+        let got = silero::speech_timestamps(&back.samples_16k, &SileroConfig::default()).unwrap();
+        assert_eq!(got.len(), original.len(), "{rate} Hz: {got:?} vs {original:?}");
+        let worst = got.iter().zip(&original).map(|(g, o)| g.start.abs_diff(o.start).max(g.end.abs_diff(o.end))).max();
+        println!("{rate} Hz: segment boundaries within {worst:?} samples of the 16 kHz original's");
+        for (g, o) in got.iter().zip(&original) {
+            let tol = 2 * CHUNK_SAMPLES;
+            assert!(g.start.abs_diff(o.start) <= tol && g.end.abs_diff(o.end) <= tol, "{rate} Hz: {g:?} vs {o:?}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn silence_and_bad_configs() {
+    let zeros = vec![0f32; 16_000 * 2];
+    assert!(silero::voice_activity(&zeros, 25.0, 50).iter().all(|&v| !v));
+    assert!(speech_probabilities(&[]).unwrap().is_empty());
+    // A clip shorter than one chunk is one zero-padded chunk.
+    assert_eq!(speech_probabilities(&zeros[..100]).unwrap().len(), 1);
+    for bad in [
+        SileroConfig { threshold: f64::NAN, ..Default::default() },
+        SileroConfig { min_silence_duration_ms: -1.0, ..Default::default() },
+        SileroConfig { max_speech_duration_s: 0.0, ..Default::default() },
+    ] {
+        assert!(try_voice_activity_with(&zeros, 25.0, 50, &bad).is_err(), "{bad:?}");
+        assert!(VadIterator::new(&bad).is_err());
+    }
+    assert_eq!(SileroConfig::default().neg_threshold(), 0.5 - 0.15);
+    assert_eq!(SileroConfig { threshold: 0.1, ..Default::default() }.neg_threshold(), 0.01);
+}
