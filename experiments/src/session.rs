@@ -34,6 +34,8 @@ pub struct SessionArgs {
     #[arg(long, value_parser = parse_face_box)]
     pub face_box: Option<FaceBox>,
     #[command(flatten)]
+    pub vad: cadence::args::VadArgs,
+    #[command(flatten)]
     pub engines: EngineArgs,
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendChoice,
@@ -92,7 +94,7 @@ impl Inputs {
         let encoder = if a.no_encoder { None } else { Some(a.encoder.available()?) };
         let (engine_device, profile) = a.engines.device()?;
         let backend = Backend::for_engines(a.backend, &engine_device.device)?;
-        let opts = RenderOptions { batch: a.engines.batch as usize, ..RenderOptions::default() };
+        let opts = RenderOptions { batch: a.engines.batch as usize, vad: a.vad.vad(), ..RenderOptions::default() };
         let mut audio = cadence::frame_loop::audio::load_audio(&audio_path, 3600.0)?;
         if let Some(n) = a.frames {
             let keep = (n as f64 / opts.fps.hz() * cadence_media::TARGET_RATE as f64).round() as usize;
@@ -114,6 +116,7 @@ impl Inputs {
         let mut p = crate::provenance::Provenance::for_backend(&self.backend, self.profile.to_string(), weights);
         p.note(crate::provenance::ENGINE_DEVICE_KEY, self.engine_device.label());
         p.note("engines", engines.to_string());
+        p.note("vad", self.opts.vad.name());
         input_notes(&mut p, &self.audio_path, &self.avatar_path, self.face, &self.img);
         p
     }
@@ -150,6 +153,7 @@ impl Session {
             cadence::backend::resident::residency(&self.backend, &self.engines.device).to_string(),
         );
         p.note("engines", self.engines.describe());
+        p.note("vad", self.opts.vad.name());
         input_notes(&mut p, &self.audio_path, &self.avatar_path, self.face, &self.img);
         p
     }

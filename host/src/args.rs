@@ -2,10 +2,12 @@
 //! flattened into each command), with their parsers and the checks that can run before any
 //! engine loads.
 
+use crate::frame_loop::audio::Vad;
 use crate::musetalk::{DecoderKind, Engines};
 use anyhow::{ensure, Result};
 use cadence_engines::device::DEVICE_HELP;
 use cadence_engines::{DeviceRequest, EngineDevice, ModelsDir, Profile};
+use cadence_media::vad::silero::SileroConfig;
 use cadence_media::{EncoderKind, FrameRate};
 use std::path::PathBuf;
 
@@ -118,6 +120,72 @@ pub fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+/// Which detector decides voice activity, and Silero's thresholds (docs/vad.md).
+#[derive(clap::Args, Clone, Debug)]
+pub struct VadArgs {
+    /// Voice activity, which decides where silence eases into the rest state and where
+    /// sustained silence bypasses every network: `silero` (Silero VAD v5, a trained model
+    /// committed with cadence; the default) or `energy` (an RMS level against the clip's
+    /// loudness: fooled by breaths, music and noise). A live render (--audio -) decides as the
+    /// stream arrives, with a lookahead the detector sets (docs/vad.md).
+    #[arg(long, value_enum, default_value = "silero")]
+    pub vad: VadKind,
+    /// Silero: a 32 ms chunk at or above this speech probability is speech (0 to 1).
+    #[arg(long, default_value_t = 0.5, value_parser = parse_probability)]
+    pub vad_threshold: f64,
+    /// Silero: speech shorter than this is dropped (ms).
+    #[arg(long, default_value_t = 250.0, value_parser = parse_ms)]
+    pub vad_min_speech_ms: f64,
+    /// Silero: a pause shorter than this stays inside the speech around it (ms).
+    #[arg(long, default_value_t = 100.0, value_parser = parse_ms)]
+    pub vad_min_silence_ms: f64,
+    /// Silero: each speech segment is widened by this much on both sides (ms).
+    #[arg(long, default_value_t = 30.0, value_parser = parse_ms)]
+    pub vad_pad_ms: f64,
+}
+
+/// `--vad`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VadKind {
+    Silero,
+    Energy,
+}
+
+impl VadArgs {
+    /// The detector `--vad` names, Silero with these thresholds.
+    pub fn vad(&self) -> Vad {
+        self.with_kind(self.vad)
+    }
+
+    /// The detector `kind`, Silero with these thresholds.
+    pub fn with_kind(&self, kind: VadKind) -> Vad {
+        match kind {
+            VadKind::Energy => Vad::Energy,
+            VadKind::Silero => Vad::Silero(SileroConfig {
+                threshold: self.vad_threshold,
+                min_speech_duration_ms: self.vad_min_speech_ms,
+                min_silence_duration_ms: self.vad_min_silence_ms,
+                speech_pad_ms: self.vad_pad_ms,
+                ..SileroConfig::default()
+            }),
+        }
+    }
+}
+
+fn parse_probability(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a probability from 0 to 1")),
+    }
+}
+
+fn parse_ms(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a duration in milliseconds (0 or more)")),
     }
 }
 

@@ -65,8 +65,7 @@ impl FrameEngine for Toy {
         assert!(w.end <= w.frames.end && w.frames.start < w.end, "window {:?} hands out ..{}", w.frames, w.end);
         let positions = w.schedule.frame_positions();
         let m = w.schedule.keyframes().len();
-        for f in w.frames.start..w.end {
-            let (j, alpha) = positions[f];
+        for (f, &(j, alpha)) in positions.iter().enumerate().take(w.end).skip(w.frames.start) {
             let key = |j: usize| w.keys[j - w.first_key];
             let v = if m == 1 || alpha == 0.0 { key(j) } else { key(j) + alpha * (key(j + 1) - key(j)) };
             assert!(self.values[f].is_none(), "frame {f} infilled twice");
@@ -218,7 +217,8 @@ fn the_window_changes_no_frame_no_batch_and_no_decoder_run() {
 #[test]
 fn one_frame_and_one_keyframe() {
     let one = run(&KeyframeSchedule::fixed_stride(1, 3).unwrap(), &[true], 8, Some(4));
-    assert_eq!((one.frames.len(), one.evaluated, one.decoded), (1, vec![vec![0]], vec![0..1]));
+    let one_run: Vec<Range<usize>> = std::iter::once(0..1).collect();
+    assert_eq!((one.frames.len(), one.evaluated, one.decoded), (1, vec![vec![0]], one_run));
     let silent = run(&KeyframeSchedule::fixed_stride(9, 4).unwrap(), &[false; 9], 8, None);
     assert_eq!(silent.frames.len(), 9);
     assert!(silent.evaluated.is_empty() && silent.decoded.is_empty(), "silence runs no network");

@@ -50,7 +50,10 @@ fn streamed_audio_renders_the_same_fragmented_mp4_as_audio_decoded_whole() {
     let px: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
     let img = RgbImage::from_raw(w, h, px).unwrap();
     let face = cadence::avatar::face_box(&img, None).unwrap();
-    let opts = RenderOptions { batch: 4, window: Some(20), ..RenderOptions::default() };
+    // The clip's "speech" is tones, which Silero rightly calls silence: the energy detector
+    // decides here (Silero's streamed decisions are checked on real speech below).
+    let vad = cadence::frame_loop::audio::Vad::Energy;
+    let opts = RenderOptions { batch: 4, window: Some(20), vad, ..RenderOptions::default() };
 
     let whole = cadence::musetalk::render::prepare(
         &engines,
@@ -107,4 +110,28 @@ fn a_wav_cut_short_after_opening_is_an_error_not_a_short_clip() {
     std::fs::write(&wav, &bytes[..bytes.len() - 1]).unwrap();
     let err = format!("{:#}", StreamedAudio::open(&wav, 60.0).err().expect("a cut file opened"));
     assert!(err.contains("clip.wav") && err.contains("truncated"), "{err}");
+}
+
+/// Voice activity by Silero from a WAV read as it goes (the probabilities made chunk by chunk
+/// in the first pass) is Silero's on the clip decoded whole, frame for frame, at two frame
+/// rates; and the clip (speech with breaths, tones, noise and pauses) is one where the two
+/// detectors disagree, so the choice is seen.
+#[test]
+fn streamed_and_whole_audio_get_the_same_silero_decisions() {
+    use cadence::frame_loop::audio::Vad;
+    let wav = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/vad/mix_16k.wav");
+    let whole: ClipAudio = cadence::frame_loop::audio::load_audio(&wav, 600.0).unwrap().into();
+    let streamed: ClipAudio = StreamedAudio::open(&wav, 600.0).unwrap().into();
+    let silero = Vad::default();
+    for fps in [25.0, 30.0] {
+        let n = whole.video_frames(fps);
+        let a = whole.voice_activity(fps, n, &silero).unwrap();
+        assert_eq!(a, streamed.voice_activity(fps, n, &silero).unwrap(), "{fps} fps");
+        let want =
+            cadence_media::vad::silero::voice_activity(&cadence_media::load_wav(&wav).unwrap().samples_16k, fps, n);
+        assert_eq!(a, want, "{fps} fps: the render's decisions are media's Silero decisions");
+        let energy = whole.voice_activity(fps, n, &Vad::Energy).unwrap();
+        assert!(a.iter().zip(&energy).any(|(s, e)| s != e), "{fps} fps: Silero and energy agree everywhere");
+        assert!(a.iter().any(|&s| s) && a.iter().any(|&s| !s), "{fps} fps: speech and silence");
+    }
 }

@@ -113,7 +113,11 @@ fn measure(
 ) -> anyhow::Result<serde_json::Value> {
     let t = Instant::now();
     let engines = set.primary();
-    let opts = RenderOptions { batch: state.config.engines.batch as usize, ..RenderOptions::default() };
+    let opts = RenderOptions {
+        batch: state.config.engines.batch as usize,
+        vad: state.config.vad.vad(),
+        ..RenderOptions::default()
+    };
     // The inputs go through the CLI's loaders, from files in a directory of the calibration's own.
     let scratch = crate::tempdirs::request_dir(&state.config.temp_root)?;
     let (clip, avatar) = (scratch.path().join("clip.wav"), scratch.path().join("avatar"));

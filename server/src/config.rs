@@ -80,6 +80,8 @@ pub struct ServeArgs {
     /// on first use.
     #[command(flatten)]
     pub engines: EngineArgs,
+    #[command(flatten)]
+    pub vad: cadence::args::VadArgs,
 }
 
 /// The bundled anchor portrait (1080x1920), the avatar of a request that sends none.
@@ -109,6 +111,9 @@ pub struct Config {
     pub window_seconds: f64,
     pub backend: BackendChoice,
     pub engines: EngineArgs,
+    /// Which detector decides a render's voice activity when its request names none (`--vad`,
+    /// Silero by default), and Silero's thresholds.
+    pub vad: cadence::args::VadArgs,
 }
 
 impl ServeArgs {
@@ -143,6 +148,7 @@ impl ServeArgs {
             window_seconds: self.window,
             backend: self.backend,
             engines: self.engines,
+            vad: self.vad,
         })
     }
 }

@@ -293,6 +293,7 @@ impl Checked {
         target: Target,
         progress: Option<Progress>,
     ) -> Job {
+        let vad = state.config.vad.with_kind(self.settings.vad.unwrap_or(state.config.vad.vad));
         Job {
             audio: self.audio,
             avatar: self.avatar,
@@ -303,6 +304,7 @@ impl Checked {
             dir,
             target,
             window_seconds: state.config.window_seconds,
+            vad,
             progress,
         }
     }

@@ -159,7 +159,8 @@ fn multipart_schema() -> Value {
             "encoder": {"type": "string", "enum": ["openh264", "x264", "nvenc"], "default": "openh264"},
             "face_box": {"type": "string", "description": "x,y,w,h in pixels (every frame of a video avatar)"},
             "face_boxes": {"type": "string", "description": "a video avatar's boxes, one x,y,w,h line per frame"},
-            "avatar_id": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "a registered avatar instead of video"}
+            "avatar_id": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "a registered avatar instead of video"},
+            "vad": {"type": "string", "enum": ["silero", "energy"], "description": "voice activity detector deciding the silence easing and bypass; absent: the server's --vad (silero by default)"}
         }
     })
 }

@@ -2,7 +2,7 @@
 //! checked into the settings of a render. Every parser is the CLI's where the CLI has one.
 
 use crate::error::ApiError;
-use cadence::args::{parse_frame_rate, EncoderArg};
+use cadence::args::{parse_frame_rate, EncoderArg, VadKind};
 use cadence::avatar::parse_face_box;
 use cadence::musetalk::DecoderKind;
 use cadence::Method;
@@ -10,8 +10,19 @@ use cadence_media::{EncoderKind, FaceBox, FrameRate};
 use clap::ValueEnum;
 
 /// The text fields `/generate` takes besides the files.
-pub const TEXT_FIELDS: [&str; 10] =
-    ["stride", "decoder", "keyframes", "method", "ramp", "fps", "encoder", "face_box", "face_boxes", "avatar_id"];
+pub const TEXT_FIELDS: [&str; 11] = [
+    "stride",
+    "decoder",
+    "keyframes",
+    "method",
+    "ramp",
+    "fps",
+    "encoder",
+    "face_box",
+    "face_boxes",
+    "avatar_id",
+    "vad",
+];
 
 /// Longest text field accepted (a keyframe list of a long clip fits, and the face boxes of a
 /// video avatar's 1000 frames).
@@ -36,6 +47,8 @@ pub struct Settings {
     /// file), checked with the video.
     pub face_boxes: Option<String>,
     pub avatar_id: Option<String>,
+    /// The voice activity detector (`silero` or `energy`); absent: the server's `--vad`.
+    pub vad: Option<VadKind>,
 }
 
 impl RawOptions {
@@ -97,6 +110,10 @@ impl RawOptions {
         };
         let face_box = self.get("face_box").map(|s| parse_face_box(s).map_err(|e| bad("face_box", e))).transpose()?;
         let avatar_id = self.get("avatar_id").map(str::to_string);
+        let vad = self
+            .get("vad")
+            .map(|s| VadKind::from_str(s, true).map_err(|_| bad("vad", format!("'{s}': expected silero or energy"))))
+            .transpose()?;
         Ok(Settings {
             stride,
             decoder,
@@ -108,6 +125,7 @@ impl RawOptions {
             face_box,
             face_boxes: self.get("face_boxes").map(str::to_string),
             avatar_id,
+            vad,
         })
     }
 }
@@ -142,13 +160,17 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_field_named() {
-        for (k, v) in [("stride", "0"), ("stride", "-1"), ("decoder", "vqgan"), ("ramp", "999"), ("fps", "0")] {
+        for (k, v) in
+            [("stride", "0"), ("stride", "-1"), ("decoder", "vqgan"), ("ramp", "999"), ("fps", "0"), ("vad", "webrtc")]
+        {
             let e = raw(&[(k, v)]).settings().unwrap_err();
             assert_eq!(e.status.as_u16(), 422);
             assert!(e.message.starts_with(k), "{e}");
         }
         assert_eq!(raw(&[("decoder", "sd-vae")]).settings().unwrap().decoder, DecoderKind::SdVae);
         assert_eq!(raw(&[("decoder", "full_vae")]).settings().unwrap().decoder, DecoderKind::SdVae);
+        assert_eq!(raw(&[("vad", "Energy")]).settings().unwrap().vad, Some(VadKind::Energy));
+        assert_eq!(raw(&[]).settings().unwrap().vad, None, "absent: the server's --vad");
         let mut r = RawOptions::default();
         assert_eq!(r.set("strid", "1".into()).unwrap_err().code, "unknown_field");
         r.set("stride", "2".into()).unwrap();

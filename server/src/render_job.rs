@@ -58,6 +58,8 @@ pub struct Job {
     pub target: Target,
     /// The render window in seconds (0: the clip as one window).
     pub window_seconds: f64,
+    /// Which detector decides the clip's voice activity.
+    pub vad: cadence::frame_loop::audio::Vad,
     pub progress: Option<Progress>,
 }
 
@@ -145,6 +147,7 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
         batch: job.batch,
         method: s.method,
         window: cadence::frame_loop::window_frames(job.window_seconds, s.fps),
+        vad: job.vad,
         cancel: Some(job.cancel.clone()),
     };
     let t = Instant::now();

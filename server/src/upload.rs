@@ -138,6 +138,7 @@ struct GenerateJson {
     encoder: Option<String>,
     face_box: Option<String>,
     face_boxes: Option<String>,
+    vad: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -196,6 +197,7 @@ pub async fn read_json(req: Request, dir: &Path) -> Result<Upload, ApiError> {
         ("face_box", j.face_box),
         ("face_boxes", j.face_boxes),
         ("avatar_id", j.avatar_id),
+        ("vad", j.vad),
         (
             "keyframes",
             j.keyframes.map(|k| match k {

@@ -38,6 +38,7 @@ pub fn run(
         "--audio - with --audio-features: a live stream's HuBERT features are computed as the audio arrives"
     );
     let input = if live { None } else { Some(a.schedule.input(a.audio.as_deref(), a.max_seconds)?) };
+    let vad = a.vad.vad();
     let frames = input
         .as_ref()
         .map(|input| cadence::frame_loop::audio::frames_for_samples(input.audio.samples_16k.len(), DITTO_FPS as f64));
@@ -69,6 +70,7 @@ pub fn run(
         a.ditto_infill,
         a.method,
         a.ditto_steps as usize,
+        vad,
     )?;
     // A live stream's header is read before the networks load (a stream that is not a WAV fails
     // first).
@@ -112,7 +114,7 @@ pub fn run(
         };
         let result = super::write_live(out, go)?;
         bar.finish_and_clear();
-        let report = ditto::render_report(&engines, &avatar, 0.0, &engine_device, &result, load_ms);
+        let report = ditto::render_report(&engines, &avatar, (0.0, 0.0), &engine_device, &result, load_ms);
         let live = live_opts.live;
         let k = live.stride;
         let fields = serde_json::json!({
@@ -120,6 +122,7 @@ pub fn run(
             "engine": "ditto",
             "live": {"stride": k, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames},
             "fragmented": true,
+            "vad": vad.name(),
             "ditto": ditto_fields,
         });
         let line = format!(
@@ -129,8 +132,8 @@ pub fn run(
         );
         return print_summary(a, &report, &result, fields, &line);
     };
-    let clip =
-        ditto::prepare_clip(&engines, &avatar, input.audio, user_features, a.ditto_steps as usize, a.ramp, &say)?;
+    let clip_opts = ditto::ClipOptions { steps: a.ditto_steps as usize, ramp: a.ramp, vad };
+    let clip = ditto::prepare_clip(&engines, &avatar, input.audio, user_features, &clip_opts, &say)?;
     let bar = progress_bar(frames, "ditto", a.json);
     let mut stdout = std::io::stdout().lock();
     let output = output_for(out, fragmented, encoder, a.realtime, &mut stdout);
@@ -139,12 +142,14 @@ pub fn run(
             bar.inc(d as u64)
         })?;
     bar.finish_and_clear();
-    let report = ditto::render_report(&engines, &avatar, clip.audio_ms, &engine_device, &result, load_ms);
+    let report =
+        ditto::render_report(&engines, &avatar, (clip.audio_ms, clip.vad_ms), &engine_device, &result, load_ms);
     let fields = serde_json::json!({
         "audio": input.source,
         "engine": "ditto",
         "schedule": label,
         "fragmented": fragmented,
+        "vad": vad.name(),
         "ditto": ditto_fields,
     });
     print_summary(a, &report, &result, fields, &ditto_line(&label))

@@ -79,6 +79,8 @@ pub struct RenderArgs {
     pub window: f64,
     #[command(flatten)]
     pub engines: EngineArgs,
+    #[command(flatten)]
+    pub vad: cadence::args::VadArgs,
     /// Where cadence's kernels run (expansion, easing, compositing + NV12). With the engines on
     /// CUDA, auto and cuda use the engines' GPU and stream, and the frames stay on the GPU.
     #[arg(long, value_enum, default_value = "auto")]
@@ -183,6 +185,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
         batch: a.engines.batch as usize,
         method: a.method,
         window: cadence::frame_loop::window_frames(a.window, a.fps),
+        vad: a.vad.vad(),
         cancel: None,
     };
     // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment. A
@@ -242,7 +245,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::new(setup, &prepared, &result.stats, result.video.as_ref(), a.fps, load_ms);
-    let fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented});
+    let fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented, "vad": opts.vad.name()});
     print_summary(&a, &report, &result, fields, &schedule_args::summary_line(planned.as_ref(), &schedule, &legacy))
 }
 
@@ -407,6 +410,7 @@ fn run_live(
         batch: a.engines.batch as usize,
         method: a.method,
         window: None,
+        vad: a.vad.vad(),
         cancel: None,
     };
     let stride = a.stride.map_or(DEFAULT_STRIDE, |k| k as usize);
@@ -452,6 +456,7 @@ fn run_live(
         "audio": "-",
         "live": {"stride": stride, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames},
         "fragmented": true,
+        "vad": opts.vad.name(),
     });
     let line = format!(
         "  live: parts of {} frames (stride {stride}), {} frames of lookahead",

@@ -90,7 +90,8 @@ fn main() -> Result<()> {
     let (width, (_, _, fw, fh)) = (img.width() as usize, face.as_usize());
     let dengines = DittoEngines::load(engines.profile, None)?;
     let avatar = ditto::prepare_avatar(&dengines, &Backend::Cpu, img, *face)?;
-    let clip = ditto::prepare_clip(&dengines, &avatar, audio.clone(), None, a.ditto_steps, opts.ramp, &|_| {})?;
+    let clip_opts = ditto::ClipOptions { steps: a.ditto_steps, ramp: opts.ramp, vad: opts.vad };
+    let clip = ditto::prepare_clip(&dengines, &avatar, audio.clone(), None, &clip_opts, &|_| {})?;
     let n = clip.frames;
     let grid_frames: Vec<usize> = GRID_FRAMES.iter().copied().filter(|&f| f < n).collect();
 

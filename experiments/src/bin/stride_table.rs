@@ -70,6 +70,8 @@ struct Row {
     neural_fps: f64,
     neural_rtf: f64,
     composite_nv12_ms: f64,
+    /// Voice activity of the whole clip (`--vad`, Silero by default).
+    vad_ms: f64,
     other_ms: f64,
     outside_neural_pct: f64,
     encoder: String,
@@ -175,6 +177,7 @@ fn row(k: usize, n: usize, rep: &RenderReport, names: Names, fps: f64) -> Row {
         neural_fps: rep.neural_fps,
         neural_rtf: rep.neural_fps / fps,
         composite_nv12_ms: st.composite_nv12,
+        vad_ms: st.vad,
         other_ms: st.other,
         outside_neural_pct: rep.outside_neural_pct,
         encoder: rep.encoder.clone().unwrap_or_else(|| "none".into()),
@@ -224,7 +227,8 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
     bar.set_message("HuBERT + motion diffusion");
     // The clip's motion does not depend on the schedule: made once, its time counted in every row
     // (each row is what one render of the clip costs).
-    let clip = ditto::prepare_clip(&engines, &avatar, inputs.audio.clone(), None, a.ditto_steps, ramp, &|_| {})?;
+    let clip_opts = ditto::ClipOptions { steps: a.ditto_steps, ramp, vad: inputs.opts.vad };
+    let clip = ditto::prepare_clip(&engines, &avatar, inputs.audio.clone(), None, &clip_opts, &|_| {})?;
     let n = clip.frames;
     let runs: Vec<(usize, Option<DittoInfill>)> = a
         .strides
@@ -261,7 +265,7 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
             |d| bar.inc(d as u64),
         )
         .with_context(|| format!("Ditto render at stride {k}, infill {label}"))?;
-        let rep = ditto::render_report(&engines, &avatar, clip.audio_ms, &inputs.engine_device, &r, 0.0);
+        let rep = ditto::render_report(&engines, &avatar, (clip.audio_ms, clip.vad_ms), &inputs.engine_device, &r, 0.0);
         let names = Names {
             engine: "ditto",
             infill: label.into(),

@@ -21,16 +21,14 @@
 use crate::backend::elem::Method;
 use crate::backend::resident::Residency;
 use crate::ditto::{self, DittoAvatar, DittoEngines, DittoInfill, DITTO_FPS};
-use crate::frame_loop::live::{
-    add_part, first_hop_for, stream_stats, whole_frames, LiveOptions, LiveOutput, Received, ShownSpeech,
-};
+use crate::frame_loop::live::{add_part, stream_stats, whole_frames, LiveOptions, LiveOutput, Received, ShownSpeech};
 use crate::frame_loop::video::RenderResult;
 use crate::frame_loop::RenderOptions;
 use crate::schedules::keyframes::KeyframeSchedule;
 use anyhow::{ensure, Context, Result};
 use cadence_engines::ditto::hubert::DittoFeatureStream;
 use cadence_engines::ditto::keypoints::MOTION_DIM;
-use cadence_media::{AudioStream, EncoderKind, FrameRate, VadConfig};
+use cadence_media::{AudioStream, EncoderKind, FrameRate};
 use std::io::{Read, Write};
 use std::time::Instant;
 
@@ -46,6 +44,8 @@ pub struct DittoLiveOptions {
     pub method: Method,
     /// DDIM steps of the motion diffusion.
     pub steps: usize,
+    /// The voice activity detector, deciding as the stream arrives.
+    pub vad: crate::frame_loop::audio::Vad,
 }
 
 impl DittoLiveOptions {
@@ -57,10 +57,11 @@ impl DittoLiveOptions {
         infill: DittoInfill,
         method: Method,
         steps: usize,
+        vad: crate::frame_loop::audio::Vad,
     ) -> Result<Self> {
         ensure!(steps > 0, "the motion diffusion needs at least one DDIM step");
-        let opts = RenderOptions { fps: FrameRate::whole(DITTO_FPS), ramp, ..RenderOptions::default() };
-        Ok(Self { live: LiveOptions::new(stride, window, &opts)?, ramp, infill, method, steps })
+        let opts = RenderOptions { fps: FrameRate::whole(DITTO_FPS), ramp, vad, ..RenderOptions::default() };
+        Ok(Self { live: LiveOptions::new(stride, window, &opts)?, ramp, infill, method, steps, vad })
     }
 }
 
@@ -82,12 +83,11 @@ pub fn render_live<R: Read, W: Write>(
 ) -> Result<RenderResult> {
     let t0 = Instant::now();
     let fps = FrameRate::whole(DITTO_FPS);
-    let vad = VadConfig::default();
     let LiveOptions { stride: k, part_frames, lookahead_frames: lookahead } = opts.live;
     let ramp = opts.ramp as usize;
     ensure!(k > 0 && part_frames.is_multiple_of(k) && part_frames > 0, "a part is a multiple of the stride");
     let c = &avatar.compositor;
-    let mut received = Received::new(input, &vad);
+    let mut received = Received::new(input, &opts.vad)?;
     let track_format = received.stream.track_format();
     let mut output = LiveOutput::new(out, name, (c.width, c.height), fps, encoder, track_format, pace, t0)?;
     let width = engines.audio_feature_width();
@@ -134,7 +134,7 @@ pub fn render_live<R: Read, W: Write>(
             rows.extend(m);
             stats.times.audio_ms += t.elapsed().as_secs_f64() * 1e3;
             // HuBERT keeps the audio it still needs; voice activity, the levels.
-            received.forget_before(fed, first_hop_for(a, fps, &vad));
+            received.forget_before(fed, a, fps);
         };
         let n = match total {
             Some(n) if n <= a => break,
@@ -148,7 +148,7 @@ pub fn render_live<R: Read, W: Write>(
         let released = rows_from + rows.len() / MOTION_DIM;
         ensure!(released >= a + part_len, "the motion of frames {a}..{} is not known", a + part_len);
         let known = total.unwrap_or_else(|| whole_frames(received.mono_total, fps));
-        let decided = received.speech(a, (a + part_len + ramp).min(known), fps, &vad);
+        let decided = received.speech(a, (a + part_len + ramp).min(known), fps);
         let distance = shown_speech.distance(a, &decided, part_len);
 
         let t = Instant::now();

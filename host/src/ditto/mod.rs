@@ -359,20 +359,31 @@ pub struct DittoClip {
     pub kp_driving: Vec<f32>,
     /// Time of HuBERT (0 with the user's features), the LMDM and the keypoints.
     pub audio_ms: f64,
+    /// Time of the voice activity decisions.
+    pub vad_ms: f64,
+}
+
+/// How a clip's motion is made: DDIM steps of the LMDM, the easing ramp in frames, and the
+/// voice activity detector.
+#[derive(Clone, Copy, Debug)]
+pub struct ClipOptions {
+    pub steps: usize,
+    pub ramp: u32,
+    pub vad: crate::frame_loop::audio::Vad,
 }
 
 /// Audio to driving keypoints: HuBERT's features (or `features`, checked by the caller with
-/// [`check_features`]), the LMDM with `steps` DDIM steps, voice activity, easing over `ramp`
-/// frames. `say` reports each stage as it starts.
+/// [`check_features`]), the LMDM with `opts.steps` DDIM steps, voice activity by `opts.vad`,
+/// easing over `opts.ramp` frames. `say` reports each stage as it starts.
 pub fn prepare_clip(
     engines: &DittoEngines,
     avatar: &DittoAvatar,
     audio: cadence_media::Audio,
     features: Option<Vec<f32>>,
-    steps: usize,
-    ramp: u32,
+    opts: &ClipOptions,
     say: &dyn Fn(&str),
 ) -> Result<DittoClip> {
+    let ClipOptions { steps, ramp, vad } = *opts;
     let t = Instant::now();
     let frames = crate::frame_loop::audio::frames_for_samples(audio.samples_16k.len(), DITTO_FPS as f64);
     ensure!(frames > 0, "the audio is too short for one video frame");
@@ -392,9 +403,13 @@ pub fn prepare_clip(
     say(&format!("motion diffusion ({steps} DDIM steps)"));
     let motion = sample_motion(engines, avatar, &features, steps)?;
     let audio: ClipAudio = audio.into();
-    let distance = crate::schedules::keyframes::speech_distance(&audio.voice_activity(DITTO_FPS as f64, frames));
+    let t_vad = Instant::now();
+    let speech = audio.voice_activity(DITTO_FPS as f64, frames, &vad)?;
+    let vad_ms = t_vad.elapsed().as_secs_f64() * 1e3;
+    let distance = crate::schedules::keyframes::speech_distance(&speech);
     let kp_driving = driving_keypoints(engines, avatar, &motion[..MOTION_DIM], &motion, &distance, ramp)?;
-    Ok(DittoClip { audio, frames, distance, kp_driving, audio_ms: t.elapsed().as_secs_f64() * 1e3 })
+    let audio_ms = t.elapsed().as_secs_f64() * 1e3 - vad_ms;
+    Ok(DittoClip { audio, frames, distance, kp_driving, audio_ms, vad_ms })
 }
 
 /// Renders `clip` with `schedule` into `output` (the MuseTalk path's writer: checked output,
@@ -439,11 +454,12 @@ pub fn render_clip(
 /// The render's report (the MuseTalk path's, with Ditto's stages in its fields: docs/ditto.md):
 /// HuBERT, the LMDM and the keypoints as the audio encoder (`audio_ms`: a clip's
 /// [`DittoClip::audio_ms`]; a live render counts them in its stages' times instead), the
-/// extractors and the rest frame as the avatar's, the warp as the keyframe network.
+/// voice activity's time (`vad_ms`), the extractors and the rest frame as the avatar's, the warp
+/// as the keyframe network.
 pub fn render_report(
     engines: &DittoEngines,
     avatar: &DittoAvatar,
-    audio_ms: f64,
+    (audio_ms, vad_ms): (f64, f64),
     engine_device: &cadence_engines::EngineDevice,
     result: &crate::frame_loop::video::RenderResult,
     engine_load_ms: f64,
@@ -460,6 +476,7 @@ pub fn render_report(
         audio_encoder_ms: audio_ms,
         avatar_encoder_ms: avatar.encoder_ms,
         compositor_setup_ms: 0.0,
+        vad_ms,
         prepare_other_ms: 0.0,
     };
     let fps = cadence_media::FrameRate::whole(DITTO_FPS);

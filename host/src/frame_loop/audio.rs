@@ -5,6 +5,7 @@
 
 use anyhow::{ensure, Result};
 use cadence_engines::{ClipSamples, EngineError, WhisperAudio, WhisperClip};
+use cadence_media::vad::silero;
 use cadence_media::{frame_count, Audio, AudioFormat, AudioStream, HopLevels, VadConfig, TARGET_RATE};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -59,14 +60,23 @@ impl ClipAudio {
         frames_for_samples(self.samples_16k(), fps)
     }
 
-    /// Voice activity per video frame ([`cadence_media::voice_activity`]).
-    pub fn voice_activity(&self, fps: f64, frames: usize) -> Vec<bool> {
-        match self {
-            ClipAudio::Whole(a) => cadence_media::voice_activity(&a.samples_16k, fps, frames),
-            ClipAudio::Streamed(s) => {
+    /// Voice activity per video frame, decided by `vad` over the whole clip (both detectors
+    /// give the same decisions for the audio decoded whole and read as a stream).
+    pub fn voice_activity(&self, fps: f64, frames: usize, vad: &Vad) -> Result<Vec<bool>> {
+        Ok(match (self, vad) {
+            (ClipAudio::Whole(a), Vad::Energy) => cadence_media::voice_activity(&a.samples_16k, fps, frames),
+            (ClipAudio::Whole(a), Vad::Silero(cfg)) => {
+                silero::try_voice_activity_with(&a.samples_16k, fps, frames, cfg)?
+            }
+            (ClipAudio::Streamed(s), Vad::Energy) => {
                 cadence_media::voice_activity_from_levels(&s.levels, fps, frames, &VadConfig::default())
             }
-        }
+            (ClipAudio::Streamed(s), Vad::Silero(cfg)) => {
+                cfg.validate()?;
+                let segments = silero::speech_segments(&s.silero, s.samples_16k, cfg);
+                silero::frames_from_segments(&segments, fps, frames)
+            }
+        })
     }
 
     /// The MP4 track's format, `None` when the track has no samples.
@@ -118,6 +128,8 @@ pub struct StreamedAudio {
     track_format: AudioFormat,
     track_frames: usize,
     levels: Vec<f64>,
+    /// Silero's speech probability of every 512-sample chunk (4 bytes per 32 ms).
+    silero: Vec<f32>,
     state: Mutex<StreamState>,
 }
 
@@ -141,11 +153,13 @@ impl StreamedAudio {
         ensure!(d <= max_seconds, "{}: {d:.1} s of audio is longer than --max-seconds {max_seconds}", path.display());
         let mut first = cadence_media::open_wav_stream(path)?;
         let mut levels = HopLevels::new(&VadConfig::default());
+        let mut silero = SileroChunks::new()?;
         let (mut mono, mut track) = (Vec::new(), Vec::new());
         let (mut samples_16k, mut track_samples) = (0, 0);
         loop {
             let more = first.read(READ_FRAMES, &mut mono, &mut track)?;
             levels.push(&mono);
+            silero.push(&mono)?;
             samples_16k += mono.len();
             track_samples += track.len();
             mono.clear();
@@ -162,6 +176,7 @@ impl StreamedAudio {
             track_format,
             track_frames: track_samples / track_format.channels.max(1) as usize,
             levels: levels.finish(),
+            silero: silero.finish()?,
             state: Mutex::new(StreamState {
                 stream,
                 more: true,
@@ -230,6 +245,66 @@ impl StreamedAudio {
 impl ClipSamples for StreamedAudio {
     fn read_samples(&self, from: usize, to: usize, out: &mut Vec<f32>) -> cadence_engines::Result<()> {
         self.read_mono(from, to, out).map_err(|e| EngineError::BadInput(format!("{e:#}")))
+    }
+}
+
+/// Silero's probabilities of a stream read a piece at a time: the chunks of
+/// [`silero::speech_probabilities`] (512 samples from the first, the last zero-padded), so the
+/// same values as for the clip decoded whole.
+struct SileroChunks {
+    vad: silero::SileroVad,
+    pending: Vec<f32>,
+    probs: Vec<f32>,
+}
+
+impl SileroChunks {
+    fn new() -> Result<Self> {
+        Ok(SileroChunks { vad: silero::SileroVad::new()?, pending: Vec::new(), probs: Vec::new() })
+    }
+
+    fn push(&mut self, samples: &[f32]) -> Result<()> {
+        self.pending.extend_from_slice(samples);
+        let whole = self.pending.len() / silero::CHUNK_SAMPLES * silero::CHUNK_SAMPLES;
+        for chunk in self.pending[..whole].chunks_exact(silero::CHUNK_SAMPLES) {
+            self.probs.push(self.vad.process_chunk(chunk)?);
+        }
+        self.pending.drain(..whole);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Vec<f32>> {
+        if !self.pending.is_empty() {
+            self.pending.resize(silero::CHUNK_SAMPLES, 0.0);
+            self.probs.push(self.vad.process_chunk(&self.pending)?);
+        }
+        Ok(self.probs)
+    }
+}
+
+/// Which detector decides voice activity (docs/vad.md): which frames are speech, which ease
+/// toward the rest state, which sustained silence bypasses every network.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Vad {
+    /// Silero VAD v5, a trained network, with Silero's own post-processing (the default).
+    Silero(silero::SileroConfig),
+    /// The energy detector (RMS level against the clip's loudness, with a hangover): the
+    /// fallback, and what live renders use.
+    Energy,
+}
+
+impl Default for Vad {
+    fn default() -> Self {
+        Vad::Silero(silero::SileroConfig::default())
+    }
+}
+
+impl Vad {
+    /// `silero` or `energy`, as `--vad` takes it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Vad::Silero(_) => "silero",
+            Vad::Energy => "energy",
+        }
     }
 }
 

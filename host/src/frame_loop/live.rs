@@ -12,9 +12,9 @@
 //!   per part);
 //! - whisper encodes, for each part, the last 30 s of audio received (the lookahead included):
 //!   one encoder pass per part instead of one per 30 s;
-//! - the loudness reference is the percentile of the levels received so far
-//!   ([`cadence_media::LevelReference`]); a frame's speech decision is final once it is
-//!   shown;
+//! - voice activity is decided with what has arrived ([`super::live_vad`]: Silero's
+//!   post-processing over the chunks received, or the energy levels against the percentile of
+//!   the levels received so far); a frame's speech decision is final once it is shown;
 //! - the silence easing sees speech up to `ramp` frames ahead (the lookahead covers it), so it
 //!   is the file's rule on the decisions.
 //!
@@ -24,14 +24,13 @@
 //! part, the lookahead and one part's render time.
 
 use crate::backend::resident::Residency;
+use crate::frame_loop::audio::Vad;
+use crate::frame_loop::live_vad::{lookahead_seconds, LiveVad};
 use crate::frame_loop::video::RenderResult;
 use crate::frame_loop::{RenderOptions, RenderStats, StageTimes};
 use crate::schedules::keyframes::{bypassed_frames, speech_distance};
 use anyhow::{ensure, Result};
-use cadence_media::{
-    frames_from_hops, hop_activity_above, hop_context, AudioStream, EncoderKind, FragmentedWriter, FrameRate,
-    HopLevels, LevelReference, VadConfig, TARGET_RATE,
-};
+use cadence_media::{AudioStream, EncoderKind, FragmentedWriter, FrameRate, TARGET_RATE};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -48,15 +47,17 @@ pub struct LiveOptions {
 
 impl LiveOptions {
     /// Parts of about `window` frames (at least one stride), and a lookahead of the easing ramp
-    /// plus 0.25 s: whisper's frame window reaches 0.1 s ahead, and voice activity's shortest
-    /// run 30 ms.
+    /// plus 0.25 s (whisper's frame window reaches 0.1 s ahead, and the energy detector's
+    /// shortest run is 30 ms) or, where more, what the detector's decisions can still depend on
+    /// ([`lookahead_seconds`]: 0.41 s for Silero's defaults).
     pub fn new(stride: usize, window: Option<usize>, opts: &RenderOptions) -> Result<Self> {
         ensure!(stride > 0, "stride must be at least 1 (got 0)");
         let window = window.unwrap_or(
             crate::frame_loop::window_frames(crate::frame_loop::DEFAULT_WINDOW_SECONDS, opts.fps).unwrap_or(1),
         );
         let part_frames = window.div_ceil(stride).max(1) * stride;
-        let lookahead_frames = opts.ramp as usize + (0.25 * opts.fps.hz()).ceil() as usize;
+        let seconds = lookahead_seconds(&opts.vad).max(0.25);
+        let lookahead_frames = opts.ramp as usize + (seconds * opts.fps.hz()).ceil() as usize;
         Ok(Self { stride, part_frames, lookahead_frames })
     }
 }
@@ -65,11 +66,6 @@ impl LiveOptions {
 pub(crate) fn whole_frames(samples: usize, fps: FrameRate) -> usize {
     // floor(samples * fps / 16000) in integers: exact for every rational rate.
     (samples as u128 * fps.num as u128 / (TARGET_RATE as u128 * fps.den as u128)) as usize
-}
-
-/// The 16 kHz sample holding the start of frame `f`: floor(f x 16000 / fps).
-pub(crate) fn frame_sample(f: usize, fps: FrameRate) -> usize {
-    (f as u128 * TARGET_RATE as u128 * fps.den as u128 / fps.num as u128) as usize
 }
 
 /// The 16 kHz sample where frame `f` starts, when that is a whole sample.
@@ -106,18 +102,15 @@ pub(crate) struct Received<R: Read> {
     pub(crate) mono_from: usize,
     pub(crate) mono_total: usize,
     pub(crate) track: Track,
-    /// Voice activity: whole 10 ms hop levels from `levels_from` on, and the reference.
-    hops: Option<HopLevels>,
-    levels: Vec<f64>,
-    levels_from: usize,
-    reference: LevelReference,
+    vad: LiveVad,
 }
 
 impl<R: Read> Received<R> {
-    pub(crate) fn new(stream: AudioStream<R>, vad: &VadConfig) -> Self {
+    /// A stream whose voice activity `vad` decides.
+    pub(crate) fn new(stream: AudioStream<R>, vad: &Vad) -> Result<Self> {
         let rate = stream.reader().format().sample_rate as usize;
         let track_channels = stream.track_format().channels as usize;
-        Self {
+        Ok(Self {
             stream,
             read_frames: (rate / 100).max(1),
             ended: false,
@@ -125,11 +118,8 @@ impl<R: Read> Received<R> {
             mono_from: 0,
             mono_total: 0,
             track: Track { samples: Vec::new(), from: 0, channels: track_channels.max(1) },
-            hops: Some(HopLevels::new(vad)),
-            levels: Vec::new(),
-            levels_from: 0,
-            reference: LevelReference::new(),
-        }
+            vad: LiveVad::new(vad)?,
+        })
     }
 
     /// Reads until `frames` whole frames of audio have arrived or the stream ends.
@@ -140,52 +130,29 @@ impl<R: Read> Received<R> {
             self.ended = !self.stream.read(self.read_frames, &mut fresh, &mut self.track.samples)?;
             self.mono_total += fresh.len();
             self.mono.extend_from_slice(&fresh);
-            let hops = self.hops.as_mut().expect("hops end with the stream");
-            hops.push(&fresh);
-            let mut new_levels = hops.take_levels();
-            if self.ended {
-                // The last, shorter hop counts, as in a file's levels.
-                new_levels.extend(self.hops.take().expect("checked above").finish());
-            }
-            new_levels.iter().for_each(|&l| self.reference.push(l));
-            self.levels.extend(new_levels);
+            self.vad.push(&fresh, self.ended)?;
         }
         Ok(())
     }
 
-    /// Forgets the 16 kHz samples before `sample` and the levels before `hop`.
-    pub(crate) fn forget_before(&mut self, sample: usize, hop: usize) {
+    /// Forgets the 16 kHz samples before `sample`, and what voice activity no longer reads for
+    /// frame `a` and after.
+    pub(crate) fn forget_before(&mut self, sample: usize, a: usize, fps: FrameRate) {
         if sample > self.mono_from {
             let n = (sample - self.mono_from).min(self.mono.len());
             self.mono.drain(..n);
             self.mono_from += n;
         }
-        if hop > self.levels_from {
-            let n = (hop - self.levels_from).min(self.levels.len());
-            self.levels.drain(..n);
-            self.levels_from += n;
-        }
+        self.vad.forget_before(a, fps);
     }
 }
 
 impl<R: Read> Received<R> {
-    /// Voice activity of frames a..end (`end` at most the frames known), decided with the levels
-    /// and the loudness reference received so far.
-    pub(crate) fn speech(&self, a: usize, end: usize, fps: FrameRate, vad: &VadConfig) -> Vec<bool> {
-        let first_hop = hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 1).max(self.levels_from);
-        let mut decided = vec![false; end.saturating_sub(a)];
-        if let Some(threshold) = self.reference.threshold(vad) {
-            let levels = &self.levels[first_hop - self.levels_from..];
-            let hops = hop_activity_above(levels, threshold, vad);
-            frames_from_hops(&hops, first_hop, fps.hz(), a, &mut decided, vad);
-        }
-        decided
+    /// Voice activity of frames a..end (`end` at most the frames known), decided with what has
+    /// been received so far.
+    pub(crate) fn speech(&self, a: usize, end: usize, fps: FrameRate) -> Vec<bool> {
+        self.vad.speech(a, end, fps)
     }
-}
-
-/// The first level hop frame `a`'s decisions can still read.
-pub(crate) fn first_hop_for(a: usize, fps: FrameRate, vad: &VadConfig) -> usize {
-    hop_of(frame_sample(a, fps), vad).saturating_sub(hop_context(vad) + 2)
 }
 
 /// The speech decisions of the frames already shown that the silence easing still reads (it
@@ -357,12 +324,6 @@ impl Track {
     }
 }
 
-/// The hop holding 16 kHz sample `s`.
-pub(crate) fn hop_of(s: usize, vad: &VadConfig) -> usize {
-    let hop = ((vad.hop_ms * TARGET_RATE as f64 / 1000.0).round() as usize).max(1);
-    s / hop
-}
-
 /// A live render's statistics before its first part.
 pub(crate) fn stream_stats(residency: Residency) -> RenderStats {
     RenderStats {
@@ -436,7 +397,11 @@ mod tests {
         let opts = RenderOptions::default();
         let l = LiveOptions::new(3, Some(100), &opts).unwrap();
         assert_eq!(l.part_frames, 102);
-        assert_eq!(l.lookahead_frames, 4 + 7);
+        // The ramp, and Silero's 0.412 s (250 ms of minimum speech, 100 of minimum silence, 30 of
+        // padding, a 32 ms chunk) at 25 fps; the energy detector's 0.25 s.
+        assert_eq!(l.lookahead_frames, 4 + 11);
+        let energy = RenderOptions { vad: Vad::Energy, ..RenderOptions::default() };
+        assert_eq!(LiveOptions::new(3, Some(100), &energy).unwrap().lookahead_frames, 4 + 7);
         assert_eq!(LiveOptions::new(3, Some(1), &opts).unwrap().part_frames, 3);
         assert!(LiveOptions::new(0, None, &opts).is_err());
     }

@@ -22,6 +22,7 @@
 
 pub mod audio;
 pub mod live;
+pub mod live_vad;
 pub mod report;
 pub mod video;
 
@@ -50,6 +51,8 @@ pub struct RenderOptions {
     /// The output is the same whatever the window; memory and the time to the first frame
     /// grow with it.
     pub window: Option<usize>,
+    /// Which detector decides voice activity (the easing and the bypass) before the render.
+    pub vad: audio::Vad,
     /// Set from another thread to stop the render: it is checked before every engine batch
     /// (UNet and decoder), and a cancelled render returns the error [`Cancelled`].
     pub cancel: Option<Arc<AtomicBool>>,
@@ -63,6 +66,7 @@ impl Default for RenderOptions {
             batch: 8,
             method: Method::Slerp,
             window: None,
+            vad: audio::Vad::default(),
             cancel: None,
         }
     }

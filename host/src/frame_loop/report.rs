@@ -26,6 +26,9 @@ pub struct StageMs {
     pub expand: f64,
     pub ease: f64,
     pub composite_nv12: f64,
+    /// Voice activity of the whole clip before the frame loop (a live render decides it as the
+    /// stream arrives, inside `other`).
+    pub vad: f64,
     pub other: f64,
     /// What the video encoder added to the render (see `StageTimes::encoder_ms`).
     pub encoder: f64,
@@ -56,6 +59,8 @@ pub struct PreparationTimes {
     pub audio_encoder_ms: f64,
     pub avatar_encoder_ms: f64,
     pub compositor_setup_ms: f64,
+    /// The voice activity decisions of the whole clip (`--vad`).
+    pub vad_ms: f64,
     pub prepare_other_ms: f64,
 }
 
@@ -152,6 +157,7 @@ impl RenderReport {
             expand: t.expand_ms,
             ease: t.ease_ms,
             composite_nv12: t.composite_nv12_ms,
+            vad: prepared.vad_ms,
             other: t.other_ms + prepared.prepare_other_ms,
             encoder: t.encoder_ms,
             encoder_busy: t.encoder_busy_ms,
@@ -159,8 +165,12 @@ impl RenderReport {
         let s = &stages_ms;
         let neural_ms = s.audio_encoder + s.avatar_encoder + s.unet + s.decoder;
         // The render's own audio time is inside `total_ms`.
-        let end_to_end_ms =
-            prepared.audio_encoder_ms + s.avatar_encoder + s.compositor_setup + prepared.prepare_other_ms + t.total_ms;
+        let end_to_end_ms = prepared.audio_encoder_ms
+            + s.avatar_encoder
+            + s.compositor_setup
+            + s.vad
+            + prepared.prepare_other_ms
+            + t.total_ms;
         let outside_neural_ms = end_to_end_ms - neural_ms - s.encoder;
         let per_s = |ms: f64| stats.frames as f64 / (ms * 1e-3);
         RenderReport {

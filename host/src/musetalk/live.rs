@@ -24,9 +24,10 @@
 //! part, the lookahead and one part's render time.
 
 use crate::frame_loop::live::{
-    add_part, aligned_frame_step, first_hop_for, frame_sample, frame_start_sample, stream_stats, whole_frames,
-    LiveOptions, LiveOutput, Received, ShownSpeech,
+    add_part, aligned_frame_step, frame_start_sample, stream_stats, whole_frames, LiveOptions, LiveOutput, Received,
+    ShownSpeech,
 };
+use crate::frame_loop::live_vad::frame_sample;
 use crate::frame_loop::video::RenderResult;
 use crate::frame_loop::{ClipPart, RenderOptions};
 use crate::musetalk::features::FrameFeatures;
@@ -35,7 +36,7 @@ use crate::musetalk::Engines;
 use crate::schedules::keyframes::KeyframeSchedule;
 use crate::Backend;
 use anyhow::{ensure, Context, Result};
-use cadence_media::{AudioStream, EncoderKind, VadConfig, TARGET_RATE};
+use cadence_media::{AudioStream, EncoderKind, TARGET_RATE};
 use std::io::{Read, Write};
 use std::time::Instant;
 
@@ -85,11 +86,10 @@ pub fn render_live<R: Read, W: Write>(
 ) -> Result<RenderResult> {
     let t0 = Instant::now();
     let fps = opts.fps;
-    let vad = VadConfig::default();
     let k = live.stride;
     ensure!(k > 0 && live.part_frames > 0 && live.part_frames.is_multiple_of(k), "a part is a multiple of the stride");
     let c = &avatar.compositors[0];
-    let mut received = Received::new(input, &vad);
+    let mut received = Received::new(input, &opts.vad)?;
     let track_format = received.stream.track_format();
     let mut output = LiveOutput::new(out, name, (c.width, c.height), fps, encoder, track_format, pace, t0)?;
     let step = aligned_frame_step(fps);
@@ -124,7 +124,7 @@ pub fn render_live<R: Read, W: Write>(
 
         // Voice activity for frames a.. (up to `ramp` past the part), with the reference so far.
         let known_frames = total.unwrap_or(available);
-        let decided = received.speech(a, (a + part_len + ramp).min(known_frames), fps, &vad);
+        let decided = received.speech(a, (a + part_len + ramp).min(known_frames), fps);
         let distance = shown_speech.distance(a, &decided, part_len);
 
         // Whisper over the last 30 s received (from a frame's first sample on).
@@ -173,10 +173,9 @@ pub fn render_live<R: Read, W: Write>(
             break;
         }
         // What the next part can still need: whisper's 30 s before the audio received by then
-        // (at least as much as now), the levels from the context before its first frame.
-        let next_hop = first_hop_for(a, fps, &vad);
+        // (at least as much as now), what voice activity reads for its frames.
         let next_context = end_sample.saturating_sub(CONTEXT_SAMPLES).min(frame_sample(a / step * step, fps));
-        received.forget_before(next_context, next_hop);
+        received.forget_before(next_context, a, fps);
     }
     ensure!(a > 0, "the audio is too short for one video frame");
     output.finish(&mut received.track, stats)

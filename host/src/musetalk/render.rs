@@ -38,7 +38,9 @@ pub struct Prepared {
     pub avatar_encoder_ms: f64,
     /// Time of the compositor's per-render tables and the background's NV12.
     pub compositor_setup_ms: f64,
-    /// The rest of the preparation (voice activity, checks).
+    /// Time of the voice activity decisions of the whole clip.
+    pub vad_ms: f64,
+    /// The rest of the preparation (checks).
     pub prepare_other_ms: f64,
 }
 
@@ -193,6 +195,7 @@ pub fn prepare_with_new_avatar(
     prepared.compositor_setup_ms = avatar.compositor_setup_ms;
     prepared.prepare_other_ms = started.elapsed().as_secs_f64() * 1e3
         - prepared.audio_encoder_ms
+        - prepared.vad_ms
         - avatar.avatar_encoder_ms
         - avatar.compositor_setup_ms;
     Ok(prepared)
@@ -221,8 +224,10 @@ pub fn prepare_with_avatar(
     if let Some(f) = &features {
         ensure!(f.shape[0] == frames, "audio encoder gave {} frames, expected {frames}", f.shape[0]);
     }
-    let speech = audio.voice_activity(opts.fps.hz(), frames);
-    let prepare_other_ms = t_all.elapsed().as_secs_f64() * 1e3 - audio_encoder_ms;
+    let t_vad = Instant::now();
+    let speech = audio.voice_activity(opts.fps.hz(), frames, &opts.vad)?;
+    let vad_ms = t_vad.elapsed().as_secs_f64() * 1e3;
+    let prepare_other_ms = t_all.elapsed().as_secs_f64() * 1e3 - audio_encoder_ms - vad_ms;
     Ok(Prepared {
         audio,
         features,
@@ -233,6 +238,7 @@ pub fn prepare_with_avatar(
         audio_encoder_ms,
         avatar_encoder_ms: 0.0,
         compositor_setup_ms: 0.0,
+        vad_ms,
         prepare_other_ms,
     })
 }
@@ -289,6 +295,7 @@ impl RenderReport {
             audio_encoder_ms: prepared.audio_encoder_ms,
             avatar_encoder_ms: prepared.avatar_encoder_ms,
             compositor_setup_ms: prepared.compositor_setup_ms,
+            vad_ms: prepared.vad_ms,
             prepare_other_ms: prepared.prepare_other_ms,
         };
         Self::with_preparation(setup, &times, stats, video, fps, engine_load_ms)
