@@ -320,7 +320,11 @@ fn steady(frame_times: &[f64], first_fragment_ms: f64) -> f64 {
 }
 
 fn main() -> Result<()> {
-    let a = Args::parse();
+    let mut a = Args::parse();
+    // The clips are speech-like tones, which Silero rightly calls silence (every frame would be
+    // bypassed): this experiment measures the render's streaming, so the energy detector, which
+    // calls them speech, decides.
+    a.session.vad.vad = cadence::args::VadKind::Energy;
     ensure!(a.stride > 0, "--stride must be at least 1");
     ensure!(a.window > 0.0 && a.window.is_finite(), "--window must be a positive number of seconds");
     ensure!(a.lengths.iter().all(|&l| l > 0.0 && l <= 3600.0), "--lengths must be seconds in (0, 3600]");
