@@ -23,13 +23,13 @@ use cadence_media::{
 };
 
 /// Seconds of Silero's probabilities kept before a part's first frame.
-pub(crate) const SILERO_HISTORY_SECONDS: usize = 30;
+pub const SILERO_HISTORY_SECONDS: usize = 30;
 
 /// Seconds of audio past a frame its decision can depend on: Silero keeps a segment only once
 /// it has lasted `min_speech_duration_ms` and ends it only after `min_silence_duration_ms` of
 /// silence, padded by `speech_pad_ms`, in 32 ms chunks; the energy detector's shortest run is
 /// 30 ms (0 here: the whisper window's 0.25 s lookahead covers it).
-pub(crate) fn lookahead_seconds(vad: &Vad) -> f64 {
+pub fn lookahead_seconds(vad: &Vad) -> f64 {
     match vad {
         Vad::Silero(c) => {
             (c.min_speech_duration_ms + c.min_silence_duration_ms + c.speech_pad_ms) / 1e3
