@@ -7,6 +7,8 @@
 use anyhow::{bail, Context, Result};
 use cadence_media::vad::silero::{self, SileroConfig, CHUNK_SAMPLES, SAMPLE_RATE};
 use clap::Args;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -55,6 +57,7 @@ pub fn run(a: VadArgs) -> Result<()> {
     let audio = cadence_media::load_wav(&a.audio)?;
     let probs = silero::speech_probabilities(&audio.samples_16k).context("running Silero VAD")?;
     let segments = silero::speech_segments(&probs, audio.samples_16k.len(), &cfg);
+    let mut text = String::new();
     if a.json {
         let report = serde_json::json!({
             "model": silero::MODEL_FILE,
@@ -64,20 +67,27 @@ pub fn run(a: VadArgs) -> Result<()> {
             "probabilities": probs,
             "segments": segments.iter().map(|s| [s.start_s(), s.end_s()]).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string(&report)?);
+        writeln!(text, "{}", serde_json::to_string(&report)?)?;
     } else {
         let speech: f64 = segments.iter().map(|s| s.end_s() - s.start_s()).sum();
-        println!(
+        writeln!(
+            text,
             "{}: {:.3} s, {} speech segment(s), {:.3} s of speech (Silero VAD, threshold {})",
             a.audio.display(),
             audio.duration_s,
             segments.len(),
             speech,
             cfg.threshold
-        );
+        )?;
         for s in &segments {
-            println!("{:9.3} {:9.3}", s.start_s(), s.end_s());
+            writeln!(text, "{:9.3} {:9.3}", s.start_s(), s.end_s())?;
         }
+    }
+    // A reader that stops early (`| head`) is not an error.
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.context("writing to standard output")?,
     }
     Ok(())
 }

@@ -88,3 +88,21 @@ fn bad_input_fails_cleanly() {
         assert!(o.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&o.stdout));
     }
 }
+
+/// A reader that closes the pipe before the report (`cadence vad clip.wav | head -0`) ends the
+/// command quietly: exit 0, no panic.
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    let wav = fixture("mix_16k.wav");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cadence"))
+        .args(["vad", s(&wav), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The model takes tens of milliseconds to load: the pipe is closed before anything is written.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+}
