@@ -89,6 +89,22 @@ struct AccuracyRow {
     missed_silence_pct: f64,
 }
 
+/// One row of `vad_sweep.csv`: Silero at one threshold on one mix, and the energy detector at
+/// its best threshold (fewest false bypasses) missing no more silence.
+#[derive(serde::Serialize, Clone, Debug)]
+struct SweepRow {
+    mix: String,
+    silero_threshold: f64,
+    silero_false_bypass_frames: usize,
+    silero_missed_silence_frames: usize,
+    /// Empty where no energy threshold misses as little silence.
+    energy_threshold_db: Option<f64>,
+    energy_false_bypass_frames: Option<usize>,
+    energy_missed_silence_frames: Option<usize>,
+    /// Energy's false bypasses over Silero's (Silero's 0 counted as 1).
+    fewer_false_bypasses_x: Option<f64>,
+}
+
 /// One row of `vad_speed.csv`.
 #[derive(serde::Serialize, Clone, Debug)]
 struct SpeedRow {
@@ -282,20 +298,13 @@ struct Score {
 /// The energy detector's relative threshold (dB, -35..=-1) with the fewest false bypasses among
 /// those missing at most `max_missed` silent frames (ties: fewer missed), or, where none does,
 /// the one missing the fewest; with its score.
-fn energy_matched(
-    x: &[f32],
-    fps: f64,
-    n_frames: usize,
-    score: &dyn Fn(&[bool]) -> Score,
-    max_missed: usize,
-) -> (f64, Score) {
-    let candidates: Vec<(f64, Score)> = (1..=35)
+fn energy_candidates(x: &[f32], fps: f64, n_frames: usize, score: &dyn Fn(&[bool]) -> Score) -> Vec<(f64, Score)> {
+    (1..=35)
         .map(|t| {
             let cfg = VadConfig { relative_threshold_db: -(t as f64), ..VadConfig::default() };
             (-(t as f64), score(&cadence_media::voice_activity_with(x, fps, n_frames, &cfg)))
         })
-        .collect();
-    best_within(&candidates, max_missed)
+        .collect()
 }
 
 /// Of `(setting, score)` candidates, the one with the fewest false bypasses among those missing
@@ -382,6 +391,7 @@ fn run(a: Args) -> Result<()> {
         }
     };
     let mut rows = Vec::new();
+    let mut sweep = Vec::new();
     for (name, snr, x) in &mixes {
         let energy = cadence_media::voice_activity(x, a.fps, n_frames);
         let silero_d = silero::try_voice_activity_with(x, a.fps, n_frames, &Default::default())?;
@@ -390,7 +400,8 @@ fn run(a: Args) -> Result<()> {
         // (an oracle tuning, which favours it): of the relative thresholds -35..=-1 dB, the one
         // with the fewest false bypasses among those missing no more silence than Silero does;
         // where none does, the one missing the least.
-        let (matched_db, matched) = energy_matched(x, a.fps, n_frames, &score, silero_score.missed);
+        let energy_all = energy_candidates(x, a.fps, n_frames, &score);
+        let (matched_db, matched) = best_within(&energy_all, silero_score.missed);
         // And the other way: Silero's threshold (0.05..=0.95) with the fewest false bypasses
         // among those missing no more silence than that tuned energy detector.
         let probs = silero::speech_probabilities(x)?;
@@ -401,6 +412,22 @@ fn run(a: Args) -> Result<()> {
         let silero_candidates: Vec<(f64, Score)> =
             (1..=19).map(|i| (i as f64 * 0.05, silero_at(i as f64 * 0.05))).collect();
         let (silero_t, silero_matched) = best_within(&silero_candidates, matched.missed);
+        // The trade-off at one Silero threshold for every mix: Silero's false bypasses against
+        // the energy detector's fewest at no more missed silence (tuned on each mix).
+        for &(t, s) in silero_candidates.iter().filter(|(t, _)| ((t * 20.0).round() as usize).is_multiple_of(2)) {
+            let within: Vec<&(f64, Score)> = energy_all.iter().filter(|(_, e)| e.missed <= s.missed).collect();
+            let best = within.iter().min_by_key(|(_, e)| (e.false_bypass, e.missed));
+            sweep.push(SweepRow {
+                mix: name.clone(),
+                silero_threshold: (t * 100.0).round() / 100.0,
+                silero_false_bypass_frames: s.false_bypass,
+                silero_missed_silence_frames: s.missed,
+                energy_threshold_db: best.map(|b| b.0),
+                energy_false_bypass_frames: best.map(|b| b.1.false_bypass),
+                energy_missed_silence_frames: best.map(|b| b.1.missed),
+                fewer_false_bypasses_x: best.map(|b| b.1.false_bypass as f64 / s.false_bypass.max(1) as f64),
+            });
+        }
         let decisions = [
             ("energy".to_string(), score(&energy), Some(VadConfig::default().relative_threshold_db)),
             ("silero".to_string(), silero_score, None),
@@ -485,6 +512,8 @@ fn run(a: Args) -> Result<()> {
     write_csv(&csv, &prov, &rows)?;
     let csv_speed = out_dir.join("vad_speed.csv");
     write_csv(&csv_speed, &prov, &speed)?;
+    let csv_sweep = out_dir.join("vad_sweep.csv");
+    write_csv(&csv_sweep, &prov, &sweep)?;
 
     let pick = |det: &str, f: fn(&AccuracyRow) -> f64| -> Vec<f64> {
         rows.iter().filter(|r| r.detector == det).map(f).collect()
