@@ -106,3 +106,18 @@ fn a_closed_pipe_is_not_an_error() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(o.stderr.is_empty(), "{}", stderr(&o));
 }
+
+/// `render --vad ...`: a bad detector or threshold is refused by the argument parser, naming the
+/// flag, before anything loads.
+#[test]
+fn render_refuses_bad_vad_flags() {
+    let wav = fixture("mix_16k.wav");
+    for (flag, value) in [("--vad", "webrtc"), ("--vad-threshold", "2"), ("--vad-min-speech-ms", "-5")] {
+        let arg = format!("{flag}={value}");
+        let avatar = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/assets/anchor_1080x1920.png");
+        let o = cadence(&["render", "--audio", s(&wav), "--avatar", s(&avatar), &arg, "-o", "/nonexistent-dir/x.mp4"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains("invalid value") && err.contains(flag), "{flag} {value}: {err}");
+    }
+}
