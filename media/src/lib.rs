@@ -93,7 +93,8 @@ pub use fmp4::{FragmentedWriter, SegmentQueue};
 pub use image::{crop_to_planar, image_size, load_image, paste_region, planar_to_rgb, FaceBox, PasteRegion, RgbImage};
 pub use probe::{probe, Mp4Info};
 pub use vad::silero::{
-    voice_activity as silero_voice_activity, SileroConfig, SileroVad, SpeechEvent, SpeechSegment, VadIterator,
+    voice_activity as silero_voice_activity, ChunkProbabilities, SileroConfig, SileroVad, SpeechEvent, SpeechSegment,
+    VadIterator,
 };
 pub use vad::{
     frame_count, frames_from_hops, hop_activity_above, hop_context, voice_activity, voice_activity_from_levels,

@@ -247,3 +247,24 @@ fn silence_and_bad_configs() {
     assert_eq!(SileroConfig::default().neg_threshold(), 0.5 - 0.15);
     assert_eq!(SileroConfig { threshold: 0.1, ..Default::default() }.neg_threshold(), 0.01);
 }
+
+/// Probabilities made from pieces of uneven lengths (shorter and longer than a chunk, taken as
+/// they come) are those of the clip whole, value for value.
+#[test]
+fn chunk_probabilities_from_pieces_are_the_whole_clips() {
+    let x = mix();
+    let mut chunks = cadence_media::ChunkProbabilities::new().unwrap();
+    let mut got = Vec::new();
+    let (mut at, mut len) = (0, 1);
+    while at < x.len() {
+        let end = (at + len).min(x.len());
+        chunks.push(&x[at..end]).unwrap();
+        got.extend(chunks.take());
+        assert_eq!(got.len(), end / 512, "whole chunks only, as they complete");
+        at = end;
+        len = len * 7 % 1999 + 1;
+    }
+    chunks.finish().unwrap();
+    got.extend(chunks.take());
+    assert_eq!(&got, rust_probs());
+}

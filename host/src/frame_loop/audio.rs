@@ -153,7 +153,7 @@ impl StreamedAudio {
         ensure!(d <= max_seconds, "{}: {d:.1} s of audio is longer than --max-seconds {max_seconds}", path.display());
         let mut first = cadence_media::open_wav_stream(path)?;
         let mut levels = HopLevels::new(&VadConfig::default());
-        let mut silero = SileroChunks::new()?;
+        let mut silero = silero::ChunkProbabilities::new()?;
         let (mut mono, mut track) = (Vec::new(), Vec::new());
         let (mut samples_16k, mut track_samples) = (0, 0);
         loop {
@@ -176,7 +176,10 @@ impl StreamedAudio {
             track_format,
             track_frames: track_samples / track_format.channels.max(1) as usize,
             levels: levels.finish(),
-            silero: silero.finish()?,
+            silero: {
+                silero.finish()?;
+                silero.take()
+            },
             state: Mutex::new(StreamState {
                 stream,
                 more: true,
@@ -248,39 +251,6 @@ impl ClipSamples for StreamedAudio {
     }
 }
 
-/// Silero's probabilities of a stream read a piece at a time: the chunks of
-/// [`silero::speech_probabilities`] (512 samples from the first, the last zero-padded), so the
-/// same values as for the clip decoded whole.
-struct SileroChunks {
-    vad: silero::SileroVad,
-    pending: Vec<f32>,
-    probs: Vec<f32>,
-}
-
-impl SileroChunks {
-    fn new() -> Result<Self> {
-        Ok(SileroChunks { vad: silero::SileroVad::new()?, pending: Vec::new(), probs: Vec::new() })
-    }
-
-    fn push(&mut self, samples: &[f32]) -> Result<()> {
-        self.pending.extend_from_slice(samples);
-        let whole = self.pending.len() / silero::CHUNK_SAMPLES * silero::CHUNK_SAMPLES;
-        for chunk in self.pending[..whole].chunks_exact(silero::CHUNK_SAMPLES) {
-            self.probs.push(self.vad.process_chunk(chunk)?);
-        }
-        self.pending.drain(..whole);
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<Vec<f32>> {
-        if !self.pending.is_empty() {
-            self.pending.resize(silero::CHUNK_SAMPLES, 0.0);
-            self.probs.push(self.vad.process_chunk(&self.pending)?);
-        }
-        Ok(self.probs)
-    }
-}
-
 /// Which detector decides voice activity (docs/vad.md): which frames are speech, which ease
 /// toward the rest state, which sustained silence bypasses every network.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -288,7 +258,7 @@ pub enum Vad {
     /// Silero VAD v5, a trained network, with Silero's own post-processing (the default).
     Silero(silero::SileroConfig),
     /// The energy detector (RMS level against the clip's loudness, with a hangover): the
-    /// fallback, and what live renders use.
+    /// fallback, and the comparison.
     Energy,
 }
 

@@ -17,7 +17,7 @@
 
 use crate::frame_loop::audio::Vad;
 use anyhow::Result;
-use cadence_media::vad::silero::{self, SileroConfig, SileroVad, SpeechSegment, CHUNK_SAMPLES};
+use cadence_media::vad::silero::{self, ChunkProbabilities, SileroConfig, SpeechSegment, CHUNK_SAMPLES};
 use cadence_media::{
     frames_from_hops, hop_activity_above, hop_context, FrameRate, HopLevels, LevelReference, VadConfig, TARGET_RATE,
 };
@@ -57,9 +57,7 @@ pub(crate) struct EnergyLive {
 
 pub(crate) struct SileroLive {
     cfg: SileroConfig,
-    net: SileroVad,
-    /// Samples not yet a whole chunk.
-    pending: Vec<f32>,
+    chunks: ChunkProbabilities,
     /// Chunk probabilities from chunk `probs_from` on.
     probs: Vec<f32>,
     probs_from: usize,
@@ -85,8 +83,7 @@ impl LiveVad {
                 cfg.validate()?;
                 LiveVad::Silero(Box::new(SileroLive {
                     cfg: *cfg,
-                    net: SileroVad::new()?,
-                    pending: Vec::new(),
+                    chunks: ChunkProbabilities::new()?,
                     probs: Vec::new(),
                     probs_from: 0,
                     samples: 0,
@@ -112,18 +109,11 @@ impl LiveVad {
             }
             LiveVad::Silero(s) => {
                 s.samples += fresh.len();
-                s.pending.extend_from_slice(fresh);
-                let whole = s.pending.len() / CHUNK_SAMPLES * CHUNK_SAMPLES;
-                for chunk in s.pending[..whole].chunks_exact(CHUNK_SAMPLES) {
-                    s.probs.push(s.net.process_chunk(chunk)?);
+                s.chunks.push(fresh)?;
+                if ended {
+                    s.chunks.finish()?;
                 }
-                s.pending.drain(..whole);
-                if ended && !s.pending.is_empty() {
-                    // The last chunk zero-padded, as in a file's pass.
-                    s.pending.resize(CHUNK_SAMPLES, 0.0);
-                    s.probs.push(s.net.process_chunk(&s.pending)?);
-                    s.pending.clear();
-                }
+                s.probs.extend(s.chunks.take());
                 s.ended = ended;
             }
         }

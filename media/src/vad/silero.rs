@@ -156,18 +156,63 @@ impl SileroVad {
 /// Speech probability of every 512-sample chunk of a clip (mono 16 kHz), from a reset detector:
 /// `ceil(len / 512)` values, the last chunk zero-padded, as `get_speech_timestamps` computes them.
 pub fn speech_probabilities(samples_16k: &[f32]) -> Result<Vec<f32>> {
-    let mut vad = SileroVad::new()?;
-    let mut probs = Vec::with_capacity(samples_16k.len().div_ceil(CHUNK_SAMPLES));
-    let mut last = [0.0f32; CHUNK_SAMPLES];
-    for chunk in samples_16k.chunks(CHUNK_SAMPLES) {
-        if chunk.len() == CHUNK_SAMPLES {
-            probs.push(vad.process_chunk(chunk)?);
-        } else {
-            last[..chunk.len()].copy_from_slice(chunk);
-            probs.push(vad.process_chunk(&last)?);
-        }
+    let mut chunks = ChunkProbabilities::new()?;
+    chunks.push(samples_16k)?;
+    chunks.finish()?;
+    Ok(chunks.take())
+}
+
+/// [`speech_probabilities`] of audio that arrives a piece at a time (a WAV read as it goes, a
+/// live stream): pieces of any length, cut into the same 512-sample chunks from the first
+/// sample, the last one zero-padded by [`ChunkProbabilities::finish`]; so the same values as for
+/// the clip whole.
+pub struct ChunkProbabilities {
+    vad: SileroVad,
+    /// Samples not yet a whole chunk.
+    pending: Vec<f32>,
+    /// Probabilities not yet taken.
+    probs: Vec<f32>,
+}
+
+impl ChunkProbabilities {
+    pub fn new() -> Result<Self> {
+        Ok(Self { vad: SileroVad::new()?, pending: Vec::with_capacity(CHUNK_SAMPLES), probs: Vec::new() })
     }
-    Ok(probs)
+
+    /// Runs the network on every chunk these samples complete.
+    pub fn push(&mut self, mut samples_16k: &[f32]) -> Result<()> {
+        if !self.pending.is_empty() {
+            let n = (CHUNK_SAMPLES - self.pending.len()).min(samples_16k.len());
+            self.pending.extend_from_slice(&samples_16k[..n]);
+            samples_16k = &samples_16k[n..];
+            if self.pending.len() < CHUNK_SAMPLES {
+                return Ok(());
+            }
+            self.probs.push(self.vad.process_chunk(&self.pending)?);
+            self.pending.clear();
+        }
+        let mut chunks = samples_16k.chunks_exact(CHUNK_SAMPLES);
+        for chunk in &mut chunks {
+            self.probs.push(self.vad.process_chunk(chunk)?);
+        }
+        self.pending.extend_from_slice(chunks.remainder());
+        Ok(())
+    }
+
+    /// The end of the audio: a last, partial chunk is zero-padded and run.
+    pub fn finish(&mut self) -> Result<()> {
+        if !self.pending.is_empty() {
+            self.pending.resize(CHUNK_SAMPLES, 0.0);
+            self.probs.push(self.vad.process_chunk(&self.pending)?);
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// The probabilities computed since the last call.
+    pub fn take(&mut self) -> Vec<f32> {
+        std::mem::take(&mut self.probs)
+    }
 }
 
 /// Thresholds of Silero's post-processing; the defaults are those of the wheel's
