@@ -116,6 +116,7 @@ impl Inputs {
         let mut p = crate::provenance::Provenance::for_backend(&self.backend, self.profile.to_string(), weights);
         p.note(crate::provenance::ENGINE_DEVICE_KEY, self.engine_device.label());
         p.note("engines", engines.to_string());
+        p.note("cpu_loops", cadence_engines::isa::describe());
         p.note("vad", self.opts.vad.name());
         input_notes(&mut p, &self.audio_path, &self.avatar_path, self.face, &self.img);
         p
@@ -153,6 +154,7 @@ impl Session {
             cadence::backend::resident::residency(&self.backend, &self.engines.device).to_string(),
         );
         p.note("engines", self.engines.describe());
+        p.note("cpu_loops", cadence_engines::isa::describe());
         p.note("vad", self.opts.vad.name());
         input_notes(&mut p, &self.audio_path, &self.avatar_path, self.face, &self.img);
         p
