@@ -21,8 +21,8 @@
 //!   frame, energy based, thresholds relative to the clip's loudness, 200 ms hangover
 //!   (documented in [`vad`] and [`VadConfig`]); [`voice_activity_with`] takes a config.
 //! - [`frame_count`]`(duration_s, fps) = ceil(duration_s * fps)`.
-//! - Silero VAD v5 ([`vad::silero`]), a trained detector run by tract on the committed ONNX
-//!   file: [`silero_voice_activity`]`(samples_16k, fps, n_frames) -> Vec<bool>` (the same shape
+//! - Silero VAD v5 ([`vad::silero`]), a trained detector with the weights of the committed
+//!   ONNX file, run by cadence's own network: [`silero_voice_activity`]`(samples_16k, fps, n_frames) -> Vec<bool>` (the same shape
 //!   as [`voice_activity`]), [`vad::silero::try_voice_activity_with`] with a [`SileroConfig`];
 //!   [`SileroVad::process_chunk`] for a stream of 512-sample chunks, [`VadIterator`] for live
 //!   start/end events; [`vad::silero::speech_probabilities`] and

@@ -1,8 +1,11 @@
 //! Silero VAD against the energy VAD (issue 36): speed, and what each would make the render do.
 //!
-//! Speed: Silero's chunk probabilities of a whole mix ([`silero::speech_probabilities`], tract on
-//! one thread), median of `--runs` runs, as x real time (audio seconds per wall second) and
-//! milliseconds per 512-sample chunk; the energy VAD timed the same way for scale.
+//! Speed, one thread, median of `--runs` runs, as x real time (audio seconds per wall second) and
+//! milliseconds per 512-sample chunk, on one mix: cadence's Silero network on the whole clip
+//! ([`silero::speech_probabilities`]: the front end batched over blocks of chunks) and chunk by
+//! chunk ([`silero::SileroVad::process_chunk`], as a live stream runs it), at every
+//! instruction-set level this machine runs; tract running the published graph chunk by chunk (the
+//! peer, [`silero::TractSileroVad`]); the energy VAD for scale.
 //!
 //! Accuracy: test mixes at 16 kHz with speech of known boundaries, made from the committed
 //! espeak-ng sentences (fixtures/speech/*.wav; a sentence's speech runs from its first to its last
@@ -21,8 +24,8 @@
 //!   nearest true speech frame above 4) but does not with the detector's.
 //!
 //! Writes `vad.csv` (one row per mix and detector), `vad_speed.csv` and `vad.{png,svg}` (false
-//! bypass and missed silence rates), each with provenance (commit, date, hardware, the CPU
-//! features tract can use, the model file and its sha256).
+//! bypass and missed silence rates), each with provenance (commit, date, hardware, the
+//! instruction-set level of cadence's loops, the model file and its sha256).
 
 use anyhow::{ensure, Context, Result};
 use cadence_media::vad::silero::{self, CHUNK_SAMPLES, MODEL_FILE};
@@ -60,6 +63,10 @@ struct Args {
     /// Seed of the noise.
     #[arg(long, default_value_t = 36)]
     seed: u64,
+    /// Also write each mix as a 16 kHz 16-bit WAV in this directory, with `truth.json` (the
+    /// sentences' spans in samples), to listen to or to try other detectors on.
+    #[arg(long, value_name = "DIR")]
+    write_mixes: Option<std::path::PathBuf>,
     #[command(flatten)]
     out: OutDir,
 }
@@ -109,6 +116,9 @@ struct SweepRow {
 #[derive(serde::Serialize, Clone, Debug)]
 struct SpeedRow {
     detector: String,
+    /// The instruction-set level cadence's loops ran at (`cadence_cpu` levels); for tract, the
+    /// level tract-linalg picks on its own.
+    isa: String,
     threads: usize,
     audio_s: f64,
     runs: usize,
@@ -315,28 +325,36 @@ fn best_within(candidates: &[(f64, Score)], max_missed: usize) -> (f64, Score) {
     *best.unwrap_or_else(|| candidates.iter().min_by_key(|(_, s)| (s.missed, s.false_bypass)).unwrap())
 }
 
+/// `--write-mixes`: each mix as `<name>.wav` (spaces as `_`), and `truth.json`.
+fn write_mixes(
+    dir: &std::path::Path,
+    mixes: &[(String, Option<f64>, Vec<f32>)],
+    spans: &[(usize, usize)],
+) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, _, x) in mixes {
+        let path = dir.join(format!("{}.wav", name.replace(' ', "_")));
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: RATE as u32,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut w = hound::WavWriter::create(&path, spec).with_context(|| format!("writing {}", path.display()))?;
+        for &v in x {
+            w.write_sample((v.clamp(-1.0, 1.0) * 32767.0).round() as i16)?;
+        }
+        w.finalize()?;
+    }
+    let truth = serde_json::json!({ "sample_rate": RATE, "speech_spans": spans });
+    std::fs::write(dir.join("truth.json"), serde_json::to_string_pretty(&truth)?)?;
+    println!("vad: wrote the mixes to {}", dir.display());
+    Ok(())
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
-}
-
-/// CPU features tract-linalg chooses its kernels from (at run time).
-fn isa() -> String {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let f = [
-            ("avx512f", std::is_x86_feature_detected!("avx512f")),
-            ("avx2", std::is_x86_feature_detected!("avx2")),
-            ("fma", std::is_x86_feature_detected!("fma")),
-            ("sse4.1", std::is_x86_feature_detected!("sse4.1")),
-        ];
-        let on: Vec<&str> = f.iter().filter(|x| x.1).map(|x| x.0).collect();
-        format!("x86_64, detected: {} (tract-linalg picks its kernels at run time)", on.join(" "))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        format!("{} (tract-linalg picks its kernels at run time)", std::env::consts::ARCH)
-    }
 }
 
 fn run(a: Args) -> Result<()> {
@@ -345,11 +363,11 @@ fn run(a: Args) -> Result<()> {
     let sha = format!("{:x}", Sha256::digest(silero::model_bytes()));
     ensure!(sha == silero::MODEL_SHA256, "embedded model sha256 {sha} is not the committed file's");
     let mut prov = Provenance::gather(
-        "cpu, 1 thread (tract-onnx for Silero)",
+        "cpu, 1 thread (cadence's Silero network; tract-onnx as the peer)",
         "n/a",
         format!("Silero VAD v5: {MODEL_FILE} (sha256 {sha}; {})", silero::MODEL_SOURCE),
     );
-    prov.note("isa", isa());
+    prov.note("cpu_loops", cadence_engines::isa::describe());
     prov.note("model_file", MODEL_FILE);
     prov.note("model_sha256", &sha);
     prov.note("fps", a.fps.to_string());
@@ -380,6 +398,9 @@ fn run(a: Args) -> Result<()> {
         mixes.push((format!("noise {snr} dB SNR"), Some(snr), x));
     }
 
+    if let Some(dir) = &a.write_mixes {
+        write_mixes(dir, &mixes, &spans)?;
+    }
     let speech_frames = truth.iter().filter(|&&v| v).count();
     let bypassable = truth_bypass.iter().filter(|&&v| v).count();
     let score = |d: &[bool]| -> Score {
@@ -476,21 +497,20 @@ fn run(a: Args) -> Result<()> {
     let audio_s = x.len() as f64 / RATE;
     let chunks = x.len().div_ceil(CHUNK_SAMPLES);
     let mut speed = Vec::new();
-    for det in ["silero", "energy"] {
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<(f64, f64)> {
         let mut times = Vec::with_capacity(a.runs);
         for _ in 0..a.runs {
             let t = Instant::now();
-            if det == "silero" {
-                std::hint::black_box(silero::speech_probabilities(x)?);
-            } else {
-                std::hint::black_box(cadence_media::voice_activity(x, a.fps, n_frames));
-            }
+            f()?;
             times.push(t.elapsed().as_secs_f64());
         }
         let min_s = times.iter().cloned().fold(f64::INFINITY, f64::min);
-        let median_s = median(&mut times);
+        Ok((median(&mut times), min_s))
+    };
+    let mut row = |detector: &str, isa: String, (median_s, min_s): (f64, f64)| {
         let row = SpeedRow {
-            detector: det.into(),
+            detector: detector.into(),
+            isa,
             threads: 1,
             audio_s,
             runs: a.runs,
@@ -500,13 +520,57 @@ fn run(a: Args) -> Result<()> {
             ms_per_chunk: 1000.0 * median_s / chunks as f64,
         };
         println!(
-            "{det}: {audio_s:.1} s of audio in {median_s:.4} s (median of {}): {:.0}x real time, {:.4} ms per 512-sample chunk",
-            a.runs, row.x_realtime, row.ms_per_chunk
+            "{detector} ({}): {audio_s:.1} s of audio in {median_s:.4} s (median of {}): {:.0}x real time, {:.4} ms per 512-sample chunk",
+            row.isa, a.runs, row.x_realtime, row.ms_per_chunk
         );
         speed.push(row);
+    };
+    // The machine's own level first (the headline figure), then the lower ones.
+    for level in cadence_engines::isa::runnable().into_iter().rev() {
+        cadence_engines::isa::force(Some(level)).map_err(anyhow::Error::msg)?;
+        row(
+            "silero, whole clip",
+            level.to_string(),
+            time(&mut || {
+                std::hint::black_box(silero::speech_probabilities(x)?);
+                Ok(())
+            })?,
+        );
+        row(
+            "silero, chunk by chunk",
+            level.to_string(),
+            time(&mut || {
+                let mut vad = silero::SileroVad::new()?;
+                for c in x.chunks_exact(CHUNK_SAMPLES) {
+                    std::hint::black_box(vad.process_chunk(c)?);
+                }
+                Ok(())
+            })?,
+        );
     }
+    cadence_engines::isa::force(None).map_err(anyhow::Error::msg)?;
+    row(
+        "silero by tract, chunk by chunk",
+        "tract-linalg's own choice".into(),
+        time(&mut || {
+            let mut vad = silero::TractSileroVad::new()?;
+            for c in x.chunks_exact(CHUNK_SAMPLES) {
+                std::hint::black_box(vad.process_chunk(c)?);
+            }
+            Ok(())
+        })?,
+    );
+    row(
+        "energy",
+        "n/a".into(),
+        time(&mut || {
+            std::hint::black_box(cadence_media::voice_activity(x, a.fps, n_frames));
+            Ok(())
+        })?,
+    );
     prov.note("silero_x_realtime", format!("{:.0}", speed[0].x_realtime));
     prov.note("silero_ms_per_chunk", format!("{:.4}", speed[0].ms_per_chunk));
+    prov.note("silero_chunk_by_chunk_x_realtime", format!("{:.0}", speed[1].x_realtime));
 
     let csv = out_dir.join("vad.csv");
     write_csv(&csv, &prov, &rows)?;

@@ -5,8 +5,9 @@
 //!   [`voice_activity`], [`VadConfig`], [`HopLevels`], ...): RMS level of 10 ms hops against the
 //!   clip's own loudness, with a hangover. No model; fooled by loud non-speech (breaths, music,
 //!   noise).
-//! - [`silero`]: Silero VAD v5, a small trained network (STFT, four convolutions, an LSTM) run on
-//!   512-sample chunks by tract, with Silero's own post-processing ([`silero::voice_activity`],
+//! - [`silero`]: Silero VAD v5, a small trained network (STFT, four convolutions, an LSTM) on
+//!   512-sample chunks, written out in `silero_net` (tract runs the published graph as its
+//!   reference), with Silero's own post-processing ([`silero::voice_activity`],
 //!   [`silero::SileroVad`] for a stream, [`silero::VadIterator`] for live events).
 //!
 //! The module was one file (`vad.rs`, the energy detector); it became this folder so the two
@@ -15,5 +16,6 @@
 
 pub mod energy;
 pub mod silero;
+mod silero_net;
 
 pub use energy::*;

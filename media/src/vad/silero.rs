@@ -1,4 +1,4 @@
-//! Silero VAD v5: a trained voice activity detector, run in Rust by tract.
+//! Silero VAD v5: a trained voice activity detector, run in Rust by cadence's own network.
 //!
 //! ## The model
 //! `media/models/silero_vad_openvino_16k.onnx` ([`MODEL_FILE`], sha256 [`MODEL_SHA256`]), from
@@ -11,14 +11,16 @@
 //! then the chunk) and `state` [2, 1, 128] (the LSTM's h and c), and returns the chunk's speech
 //! probability and the next state.
 //!
-//! ## The runtime: tract
-//! tract-onnx (pure Rust, crates.io only) runs this file; the wheel's other exports use ONNX `If`
-//! nodes that tract does not load, and ONNX Runtime's crate (`ort`) downloads binaries at build
-//! time, which this project does not allow. tract needs no system library, compiles in a few
-//! minutes once, and runs a chunk in a fraction of a millisecond on one thread (measured by
-//! `experiments/src/bin/vad.rs`, `results/vad.csv`). A hand-written network would be smaller to
-//! compile but would be a second implementation of Silero's graph to keep right; tract runs the
-//! published graph itself.
+//! ## The runtime: cadence's own network, tract as its reference
+//! [`SileroVad`] runs the network written out in `silero_net.rs` (STFT, four convolutions, one
+//! LSTM step, the decoder) with the weights read from the embedded file by tract's ONNX parser.
+//! It runs a clip's chunks in blocks (everything before the LSTM batched), its matrix products
+//! give the same bits whatever the batching and the instruction-set level, and it is several
+//! times faster than tract running the graph chunk by chunk (`experiments/src/bin/vad.rs`,
+//! `results/vad_speed.csv`). [`TractSileroVad`] is that peer: tract-onnx (pure Rust, crates.io
+//! only) running the published graph itself, which the tests compare the network with. The
+//! wheel's other exports use ONNX `If` nodes that tract does not load, and ONNX Runtime's crate
+//! (`ort`) downloads binaries at build time, which this project does not allow.
 //!
 //! ## What is reproduced (from the wheel's `silero_vad/utils_vad.py`)
 //! - [`SileroVad`]: `OnnxWrapper.__call__` at 16 kHz: the 64-sample context (zeros after a reset)
@@ -47,6 +49,7 @@ use std::sync::{Arc, OnceLock};
 
 use tract_onnx::prelude::*;
 
+use super::silero_net;
 use crate::error::{MediaError, Result};
 
 /// The sample rate the model runs at.
@@ -95,10 +98,81 @@ fn model_err(e: TractError) -> MediaError {
     MediaError::Model(format!("{e:#}"))
 }
 
-/// Silero VAD on a stream of 512-sample chunks at 16 kHz: the network with its recurrent state
-/// and its 64-sample context, as the wheel's `OnnxWrapper` keeps them.
-#[derive(Debug)]
+/// Silero VAD on a stream of 512-sample chunks at 16 kHz: the network (cadence's own, on `gemm`:
+/// `silero_net`) with its recurrent state and its 64-sample context, as the wheel's
+/// `OnnxWrapper` keeps them. [`SileroVad::process_chunks`] runs many chunks at once (the front end
+/// as matrix products over all of them), with the same results as one call per chunk.
 pub struct SileroVad {
+    net: Arc<silero_net::SileroNet>,
+    /// The LSTM state [h; c], fed to the next call.
+    state: Vec<f32>,
+    /// The 64 samples before the next chunk (zeros after a reset).
+    context: Vec<f32>,
+    scratch: silero_net::Scratch,
+    probs: Vec<f32>,
+}
+
+impl std::fmt::Debug for SileroVad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SileroVad").field("state", &self.state).field("context", &self.context).finish_non_exhaustive()
+    }
+}
+
+impl SileroVad {
+    /// A detector in the reset state (zero state, zero context).
+    pub fn new() -> Result<Self> {
+        Ok(Self {
+            net: silero_net::net()?,
+            state: vec![0.0; STATE_LEN],
+            context: vec![0.0; CONTEXT_SAMPLES],
+            scratch: Default::default(),
+            probs: Vec::with_capacity(1),
+        })
+    }
+
+    /// Back to the state of a new detector (`OnnxWrapper.reset_states`): zero LSTM state and zero
+    /// context, for the start of another stream.
+    pub fn reset(&mut self) {
+        self.state.fill(0.0);
+        self.context.fill(0.0);
+    }
+
+    /// The speech probability of the next chunk (exactly [`CHUNK_SAMPLES`] samples, mono 16 kHz,
+    /// in [-1, 1]). The chunk's last 64 samples become the next call's context and the new
+    /// state the next call's state.
+    pub fn process_chunk(&mut self, chunk: &[f32]) -> Result<f32> {
+        if chunk.len() != CHUNK_SAMPLES {
+            return Err(MediaError::InvalidInput(format!(
+                "Silero VAD: a chunk is {CHUNK_SAMPLES} samples at 16 kHz, got {}",
+                chunk.len()
+            )));
+        }
+        self.probs.clear();
+        let mut probs = std::mem::take(&mut self.probs);
+        self.process_chunks(chunk, &mut probs)?;
+        let p = probs[0];
+        self.probs = probs;
+        Ok(p)
+    }
+
+    /// The probabilities of consecutive chunks (`chunks.len()` a multiple of [`CHUNK_SAMPLES`]),
+    /// appended to `probs`: the same values as [`SileroVad::process_chunk`] on each in turn.
+    pub fn process_chunks(&mut self, chunks: &[f32], probs: &mut Vec<f32>) -> Result<()> {
+        if !chunks.len().is_multiple_of(CHUNK_SAMPLES) {
+            return Err(MediaError::InvalidInput(format!(
+                "Silero VAD: whole chunks of {CHUNK_SAMPLES} samples at 16 kHz, got {} samples",
+                chunks.len()
+            )));
+        }
+        self.net.run(&mut self.state, &mut self.context, chunks, probs, &mut self.scratch);
+        Ok(())
+    }
+}
+
+/// The published graph run by tract, chunk by chunk: the peer that [`SileroVad`] (cadence's own
+/// network) is tested against and timed beside. Same interface as [`SileroVad`].
+#[derive(Debug)]
+pub struct TractSileroVad {
     exec: TypedSimpleState,
     /// The LSTM state, [2, 1, 128], fed to the next call.
     state: Vec<f32>,
@@ -106,7 +180,7 @@ pub struct SileroVad {
     input: Vec<f32>,
 }
 
-impl SileroVad {
+impl TractSileroVad {
     /// A detector in the reset state (zero state, zero context).
     pub fn new() -> Result<Self> {
         let exec = TypedSimpleState::new(&plan()?).map_err(model_err)?;
@@ -191,11 +265,9 @@ impl ChunkProbabilities {
             self.probs.push(self.vad.process_chunk(&self.pending)?);
             self.pending.clear();
         }
-        let mut chunks = samples_16k.chunks_exact(CHUNK_SAMPLES);
-        for chunk in &mut chunks {
-            self.probs.push(self.vad.process_chunk(chunk)?);
-        }
-        self.pending.extend_from_slice(chunks.remainder());
+        let whole = samples_16k.len() - samples_16k.len() % CHUNK_SAMPLES;
+        self.vad.process_chunks(&samples_16k[..whole], &mut self.probs)?;
+        self.pending.extend_from_slice(&samples_16k[whole..]);
         Ok(())
     }
 
