@@ -496,21 +496,64 @@ fn run(a: Args) -> Result<()> {
     let x = &mixes.last().unwrap().2;
     let audio_s = x.len() as f64 / RATE;
     let chunks = x.len().div_ceil(CHUNK_SAMPLES);
-    let mut speed = Vec::new();
-    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<(f64, f64)> {
-        let mut times = Vec::with_capacity(a.runs);
-        for _ in 0..a.runs {
-            let t = Instant::now();
-            f()?;
-            times.push(t.elapsed().as_secs_f64());
-        }
-        let min_s = times.iter().cloned().fold(f64::INFINITY, f64::min);
-        Ok((median(&mut times), min_s))
+    // Every variant once per round, `--runs` rounds, so that all see the same machine (a shared
+    // VM's speed drifts over seconds); the median of each variant's runs is reported.
+    type Variant<'a> = (&'static str, String, Option<cadence_engines::isa::Isa>, Box<dyn Fn() -> Result<()> + 'a>);
+    let whole = || -> Result<()> {
+        std::hint::black_box(silero::speech_probabilities(x)?);
+        Ok(())
     };
-    let mut row = |detector: &str, isa: String, (median_s, min_s): (f64, f64)| {
+    let by_chunk = || -> Result<()> {
+        let mut vad = silero::SileroVad::new()?;
+        for c in x.chunks_exact(CHUNK_SAMPLES) {
+            std::hint::black_box(vad.process_chunk(c)?);
+        }
+        Ok(())
+    };
+    let mut variants: Vec<Variant> = Vec::new();
+    // The machine's own level first (the headline figure), then the lower ones.
+    for level in cadence_engines::isa::runnable().into_iter().rev() {
+        variants.push(("silero, whole clip", level.to_string(), Some(level), Box::new(whole)));
+        variants.push(("silero, chunk by chunk", level.to_string(), Some(level), Box::new(by_chunk)));
+    }
+    variants.push((
+        "silero by tract, chunk by chunk",
+        "tract-linalg's own choice".into(),
+        None,
+        Box::new(|| {
+            let mut vad = silero::TractSileroVad::new()?;
+            for c in x.chunks_exact(CHUNK_SAMPLES) {
+                std::hint::black_box(vad.process_chunk(c)?);
+            }
+            Ok(())
+        }),
+    ));
+    variants.push((
+        "energy",
+        "n/a".into(),
+        None,
+        Box::new(|| {
+            std::hint::black_box(cadence_media::voice_activity(x, a.fps, n_frames));
+            Ok(())
+        }),
+    ));
+    let mut times = vec![Vec::with_capacity(a.runs); variants.len()];
+    for _ in 0..a.runs {
+        for (v, t) in variants.iter().zip(&mut times) {
+            cadence_engines::isa::force(v.2).map_err(anyhow::Error::msg)?;
+            let start = Instant::now();
+            (v.3)()?;
+            t.push(start.elapsed().as_secs_f64());
+        }
+    }
+    cadence_engines::isa::force(None).map_err(anyhow::Error::msg)?;
+    let mut speed = Vec::new();
+    for (v, mut t) in variants.iter().zip(times) {
+        let min_s = t.iter().cloned().fold(f64::INFINITY, f64::min);
+        let median_s = median(&mut t);
         let row = SpeedRow {
-            detector: detector.into(),
-            isa,
+            detector: v.0.into(),
+            isa: v.1.clone(),
             threads: 1,
             audio_s,
             runs: a.runs,
@@ -520,54 +563,11 @@ fn run(a: Args) -> Result<()> {
             ms_per_chunk: 1000.0 * median_s / chunks as f64,
         };
         println!(
-            "{detector} ({}): {audio_s:.1} s of audio in {median_s:.4} s (median of {}): {:.0}x real time, {:.4} ms per 512-sample chunk",
-            row.isa, a.runs, row.x_realtime, row.ms_per_chunk
+            "{} ({}): {audio_s:.1} s of audio in {median_s:.4} s (median of {}): {:.0}x real time, {:.4} ms per 512-sample chunk",
+            v.0, row.isa, a.runs, row.x_realtime, row.ms_per_chunk
         );
         speed.push(row);
-    };
-    // The machine's own level first (the headline figure), then the lower ones.
-    for level in cadence_engines::isa::runnable().into_iter().rev() {
-        cadence_engines::isa::force(Some(level)).map_err(anyhow::Error::msg)?;
-        row(
-            "silero, whole clip",
-            level.to_string(),
-            time(&mut || {
-                std::hint::black_box(silero::speech_probabilities(x)?);
-                Ok(())
-            })?,
-        );
-        row(
-            "silero, chunk by chunk",
-            level.to_string(),
-            time(&mut || {
-                let mut vad = silero::SileroVad::new()?;
-                for c in x.chunks_exact(CHUNK_SAMPLES) {
-                    std::hint::black_box(vad.process_chunk(c)?);
-                }
-                Ok(())
-            })?,
-        );
     }
-    cadence_engines::isa::force(None).map_err(anyhow::Error::msg)?;
-    row(
-        "silero by tract, chunk by chunk",
-        "tract-linalg's own choice".into(),
-        time(&mut || {
-            let mut vad = silero::TractSileroVad::new()?;
-            for c in x.chunks_exact(CHUNK_SAMPLES) {
-                std::hint::black_box(vad.process_chunk(c)?);
-            }
-            Ok(())
-        })?,
-    );
-    row(
-        "energy",
-        "n/a".into(),
-        time(&mut || {
-            std::hint::black_box(cadence_media::voice_activity(x, a.fps, n_frames));
-            Ok(())
-        })?,
-    );
     prov.note("silero_x_realtime", format!("{:.0}", speed[0].x_realtime));
     prov.note("silero_ms_per_chunk", format!("{:.4}", speed[0].ms_per_chunk));
     prov.note("silero_chunk_by_chunk_x_realtime", format!("{:.0}", speed[1].x_realtime));
