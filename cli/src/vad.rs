@@ -1,5 +1,5 @@
 //! `cadence vad AUDIO.wav`: speech segments of a WAV file by Silero VAD (cadence-media's
-//! `vad::silero`, the embedded ONNX model run by tract): the file is read and resampled to
+//! `vad::silero`, the embedded ONNX model's weights in cadence's own network): the file is read and resampled to
 //! 16 kHz by cadence's WAV reader, every 512-sample chunk gets a speech probability, and Silero's
 //! own post-processing (`get_speech_timestamps`) turns them into segments. `--json` prints the
 //! probabilities too.
