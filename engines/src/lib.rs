@@ -18,6 +18,9 @@
 //! decoder networks it runs per frame, and the appearance and motion extractors, on the CPU
 //! path with plain slices (not yet behind these traits).
 //!
+//! MTCNN's face detection networks (P-Net, R-Net, O-Net) with facenet-pytorch's trained weights,
+//! committed and embedded, are in [`mtcnn`] (on candle; the detector around them is to come).
+//!
 //! ## Weights
 //! [`WeightsSource::Synthetic`] builds seeded deterministic weights (He/LeCun-normal, residual
 //! outputs scaled down, norms 1, biases 0) for the exact expected name -> shape table, and then loads
@@ -58,6 +61,7 @@ pub mod error;
 mod flops;
 pub mod isa;
 pub mod models_dir;
+pub mod mtcnn;
 pub mod sd_vae;
 mod simd;
 pub mod taesd;
