@@ -9,6 +9,11 @@ What it writes (committed, read by engines/tests/mtcnn.rs; no test runs Python):
   detect_face normalises them: exact in f32), and the network's outputs (float32 values written
   as Python floats, so exactly). P-Net runs on a 1x3x23x31 image (odd sizes: its pooling rounds
   up), R-Net on 2 crops of 24x24, O-Net on 2 crops of 48x48.
+- fixtures/mtcnn/detect_reference.json: facenet-pytorch's `MTCNN().detect(img, landmarks=True)`
+  (all defaults) on the frames `frames()` builds from the committed public-domain / CC0 images
+  (fixtures/mtcnn/IMAGES.md) with exact pixel operations the Rust test repeats: the portrait,
+  mirrored, halved (every second pixel), placed at an odd offset in a 1080x1920 grey frame, two
+  portraits side by side, and a photograph without a face. Per frame: boxes, scores, landmarks.
 
 Run (a git-ignored venv with torch, torchvision, numpy, requests, tqdm and the facenet-pytorch
 wheel unpacked or installed with --no-deps; docs/faces.md):
@@ -59,6 +64,44 @@ def main():
     with open(path, "w") as f:
         json.dump(out, f)
     print("wrote", path)
+
+    from facenet_pytorch import MTCNN
+
+    mtcnn = MTCNN()
+    det = {"generator": "scripts/make_mtcnn_fixtures.py", "torch": torch.__version__, "frames": {}}
+    for name, img in frames().items():
+        boxes, probs, points = mtcnn.detect(img, landmarks=True)
+        faces = []
+        if boxes is not None:
+            for b, p, l in zip(boxes, probs, points):
+                faces.append({"box": [float(v) for v in b], "score": float(p), "landmarks": [[float(v) for v in xy] for xy in l]})
+        det["frames"][name] = {"size": [img.shape[1], img.shape[0]], "faces": faces}
+        print(name, img.shape, [f["box"] for f in faces])
+    path = os.path.join(ROOT, "fixtures/mtcnn/detect_reference.json")
+    with open(path, "w") as f:
+        json.dump(det, f, indent=1)
+    print("wrote", path)
+
+
+def read_png(name):
+    from PIL import Image
+
+    return np.asarray(Image.open(os.path.join(ROOT, "fixtures/mtcnn", name)).convert("RGB"))
+
+
+def frames():
+    """The test frames (HxWx3 uint8); engines/tests/mtcnn.rs builds the same ones."""
+    face = read_png("astronaut.png")
+    frame = np.full((1920, 1080, 3), 128, dtype=np.uint8)
+    frame[1101 : 1101 + 512, 283 : 283 + 512] = face
+    return {
+        "portrait": face,
+        "mirrored": face[:, ::-1].copy(),
+        "halved": face[::2, ::2].copy(),
+        "in a 1080x1920 frame": frame,
+        "two faces": np.concatenate([face, face[:, ::-1]], axis=1),
+        "no face": read_png("coffee.png"),
+    }
 
 
 if __name__ == "__main__":

@@ -29,10 +29,13 @@
 //!
 //! Inputs are NCHW RGB, normalised as facenet-pytorch's `detect_face` does: `(pixel - 127.5) *
 //! 0.0078125`. The detector around the networks (the image pyramid, box regression, NMS, the
-//! crops between the stages) is a later step of issue 40.
+//! crops between the stages) is [`detect`].
 //!
 //! Tests: `engines/tests/mtcnn.rs` against facenet-pytorch's own networks on the same inputs
-//! (`fixtures/mtcnn/nets_reference.json`, written by `scripts/make_mtcnn_fixtures.py`).
+//! (`fixtures/mtcnn/nets_reference.json`, written by `scripts/make_mtcnn_fixtures.py`), and
+//! `engines/tests/mtcnn_detect.rs` against its detector on whole frames.
+
+pub mod detect;
 
 use std::path::PathBuf;
 
