@@ -4,6 +4,7 @@ mod avatar;
 mod bench;
 mod engine;
 mod expand;
+mod faces;
 mod gpu_check;
 mod info;
 mod models;
@@ -60,6 +61,9 @@ enum Command {
     /// Speech segments of a WAV file by Silero VAD (a trained detector, its model embedded):
     /// start and end in seconds, or with --json the probability of every 32 ms chunk too.
     Vad(vad::VadArgs),
+    /// Faces found by MTCNN (trained weights embedded): `faces detect IMAGE|DIR|VIDEO [--json]`
+    /// prints every face's box, score and 5 landmarks per frame.
+    Faces(faces::FacesArgs),
 }
 
 fn main() {
@@ -85,6 +89,7 @@ fn main() {
         Command::GpuCheck(a) => gpu_check::run(a),
         Command::Serve(a) => cadence_server::serve(*a),
         Command::Vad(a) => vad::run(a),
+        Command::Faces(a) => faces::run(a),
     });
     if let Err(e) = result {
         eprintln!("cadence: error: {e:#}");

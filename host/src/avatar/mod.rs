@@ -172,7 +172,7 @@ pub fn is_mp4(path: &Path) -> bool {
 
 /// The PNG and JPEG files of an image-sequence directory (by extension, any case), sorted by
 /// name; other files are ignored.
-fn sequence_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn sequence_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let shown = dir.display();
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("{shown}: cannot read the directory"))? {
