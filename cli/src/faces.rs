@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig};
 use cadence_engines::mtcnn::MODEL_SOURCE;
 use cadence_engines::Device;
-use clap::{Args, Subcommand};
 use cadence_media::image::RgbImage;
+use clap::{Args, Subcommand};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -102,7 +102,10 @@ fn detect(a: DetectArgs) -> Result<()> {
         if single {
             v["faces"] = frames[0].iter().map(face_json).collect();
         } else {
-            v["frames"] = frames.iter().map(|f| serde_json::json!({"faces": f.iter().map(face_json).collect::<Vec<_>>()})).collect();
+            v["frames"] = frames
+                .iter()
+                .map(|f| serde_json::json!({"faces": f.iter().map(face_json).collect::<Vec<_>>()}))
+                .collect();
         }
         serde_json::to_string_pretty(&v)? + "\n"
     } else {

@@ -4,8 +4,8 @@
 //! engines/tests/mtcnn_detect.rs; here the command around it.
 
 mod common;
-use common::{cadence, s, stderr};
 use cadence_media::{EncoderKind, FrameRate, VideoWriter};
+use common::{cadence, s, stderr};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -27,7 +27,12 @@ fn iou(a: &[f64], b: &[f64]) -> f64 {
 }
 
 fn boxes(faces: &Value) -> Vec<Vec<f64>> {
-    faces.as_array().unwrap().iter().map(|f| f["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()).collect()
+    faces
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["box"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect())
+        .collect()
 }
 
 /// facenet-pytorch's box for the portrait (fixtures/mtcnn/detect_reference.json, "portrait").
@@ -75,7 +80,9 @@ fn a_directory_and_a_video_give_one_entry_per_frame() {
     let (w, h) = img.dimensions();
     let mut nv12: Vec<u8> = img
         .pixels()
-        .map(|p| (16.0 + 219.0 * (0.299 * p[0] as f32 + 0.587 * p[1] as f32 + 0.114 * p[2] as f32) / 255.0).round() as u8)
+        .map(|p| {
+            (16.0 + 219.0 * (0.299 * p[0] as f32 + 0.587 * p[1] as f32 + 0.114 * p[2] as f32) / 255.0).round() as u8
+        })
         .collect();
     nv12.resize(nv12.len() * 3 / 2, 128);
     let video = dir.path().join("portrait.mp4");

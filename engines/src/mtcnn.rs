@@ -16,16 +16,16 @@
 //! edges, which count as -infinity); softmax over the two classes (face is class 1).
 //! - P-Net: conv 3->10 (3x3), PReLU, pool 2/2; conv 10->16 (3x3), PReLU; conv 16->32 (3x3),
 //!   PReLU; then two 1x1 convs: `conv4_2` 32->4 (box regression) and `conv4_1` 32->2 (softmax).
-//!   Outputs (regression [N,4,H',W'], probabilities [N,2,H',W']).
+//!   Outputs (regression `[N, 4, H', W']`, probabilities `[N, 2, H', W']`).
 //! - R-Net on 24x24: conv 3->28 (3x3), PReLU, pool 3/2; conv 28->48 (3x3), PReLU, pool 3/2;
 //!   conv 48->64 (2x2), PReLU; flattened in (x, y, channel) order (`permute(0, 3, 2, 1)`, the
 //!   layout of the original Caffe weights), dense 576->128, PReLU; `dense5_2` 128->4,
-//!   `dense5_1` 128->2 (softmax). Outputs (regression [N,4], probabilities [N,2]).
+//!   `dense5_1` 128->2 (softmax). Outputs (regression `[N, 4]`, probabilities `[N, 2]`).
 //! - O-Net on 48x48: conv 3->32, PReLU, pool 3/2; conv 32->64, PReLU, pool 3/2; conv 64->64,
 //!   PReLU, pool 2/2; conv 64->128 (2x2), PReLU; flattened as R-Net, dense 1152->256, PReLU;
 //!   `dense6_2` 256->4, `dense6_3` 256->10 (landmarks: 5 x then 5 y, relative to the box),
-//!   `dense6_1` 256->2 (softmax). Outputs (regression [N,4], landmarks [N,10], probabilities
-//!   [N,2]).
+//!   `dense6_1` 256->2 (softmax). Outputs (regression `[N, 4]`, landmarks `[N, 10]`, probabilities
+//!   `[N, 2]`).
 //!
 //! Inputs are NCHW RGB, normalised as facenet-pytorch's `detect_face` does: `(pixel - 127.5) *
 //! 0.0078125`. The detector around the networks (the image pyramid, box regression, NMS, the

@@ -8,15 +8,15 @@
 //!    normalised `(p - 127.5) * 0.0078125`.
 //! 2. **P-Net** on each scale: every output cell with face probability `>= thresholds[0]` is a
 //!    box `floor((2 (x, y) + 1) / s)` to `floor((2 (x, y) + 12) / s)` with its regression;
-//!    NMS at IoU 0.5 within the scale, then at 0.7 over all scales ([`nms`], torchvision's rule:
+//!    NMS at IoU 0.5 within the scale, then at 0.7 over all scales (`nms`, torchvision's rule:
 //!    areas without +1, a box suppressed when its IoU exceeds the threshold); the regression is
-//!    applied (`x1 + dx1 (x2 - x1)`, ...) and each box made square around its centre ([`rerec`]).
+//!    applied (`x1 + dx1 (x2 - x1)`, ...) and each box made square around its centre (`rerec`).
 //! 3. **R-Net** on each box's crop (coordinates truncated to integers, clipped to the image,
 //!    1-based as the Caffe code was), resized to 24x24 by area: probability `> thresholds[1]`
-//!    kept, NMS 0.7, regression with +1 widths ([`bbreg`]), squared.
+//!    kept, NMS 0.7, regression with +1 widths (`bbreg`), squared.
 //! 4. **O-Net** on 48x48 crops: probability `> thresholds[2]` kept; landmarks to pixels
 //!    (`x1 - 1 + lx (x2 - x1 + 1)`); regression; NMS at 0.7 with the "Min" rule (overlap over the
-//!    smaller area, +1 areas, [`nms_min`]).
+//!    smaller area, +1 areas, `nms_min`).
 //! 5. Faces sorted largest first (`select_largest=True`, the default).
 //!
 //! Boxes are `[x1, y1, x2, y2]` floats in pixels, top-left origin, as facenet-pytorch returns
