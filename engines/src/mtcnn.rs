@@ -36,6 +36,9 @@
 //! `engines/tests/mtcnn_detect.rs` against its detector on whole frames.
 
 pub mod detect;
+mod pnet_cpu;
+
+pub use pnet_cpu::{PNetCpu, PNetMap};
 
 use std::path::PathBuf;
 
@@ -291,6 +294,9 @@ pub struct MtcnnNets {
     pub pnet: PNet,
     pub rnet: RNet,
     pub onet: ONet,
+    /// P-Net on the engines' NHWC convolutions, when `device` is the CPU (the detector's
+    /// pyramid runs there; [`PNetCpu`]).
+    pub pnet_cpu: Option<PNetCpu>,
 }
 
 impl MtcnnNets {
@@ -305,6 +311,25 @@ impl MtcnnNets {
             prelu3: p.prelu("prelu3", 32)?,
             conv4_1: p.conv("conv4_1", 2, 32, 1)?,
             conv4_2: p.conv("conv4_2", 4, 32, 1)?,
+        };
+        let pnet_cpu = if device.is_cpu() {
+            let v = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
+                Ok(p.get(name, shape)?.flatten_all()?.to_vec1::<f32>()?)
+            };
+            let conv = |i: usize, cout: usize, cin: usize| -> Result<(Vec<f32>, Vec<f32>)> {
+                Ok((v(&format!("conv{i}.weight"), &[cout, cin, 3, 3])?, v(&format!("conv{i}.bias"), &[cout])?))
+            };
+            let (c1, c2, c3) = (conv(1, 10, 3)?, conv(2, 16, 10)?, conv(3, 32, 16)?);
+            let (w41, b41) = (v("conv4_1.weight", &[2, 32, 1, 1])?, v("conv4_1.bias", &[2])?);
+            let (w42, b42) = (v("conv4_2.weight", &[4, 32, 1, 1])?, v("conv4_2.bias", &[4])?);
+            Some(PNetCpu::new(
+                [(&c1.0, &c1.1, 10, 3), (&c2.0, &c2.1, 16, 10), (&c3.0, &c3.1, 32, 16)],
+                [v("prelu1.weight", &[10])?, v("prelu2.weight", &[16])?, v("prelu3.weight", &[32])?],
+                (&w41, &b41),
+                (&w42, &b42),
+            ))
+        } else {
+            None
         };
         let r = StateDict::open(MODEL_FILES[1].0, RNET_BYTES, device)?;
         let rnet = RNet {
@@ -335,7 +360,7 @@ impl MtcnnNets {
             dense6_2: o.dense("dense6_2", 4, 256)?,
             dense6_3: o.dense("dense6_3", 10, 256)?,
         };
-        Ok(Self { pnet, rnet, onet })
+        Ok(Self { pnet, rnet, onet, pnet_cpu })
     }
 }
 

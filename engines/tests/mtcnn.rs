@@ -80,3 +80,45 @@ fn wrong_input_shapes_are_refused() {
     // The smallest P-Net input gives one output cell.
     assert_eq!(nets.pnet.forward(&z(&[1, 3, 12, 12])).unwrap().1.dims(), &[1, 2, 1, 1]);
 }
+
+/// The CPU P-Net (NHWC on the engines' convolutions) against the candle P-Net, itself checked
+/// against facenet-pytorch above, on seeded images of odd and even sizes.
+#[test]
+fn cpu_pnet_matches_the_candle_pnet() {
+    let nets = MtcnnNets::load(&Device::Cpu).unwrap();
+    let fast = nets.pnet_cpu.as_ref().expect("on the CPU the fast P-Net is loaded");
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for (h, w) in [(12, 12), (23, 31), (64, 47), (130, 97)] {
+        let chw: Vec<f32> = (0..3 * h * w)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                ((seed >> 56) as f32 - 127.5) * 0.0078125
+            })
+            .collect();
+        let (reg, prob) =
+            nets.pnet.forward(&Tensor::from_vec(chw.clone(), (1, 3, h, w), &Device::Cpu).unwrap()).unwrap();
+        let (oh, ow) = (prob.dim(2).unwrap(), prob.dim(3).unwrap());
+        let prob = prob.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let reg = reg.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let mut hwc = vec![0f32; 3 * h * w];
+        for c in 0..3 {
+            for i in 0..h * w {
+                hwc[i * 3 + c] = chw[c * h * w + i];
+            }
+        }
+        let m = fast.forward(hwc, h, w);
+        assert_eq!((m.h, m.w), (oh, ow), "{h}x{w}");
+        let cells = oh * ow;
+        let mut err = 0f32;
+        for i in 0..cells {
+            err = err.max((m.prob[i] - prob[cells + i]).abs());
+            for k in 0..4 {
+                err = err.max((m.reg[i][k] - reg[k * cells + i]).abs());
+            }
+        }
+        println!("{h}x{w}: max |cpu - candle| {err:e}");
+        assert!(err < 1e-4, "{h}x{w}: {err}");
+    }
+}

@@ -24,8 +24,9 @@
 //! Box arithmetic is in f32 as in the reference (its tensors are float32).
 
 use candle_core::{Device, Tensor};
+use rayon::prelude::*;
 
-use super::MtcnnNets;
+use super::{MtcnnNets, PNetMap};
 use crate::error::{EngineError, Result};
 
 /// facenet-pytorch's `MTCNN` defaults.
@@ -120,19 +121,14 @@ impl Mtcnn {
         let mut boxes = Vec::new();
         for &s in &scales {
             let (hs, ws) = ((height as f64 * s + 1.0) as usize, (width as f64 * s + 1.0) as usize);
-            let x = normalised(resample_area(&img.data, 3, img.h, img.w, hs, ws));
-            let x = Tensor::from_vec(x, (1, 3, hs, ws), &self.device)?;
-            let (reg, prob) = self.nets.pnet.forward(&x)?;
-            let (oh, ow) = (prob.dim(2)?, prob.dim(3)?);
-            let prob = prob.flatten_all()?.to_vec1::<f32>()?;
-            let reg = reg.flatten_all()?.to_vec1::<f32>()?;
-            let cells = oh * ow;
+            let level = normalised(resample_area(&img.data, 3, img.h, img.w, hs, ws));
+            let PNetMap { h: oh, w: ow, prob, reg } = self.pnet_level(level, hs, ws)?;
             let s32 = s as f32;
             let mut found = Vec::new();
             for y in 0..oh {
                 for x in 0..ow {
                     let i = y * ow + x;
-                    let p = prob[cells + i];
+                    let p = prob[i];
                     if p >= th[0] {
                         let (bx, by) = (x as f32, y as f32);
                         found.push(Cand {
@@ -143,7 +139,7 @@ impl Mtcnn {
                                 ((2.0 * by + 12.0) / s32).floor(),
                             ],
                             score: p,
-                            reg: [reg[i], reg[cells + i], reg[2 * cells + i], reg[3 * cells + i]],
+                            reg: reg[i],
                         });
                     }
                 }
@@ -207,6 +203,30 @@ impl Mtcnn {
         Ok(faces)
     }
 
+    /// P-Net on one pyramid level (CHW, normalised): each output cell's face probability and
+    /// regression. On the CPU by [`super::PNetCpu`], else
+    /// by candle.
+    fn pnet_level(&self, chw: Vec<f32>, h: usize, w: usize) -> Result<PNetMap> {
+        if let Some(fast) = &self.nets.pnet_cpu {
+            let plane = h * w;
+            let mut hwc = vec![0f32; 3 * plane];
+            for (c, src) in chw.chunks_exact(plane).enumerate() {
+                for (i, v) in src.iter().enumerate() {
+                    hwc[i * 3 + c] = *v;
+                }
+            }
+            return Ok(fast.forward(hwc, h, w));
+        }
+        let x = Tensor::from_vec(chw, (1, 3, h, w), &self.device)?;
+        let (reg, prob) = self.nets.pnet.forward(&x)?;
+        let (oh, ow) = (prob.dim(2)?, prob.dim(3)?);
+        let cells = oh * ow;
+        let prob = prob.flatten_all()?.to_vec1::<f32>()?;
+        let reg = reg.flatten_all()?.to_vec1::<f32>()?;
+        let reg = (0..cells).map(|i| [reg[i], reg[cells + i], reg[2 * cells + i], reg[3 * cells + i]]).collect();
+        Ok(PNetMap { h: oh, w: ow, prob: prob[cells..].to_vec(), reg })
+    }
+
     /// Each box's crop (integer coordinates clipped to the image, as facenet-pytorch's `pad`),
     /// resized by area to `size` x `size` and normalised: the indices of the boxes whose crop is
     /// not empty, and the crops [n, 3, size, size].
@@ -252,22 +272,22 @@ fn area(b: &[f32; 4]) -> f32 {
 /// (exclusive), and likewise columns.
 pub fn resample_area(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
     let span = |i: usize, n: usize, o: usize| (i * n / o, ((i + 1) * n).div_ceil(o));
-    let mut out = Vec::with_capacity(c * oh * ow);
-    for plane in src.chunks_exact(h * w).take(c) {
-        for oy in 0..oh {
-            let (y0, y1) = span(oy, h, oh);
-            for ox in 0..ow {
-                let (x0, x1) = span(ox, w, ow);
-                let mut sum = 0f32;
-                for row in plane[y0 * w..y1 * w].chunks_exact(w) {
-                    for v in &row[x0..x1] {
-                        sum += v;
-                    }
+    let mut out = vec![0f32; c * oh * ow];
+    // One output row per task (rows are independent; each sum keeps its order).
+    out.par_chunks_mut(ow).enumerate().for_each(|(r, dst)| {
+        let (plane, oy) = (&src[(r / oh) * h * w..(r / oh + 1) * h * w], r % oh);
+        let (y0, y1) = span(oy, h, oh);
+        for (ox, d) in dst.iter_mut().enumerate() {
+            let (x0, x1) = span(ox, w, ow);
+            let mut sum = 0f32;
+            for row in plane[y0 * w..y1 * w].chunks_exact(w) {
+                for v in &row[x0..x1] {
+                    sum += v;
                 }
-                out.push(sum / ((y1 - y0) * (x1 - x0)) as f32);
             }
+            *d = sum / ((y1 - y0) * (x1 - x0)) as f32;
         }
-    }
+    });
     out
 }
 
