@@ -5,7 +5,7 @@
 //! eye, nose, left and right mouth corners), largest face first.
 
 use anyhow::{Context, Result};
-use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig};
+use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig, SMALLEST_FACE};
 use cadence_engines::mtcnn::MODEL_SOURCE;
 use cadence_engines::Device;
 use cadence_media::image::RgbImage;
@@ -42,10 +42,10 @@ struct DetectArgs {
 
 fn min_face(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if v.is_finite() && v >= 12.0 {
+    if v.is_finite() && v >= SMALLEST_FACE {
         Ok(v)
     } else {
-        Err(format!("{v}: the smallest face is at least 12 pixels (P-Net's window)"))
+        Err(format!("{v}: the smallest face is at least {SMALLEST_FACE} pixels (P-Net's window)"))
     }
 }
 

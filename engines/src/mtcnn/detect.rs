@@ -29,6 +29,10 @@ use rayon::prelude::*;
 use super::{MtcnnNets, PNetMap};
 use crate::error::{EngineError, Result};
 
+/// The smallest `min_face_size`: P-Net's 12x12 window (a smaller face would need a pyramid level
+/// larger than the image).
+pub const SMALLEST_FACE: f64 = 12.0;
+
 /// facenet-pytorch's `MTCNN` defaults.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MtcnnConfig {
@@ -82,9 +86,9 @@ pub struct Mtcnn {
 impl Mtcnn {
     /// The networks from the embedded weights, on `device`.
     pub fn new(device: &Device, config: MtcnnConfig) -> Result<Self> {
-        if !(config.min_face_size >= 12.0 && config.factor > 0.0 && config.factor < 1.0) {
+        if !(config.min_face_size >= SMALLEST_FACE && config.factor > 0.0 && config.factor < 1.0) {
             return Err(EngineError::BadInput(format!(
-                "MTCNN: min_face_size must be >= 12 and factor in (0, 1), got {} and {}",
+                "MTCNN: min_face_size must be >= {SMALLEST_FACE} and factor in (0, 1), got {} and {}",
                 config.min_face_size, config.factor
             )));
         }

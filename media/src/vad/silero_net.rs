@@ -2,8 +2,8 @@
 //! file.
 //!
 //! ## Why not only tract
-//! tract runs the published graph one chunk per call (about 0.12 ms a chunk on one core, 270x real
-//! time on the Xeon of `results/vad.csv` at 97657fa), but a clip's chunks do not depend on each
+//! tract runs the published graph one chunk per call (`results/vad_speed.csv` times it beside this
+//! network, docs/vad.md), but a clip's chunks do not depend on each
 //! other until the LSTM: the STFT and the four convolutions of chunk `j` read only its samples and
 //! the 64 before it. So here every chunk of a block goes through the front end at once, as
 //! matrix products over the whole block, and only the LSTM's recurrent product `W_hh h`
@@ -18,7 +18,7 @@
 //! exactly as a whole one. [`matmul`] computes every output as `bias + a[0] w[0] + a[1] w[1] + ...`
 //! in that order, unfused, whatever the number of rows and the instruction-set level
 //! (`cadence_cpu::simd_fn!`), so the probabilities are the same bits for a chunk alone, in a
-//! block, and on every machine. It runs at about the speed `gemm` did (docs/vad.md).
+//! block, and on every machine.
 //!
 //! ## The graph (read off `silero_vad_openvino_16k.onnx`; docs/vad.md restates it)
 //! input `x` = [context 64 | chunk 512] ->
