@@ -3,11 +3,9 @@
 
 use anyhow::{ensure, Result};
 use cadence::args::EngineArgs;
-use cadence::avatar::parse_face_box;
 use cadence::avatar::AvatarSource;
 use cadence::io::output::{OutputPath, Overwrite};
 use cadence::{musetalk::avatar_file, Backend, BackendChoice};
-use cadence_media::FaceBox;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -34,12 +32,8 @@ struct PrepareArgs {
     /// The prepared avatar (its name must end in .cadence-avatar). Not replaced without --force.
     #[arg(short, long)]
     output: PathBuf,
-    /// Face box in the image as x,y,w,h (default: a centred square of half the shorter side).
-    #[arg(long, value_parser = parse_face_box)]
-    face_box: Option<FaceBox>,
-    /// A video avatar's face boxes, one x,y,w,h line per avatar frame (as `render --face-boxes`).
-    #[arg(long, conflicts_with = "face_box")]
-    face_boxes: Option<PathBuf>,
+    #[command(flatten)]
+    faces: cadence::args::FaceArgs,
     #[command(flatten)]
     engines: EngineArgs,
     /// Where the compositor's tables are computed (they are the same on every backend).
@@ -48,6 +42,11 @@ struct PrepareArgs {
     /// Replace an existing output file.
     #[arg(long)]
     force: bool,
+    /// Print what was prepared as JSON on standard output: the file, frames, size, engines,
+    /// preparation time and `"face"` (the box used, where it came from, and the detector's box,
+    /// score and landmarks when it found the face).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(a: AvatarArgs) -> Result<()> {
@@ -64,9 +63,10 @@ fn prepare(a: PrepareArgs) -> Result<()> {
         avatar_file::EXTENSION
     );
     let inputs: Vec<&std::path::Path> =
-        [Some(a.image.as_path()), a.face_boxes.as_deref()].into_iter().flatten().collect();
+        [Some(a.image.as_path()), a.faces.face_boxes.as_deref()].into_iter().flatten().collect();
     let out = OutputPath::check(&a.output, Overwrite::from_force(a.force), &inputs)?;
-    let source = AvatarSource::open(&a.image, a.face_box, a.face_boxes.as_deref())?;
+    let source = AvatarSource::open(&a.image, &a.faces.spec()?)?;
+    eprintln!("cadence: {}", cadence::avatar::faces::summary(&source));
     let (device, profile) = a.engines.device()?;
     let backend = Backend::for_engines(a.backend, &device.device)?;
     let engines = a.engines.load(&device, profile)?;
@@ -90,5 +90,19 @@ fn prepare(a: PrepareArgs) -> Result<()> {
         engines.weights_summary(),
         prepared.avatar_encoder_ms + prepared.compositor_setup_ms
     );
+    if a.json {
+        let v = serde_json::json!({
+            "output": a.output,
+            "frames": source.frames(),
+            "width": source.width,
+            "height": source.height,
+            "profile": engines.profile.to_string(),
+            "decoder": format!("{:?}", engines.decoder_kind),
+            "weights": engines.weights_summary(),
+            "preparation_ms": prepared.avatar_encoder_ms + prepared.compositor_setup_ms,
+            "face": cadence::avatar::faces::report(&source),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
     Ok(())
 }

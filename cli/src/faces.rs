@@ -5,7 +5,7 @@
 //! eye, nose, left and right mouth corners), largest face first.
 
 use anyhow::{Context, Result};
-use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig, SMALLEST_FACE};
+use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig};
 use cadence_engines::mtcnn::MODEL_SOURCE;
 use cadence_engines::Device;
 use cadence_media::image::RgbImage;
@@ -36,17 +36,8 @@ struct DetectArgs {
     json: bool,
     /// The smallest face searched for, in pixels (facenet-pytorch's min_face_size). Smaller is
     /// slower.
-    #[arg(long, default_value_t = 20.0, value_parser = min_face)]
+    #[arg(long, default_value_t = 20.0, value_parser = cadence::args::parse_min_face_size)]
     min_face_size: f64,
-}
-
-fn min_face(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if v.is_finite() && v >= SMALLEST_FACE {
-        Ok(v)
-    } else {
-        Err(format!("{v}: the smallest face is at least {SMALLEST_FACE} pixels (P-Net's window)"))
-    }
 }
 
 pub fn run(a: FacesArgs) -> Result<()> {

@@ -113,6 +113,9 @@ fn phonemes_schedule_in_the_render_summary_with_one_warning_for_unknown_symbols(
             s(&out),
             "--backend",
             "cpu",
+            // The synthetic avatar has no face: the centred box (the face is not the point here).
+            "--face-box",
+            "center",
             "--schedule",
             "phonemes",
             "--phonemes",

@@ -61,7 +61,8 @@ fn damaged_or_foreign_avatar_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let img = portrait(dir.path());
     let good = dir.path().join("good.cadence-avatar");
-    ok(&cadence(&["avatar", "prepare", img.to_str().unwrap(), "-o", good.to_str().unwrap()]));
+    // The synthetic portrait has no face for the detector: the centred box.
+    ok(&cadence(&["avatar", "prepare", img.to_str().unwrap(), "-o", good.to_str().unwrap(), "--face-box=center"]));
     let bytes = std::fs::read(&good).unwrap();
     let out = dir.path().join("out.mp4");
     let write = |name: &str, b: &[u8]| {
@@ -80,6 +81,9 @@ fn damaged_or_foreign_avatar_files_are_refused() {
     refused(&render(&write("v9.cadence-avatar", &other_version), &out, &[]), &out, "version 9");
     refused(&render(&write("png.cadence-avatar", &std::fs::read(&img).unwrap()), &out, &[]), &out, "not a prepared");
     refused(&render(&good, &out, &["--face-box=0,0,64,64"]), &out, "--face-box");
+    refused(&render(&good, &out, &["--face-box=center"]), &out, "has its face boxes already");
+    refused(&render(&good, &out, &["--face-index", "1"]), &out, "--face-index");
+    refused(&render(&good, &out, &["--bbox-shift=-4"]), &out, "--bbox-shift");
     // Latents of other engines: the SD VAE decoder cannot use TAESD's.
     refused(&render(&good, &out, &["--decoder", "sd-vae"]), &out, "other engines");
     let o = cadence(&["avatar", "prepare", img.to_str().unwrap(), "-o", dir.path().join("x.bin").to_str().unwrap()]);

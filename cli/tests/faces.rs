@@ -109,7 +109,7 @@ fn bad_input_is_refused() {
     assert!(stderr(&o).contains("/nonexistent/face.png"), "{}", stderr(&o));
     let o = cadence(&["faces", "detect", s(&fixture("astronaut.png")), "--min-face-size", "8"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("at least 12 pixels"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("'8': the smallest face is a number of pixels, at least 12"), "{}", stderr(&o));
     let dir = tempfile::tempdir().unwrap();
     let o = cadence(&["faces", "detect", s(dir.path())]);
     assert_eq!(o.status.code(), Some(1));

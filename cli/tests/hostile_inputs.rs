@@ -220,6 +220,10 @@ fn what_can_be_checked_early_is_checked_before_the_engines_load() {
         (render(&["--avatar", s(&img), "--max-seconds=-5"]), "not a positive number of seconds"),
         (render(&["--avatar", s(&img), "--max-seconds", "NaN"]), "not a positive number of seconds"),
         (render(&["--avatar", s(&img), "--face-box", "200,200,128,128"]), "outside the 256x256 image"),
+        (render(&["--avatar", s(&img), "--face-index", "1", "--face-box", "center"]), "--face-index"),
+        // The synthetic avatar has no face: the detector says so (with how to give the box),
+        // before the engines load.
+        (render(&["--avatar", s(&img)]), "no face found in the image"),
         (
             own(&["render", "--audio", s(&wav), "--avatar", s(&img), "-o", s(&dir_out), "--profile", "full"]),
             "is a directory",
@@ -296,7 +300,22 @@ fn interrupted_renders_leave_nothing() {
     let wav = speech(d.path());
     let img = avatar(d.path(), "face.png", 256, 256);
     let out = d.path().join("out.mp4");
-    let args = ["render", "--audio", s(&wav), "--avatar", s(&img), "-o", s(&out), "--stride", "1", "--batch", "1"];
+    // The synthetic avatar has no face for the detector: the centred box.
+    let args = [
+        "render",
+        "--audio",
+        s(&wav),
+        "--avatar",
+        s(&img),
+        "--face-box",
+        "center",
+        "-o",
+        s(&out),
+        "--stride",
+        "1",
+        "--batch",
+        "1",
+    ];
     let partial = |dir: &Path| {
         std::fs::read_dir(dir)
             .unwrap()
@@ -356,7 +375,9 @@ fn a_failure_while_writing_leaves_nothing() {
     };
     let out = d.path().join("out.mp4");
     let t = Instant::now();
-    let r = finish(spawn(&["render", "--audio", s(&wav), "--avatar", s(&img), "-o", s(&out)], limit(64 << 10)), t);
+    // The synthetic avatar has no face for the detector: the centred box.
+    let args = ["render", "--audio", s(&wav), "--avatar", s(&img), "--face-box", "center", "-o", s(&out)];
+    let r = finish(spawn(&args, limit(64 << 10)), t);
     refused(&r, "out.mp4", "render with a full disk");
     assert!(!r.stderr.contains(".partial-"), "{}", r.stderr);
     let npy_out = d.path().join("frames.npy");

@@ -61,6 +61,9 @@ fn render_real_speech_to_mp4() {
         s(&img),
         "--stride",
         "3",
+        // The synthetic avatar has no face for the detector: the centred box.
+        "--face-box",
+        "center",
         "-o",
         s(&out),
         "--backend",
@@ -78,6 +81,8 @@ fn render_real_speech_to_mp4() {
     assert_eq!((info.width, info.height), (320, 384));
     assert!(info.has_audio);
     assert_eq!(summary["frames"].as_u64(), Some(frames));
+    // `--face-box center`: the centred square of half the shorter side, given (not found).
+    assert_eq!(summary["face"], serde_json::json!({"box": [80, 112, 160, 160], "source": "given"}));
     // The 2.5 s pause minus the 4-frame ramps on each side leaves about 54 bypassed frames.
     let bypassed = summary["bypassed_frames"].as_u64().unwrap();
     assert!(bypassed >= 40, "bypassed {bypassed}");

@@ -111,7 +111,7 @@ fn each_output_frame_uses_its_avatar_frames_latents_and_background() {
     let backend = Backend::Cpu;
     let opts = RenderOptions { batch: 4, window: Some(16), ..RenderOptions::default() };
     let audio = cadence::frame_loop::audio::load_audio(&wav, 60.0).unwrap();
-    let source = AvatarSource::open(&clip, Some(FACE), None).unwrap();
+    let source = AvatarSource::open(&clip, &cadence::avatar::FaceSpec::Given(FACE)).unwrap();
     assert_eq!(source.frames(), 3);
     let avatar = cadence::musetalk::render::prepare_avatar_source(&engines, &backend, &source).unwrap();
     let prepared = cadence::musetalk::render::prepare_with_avatar(&engines, audio.clone(), &avatar, &opts).unwrap();
@@ -172,7 +172,7 @@ fn a_clip_its_prepared_file_and_its_frames_as_images_render_the_same_video() {
     ok(&cadence(&["avatar", "prepare", s(&clip), "-o", s(&prepared), FACE_ARG]));
     let frames_dir = dir.path().join("frames");
     std::fs::create_dir(&frames_dir).unwrap();
-    AvatarSource::open(&clip, None, None)
+    AvatarSource::open(&clip, &cadence::avatar::FaceSpec::Centered)
         .unwrap()
         .for_each_frame(|i, img| Ok(img.save(frames_dir.join(format!("frame_{i:03}.png")))?))
         .unwrap();
@@ -316,7 +316,7 @@ fn bad_video_avatars_are_refused_before_any_output() {
 
     // A prepared avatar of format version 1 (before video avatars).
     let prepared = d.join("old.cadence-avatar");
-    ok(&cadence(&["avatar", "prepare", s(&clip), "-o", s(&prepared)]));
+    ok(&cadence(&["avatar", "prepare", s(&clip), "-o", s(&prepared), FACE_ARG]));
     let mut old = std::fs::read(&prepared).unwrap();
     old[16..20].copy_from_slice(&1u32.to_le_bytes());
     std::fs::write(&prepared, old).unwrap();

@@ -1,7 +1,9 @@
 //! MTCNN's three networks (Zhang et al. 2016) with the trained weights facenet-pytorch ships:
 //! P-Net (fully convolutional, run on every scale of an image pyramid), R-Net (24x24 crops) and
 //! O-Net (48x48 crops, with the 5 landmarks), on candle (the CPU, or the device the other engines
-//! run on).
+//! run on), and on the CPU on this module's own kernels, which the detector uses there
+//! ([`PNetCpu`], [`RefineCpu`]; `kernels.rs`: convolutions with the bias and PReLU in registers,
+//! AVX-512, AVX2 or portable by the active ISA level).
 //!
 //! ## The weights
 //! `engines/models/mtcnn/{pnet,rnet,onet}.pt`, copied unchanged from the PyPI wheel
@@ -33,12 +35,19 @@
 //!
 //! Tests: `engines/tests/mtcnn.rs` against facenet-pytorch's own networks on the same inputs
 //! (`fixtures/mtcnn/nets_reference.json`, written by `scripts/make_mtcnn_fixtures.py`), and
-//! `engines/tests/mtcnn_detect.rs` against its detector on whole frames.
+//! `engines/tests/mtcnn_detect.rs` against its detector on whole frames; the CPU networks
+//! against the candle ones there and in their files' tests, the kernels against f64 sums.
 
 pub mod detect;
+mod kernels;
 mod pnet_cpu;
+mod refine_cpu;
+mod resample;
 
 pub use pnet_cpu::{PNetCpu, PNetMap};
+pub use refine_cpu::RefineCpu;
+
+use refine_cpu::ConvLayer;
 
 use std::path::PathBuf;
 
@@ -294,9 +303,11 @@ pub struct MtcnnNets {
     pub pnet: PNet,
     pub rnet: RNet,
     pub onet: ONet,
-    /// P-Net on the engines' NHWC convolutions, when `device` is the CPU (the detector's
-    /// pyramid runs there; [`PNetCpu`]).
+    /// The three networks on this crate's CPU kernels, when `device` is the CPU: the detector
+    /// then runs them instead of candle ([`PNetCpu`], [`RefineCpu`]).
     pub pnet_cpu: Option<PNetCpu>,
+    pub rnet_cpu: Option<RefineCpu>,
+    pub onet_cpu: Option<RefineCpu>,
 }
 
 impl MtcnnNets {
@@ -360,8 +371,93 @@ impl MtcnnNets {
             dense6_2: o.dense("dense6_2", 4, 256)?,
             dense6_3: o.dense("dense6_3", 10, 256)?,
         };
-        Ok(Self { pnet, rnet, onet, pnet_cpu })
+        let (rnet_cpu, onet_cpu) = if device.is_cpu() {
+            (
+                Some(refine_cpu(
+                    &r,
+                    24,
+                    &[(28, 3, 3, Some(3)), (48, 28, 3, Some(3)), (64, 48, 2, None)],
+                    "dense4",
+                    128,
+                    &["dense5_2", "dense5_1"],
+                    &[4, 2],
+                )?),
+                Some(refine_cpu(
+                    &o,
+                    48,
+                    &[(32, 3, 3, Some(3)), (64, 32, 3, Some(3)), (64, 64, 3, Some(2)), (128, 64, 2, None)],
+                    "dense5",
+                    256,
+                    &["dense6_2", "dense6_3", "dense6_1"],
+                    &[4, 10, 2],
+                )?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self { pnet, rnet, onet, pnet_cpu, rnet_cpu, onet_cpu })
     }
+
+    /// The CPU networks, when loaded on the CPU.
+    pub(crate) fn cpu(&self) -> Option<(&PNetCpu, &RefineCpu, &RefineCpu)> {
+        Some((self.pnet_cpu.as_ref()?, self.rnet_cpu.as_ref()?, self.onet_cpu.as_ref()?))
+    }
+}
+
+/// R-Net or O-Net packed for the CPU from its state dict: `convs` (cout, cin, k, pooling after
+/// it) named conv1, conv2, ... with PReLUs prelu1, prelu2, ...; the dense layer `dense` (with the
+/// next PReLU) of `hidden` outputs; the output layers `heads` with `outs` outputs each.
+fn refine_cpu(
+    sd: &StateDict,
+    size: usize,
+    convs: &[(usize, usize, usize, Option<usize>)],
+    dense: &str,
+    hidden: usize,
+    heads: &[&str],
+    outs: &[usize],
+) -> Result<RefineCpu> {
+    let v = |name: String, shape: &[usize]| -> Result<Vec<f32>> {
+        Ok(sd.get(&name, shape)?.flatten_all()?.to_vec1::<f32>()?)
+    };
+    let mut layers = Vec::new();
+    for (i, &(cout, cin, k, pool)) in convs.iter().enumerate() {
+        let n = i + 1;
+        layers.push((
+            v(format!("conv{n}.weight"), &[cout, cin, k, k])?,
+            v(format!("conv{n}.bias"), &[cout])?,
+            v(format!("prelu{n}.weight"), &[cout])?,
+            k,
+            pool,
+        ));
+    }
+    let (last, side) = convs.iter().fold((3, size), |(_, s), &(cout, _, k, pool)| {
+        let s = s - k + 1;
+        (cout, pool.map_or(s, |p| (s - p).div_ceil(2) + 1))
+    });
+    let features = last * side * side;
+    let dw = v(format!("{dense}.weight"), &[hidden, features])?;
+    let db = v(format!("{dense}.bias"), &[hidden])?;
+    let ds = v(format!("prelu{}.weight", convs.len() + 1), &[hidden])?;
+    let mut hs = Vec::new();
+    for (h, &o) in heads.iter().zip(outs) {
+        hs.push((v(format!("{h}.weight"), &[o, hidden])?, v(format!("{h}.bias"), &[o])?));
+    }
+    let layers: Vec<_> =
+        layers.iter().map(|(w, bias, slope, k, pool)| ConvLayer { w, bias, slope, k: *k, pool: *pool }).collect();
+    let heads: Vec<_> = hs.iter().map(|(w, b)| (&w[..], &b[..])).collect();
+    Ok(RefineCpu::new(size, &layers, (&dw, &db, &ds), &heads))
+}
+
+/// Seeded values in [-1, 1) for the CPU networks' unit tests (one generator for them all).
+#[cfg(test)]
+pub(crate) fn test_values(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
+        })
+        .collect()
 }
 
 #[cfg(test)]

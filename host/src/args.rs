@@ -2,6 +2,7 @@
 //! flattened into each command), with their parsers and the checks that can run before any
 //! engine loads.
 
+use crate::avatar::{DetectOptions, FaceBoxArg, FaceSpec};
 use crate::frame_loop::audio::Vad;
 use crate::musetalk::{DecoderKind, Engines};
 use anyhow::{ensure, Result};
@@ -120,6 +121,62 @@ pub fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
+}
+
+/// Where the face box comes from (docs/faces.md): found by the detector by default, or given.
+#[derive(clap::Args, Clone, Debug)]
+pub struct FaceArgs {
+    /// The face box as x,y,w,h (pixels, at least 16x16) for every avatar frame, or `center`
+    /// for a centred square of half the shorter side. Default: the face is found (MTCNN) and
+    /// MuseTalk's crop derived from its box and landmarks.
+    #[arg(long, value_parser = crate::avatar::faces::parse_face_box_arg)]
+    pub face_box: Option<FaceBoxArg>,
+    /// A video avatar's face boxes, one per avatar frame: a text file with one x,y,w,h line
+    /// per frame, in order (blank lines and lines starting with # are skipped).
+    #[arg(long, conflicts_with = "face_box")]
+    pub face_boxes: Option<PathBuf>,
+    /// With several faces, which one the detector's box follows: 0 the largest, 1 the next...
+    #[arg(long, default_value_t = 0)]
+    pub face_index: usize,
+    /// MuseTalk's bbox_shift (pixels): moves the crop's centre line down (+), giving the mouth
+    /// more room, or up (-). Found faces only.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub bbox_shift: i32,
+    /// The smallest face the detector searches for, in pixels (smaller is slower).
+    #[arg(long, default_value_t = 20.0, value_parser = parse_min_face_size)]
+    pub min_face_size: f64,
+}
+
+impl FaceArgs {
+    /// The face boxes' source these flags name, with progress on stderr when detecting.
+    pub fn spec(&self) -> Result<FaceSpec> {
+        let detect = DetectOptions {
+            face_index: self.face_index,
+            bbox_shift: self.bbox_shift,
+            min_face_size: self.min_face_size,
+            progress: true,
+        };
+        let spec = FaceSpec::from_flags(self.face_box, self.face_boxes.clone(), detect)?;
+        ensure!(
+            spec.detects() || (self.face_index == 0 && self.bbox_shift == 0),
+            "--face-index and --bbox-shift choose and crop a face the detector finds; with --face-box or --face-boxes the box is given"
+        );
+        Ok(spec)
+    }
+
+    /// Whether any face flag was given (a prepared avatar takes none: its boxes are in it).
+    pub fn any_given(&self) -> bool {
+        self.face_box.is_some() || self.face_boxes.is_some() || self.face_index != 0 || self.bbox_shift != 0
+    }
+}
+
+/// `--min-face-size`: at least P-Net's 12-pixel window.
+pub fn parse_min_face_size(s: &str) -> std::result::Result<f64, String> {
+    use cadence_engines::mtcnn::detect::SMALLEST_FACE;
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= SMALLEST_FACE => Ok(v),
+        _ => Err(format!("'{s}': the smallest face is a number of pixels, at least {SMALLEST_FACE} (P-Net's window)")),
     }
 }
 

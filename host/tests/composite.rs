@@ -253,3 +253,54 @@ fn cpu_compositor_is_bit_identical_to_the_per_pixel_kernel_formula() {
         assert_eq!(diff, 0, "{w}x{h} box {f:?} crop {cw}x{ch}: {diff} bytes differ from the per-pixel formula");
     }
 }
+
+/// `with_alpha` given the feathered rectangle builds what `new` builds; it checks the table; and
+/// with the lower-face mask the frame keeps the background above the eyes and shows the crop
+/// over the mouth.
+#[test]
+fn with_alpha_takes_any_weight_table_and_new_is_it_with_the_feathered_rectangle() {
+    use cadence::avatar::mask::lower_face_alpha;
+    use cadence::backend::composite::feathered_rect_alpha;
+    let (w, h) = (96usize, 80usize);
+    let bg: Vec<u8> = (0..w * h * 3).map(|i| (i * 37 % 251) as u8).collect();
+    let face = FaceBox { x: 16, y: 8, w: 64, h: 64 };
+    let (fx, fy, fw, fh) = face.as_usize();
+    let (b, m) = (Backend::Cpu, ColorMatrix::Bt709);
+    let new = Compositor::new(&b, &bg, w, h, face, 6.0, m).unwrap();
+    let given = Compositor::with_alpha(&b, &bg, w, h, face, feathered_rect_alpha(&face, 6.0), m).unwrap();
+    assert_eq!(given.tables(), new.tables());
+    assert_eq!((new.feather, given.feather), (6.0, 0.0));
+    let with = |alpha: Vec<f32>| Compositor::with_alpha(&b, &bg, w, h, face, alpha, m);
+    assert!(with(vec![1.0; fw * fh - 1]).is_err());
+    for bad in [f32::NAN, 1.5, -0.01] {
+        let mut alpha = vec![1.0; fw * fh];
+        alpha[fw * 3 + 5] = bad;
+        let e = with(alpha).err().unwrap().to_string();
+        assert!(e.contains("at box pixel (5, 3) is not in [0, 1]"), "{e}");
+    }
+    assert!(Compositor::with_alpha(&b, &bg, w, h, FaceBox { x: 1, ..face }, vec![1.0; fw * fh], m).is_err());
+
+    // Eyes at y = 30, nose tip at 44, mouth at 54, in the box's frame coordinates.
+    let lm = [[34.0, 30.0], [62.0, 30.0], [48.0, 44.0], [38.0, 54.0], [58.0, 54.0]];
+    let c = with(lower_face_alpha(&face, &lm).unwrap()).unwrap();
+    let (cw, ch) = (16, 16);
+    let crop: Vec<f32> = [1.0f32, 0.5, 0.0].iter().flat_map(|&v| std::iter::repeat_n(v, cw * ch)).collect();
+    let mut out = vec![0u8; c.frame_bytes()];
+    c.compose_frame(&crop, cw, ch, RgbRange::Unit, &mut out).unwrap();
+    let bg_nv12 = c.background_nv12();
+    let solid = b.rgb_to_nv12(&crop, RgbLayout::packed(cw, ch, 1), m, RgbRange::Unit).unwrap();
+    for y in 0..h {
+        for x in 0..w {
+            let (got, want) = (out[y * w + x] as i32, bg_nv12[y * w + x] as i32);
+            if y < 30 || x < fx || x >= fx + fw || y >= fy + fh {
+                assert!((got - want).abs() <= 1, "({x},{y}): {got}, background {want}");
+            }
+        }
+    }
+    assert!((out[54 * w + 48] as i32 - solid[0] as i32).abs() <= 1, "mouth");
+    let uv = w * h + 27 * w + 48;
+    assert!(
+        (out[uv] as i32 - solid[cw * ch] as i32).abs() <= 1
+            && (out[uv + 1] as i32 - solid[cw * ch + 1] as i32).abs() <= 1
+    );
+}

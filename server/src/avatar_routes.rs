@@ -61,18 +61,25 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     // render slot.
     let st = state.clone();
     let scratch = dir.path().to_path_buf();
+    let face_settings = settings.clone();
     let (media, bytes) = tokio::task::spawn_blocking(move || {
-        let (face_box, boxes) = (settings.face_box, settings.face_boxes.as_deref());
-        let checked = validate::avatar(&path, field, st.config.avatar_limits(), face_box, boxes, &scratch)?;
+        let checked = validate::avatar(&path, field, st.config.avatar_limits(), &face_settings, &scratch)?;
         let bytes = std::fs::read(&path).map_err(|e| ApiError::internal(format!("reading the upload: {e}")))?;
         let media = match checked {
-            validate::AvatarFile::Image { image, face } => AvatarMedia::Image { image, face },
-            validate::AvatarFile::Video(source) => AvatarMedia::Video {
-                width: source.width,
-                height: source.height,
-                faces: source.faces.clone(),
-                mp4: bytes.clone(),
-            },
+            validate::AvatarFile::Image { image, face, landmarks, report } => {
+                (AvatarMedia::Image { image, face, landmarks }, report)
+            }
+            validate::AvatarFile::Video(source) => {
+                let report = cadence::avatar::faces::report(&source);
+                let media = AvatarMedia::Video {
+                    width: source.width,
+                    height: source.height,
+                    faces: source.faces.clone(),
+                    found: source.found.clone(),
+                    mp4: bytes.clone(),
+                };
+                (media, report)
+            }
         };
         Ok::<_, ApiError>((media, bytes))
     })
@@ -80,6 +87,7 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(rejected(&state, "invalid"))?;
 
+    let (media, face_report) = media;
     let id = avatar_id(&bytes, media.faces());
     let existing = state.avatars.lock().unwrap().get(&id);
     if let Some(e) = existing.as_ref().filter(|e| e.prepared(settings.decoder).is_some()) {
@@ -95,7 +103,8 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     let scratch = dir.path().to_path_buf();
     let entry = tokio::task::spawn_blocking(move || {
         slot.run(|| {
-            let entry = existing.unwrap_or_else(|| std::sync::Arc::new(AvatarEntry::new(id, media, bytes.len())));
+            let entry =
+                existing.unwrap_or_else(|| std::sync::Arc::new(AvatarEntry::new(id, media, bytes.len(), face_report)));
             let (engines, _) = set.get(settings.decoder)?;
             render_job::avatar_for(&set, &engines, &entry, &st.metrics, &scratch)?;
             Ok::<_, anyhow::Error>(entry)

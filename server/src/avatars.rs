@@ -15,6 +15,8 @@ pub enum AvatarMedia {
     Image {
         image: RgbImage,
         face: FaceBox,
+        /// The detector's landmarks when it found the face (the blend mask follows them).
+        landmarks: Option<[[f32; 2]; 5]>,
     },
     /// A video avatar: the MP4's bytes (checked when registered; written out again to prepare
     /// it for another decoder, since its frames are decoded one at a time from a file), its
@@ -24,6 +26,8 @@ pub enum AvatarMedia {
         width: u32,
         height: u32,
         faces: Vec<FaceBox>,
+        /// The detector's faces per frame when it found them.
+        found: Option<cadence::avatar::faces::FoundFaces>,
     },
 }
 
@@ -49,12 +53,14 @@ pub struct AvatarEntry {
     pub media: AvatarMedia,
     /// Size of the file the avatar was made from.
     pub file_bytes: usize,
+    /// Where the face boxes came from ([`cadence::avatar::faces::report`]).
+    pub face: serde_json::Value,
     prepared: Mutex<Vec<(DecoderKind, Arc<PreparedAvatar>)>>,
 }
 
 impl AvatarEntry {
-    pub fn new(id: String, media: AvatarMedia, file_bytes: usize) -> Self {
-        Self { id, media, file_bytes, prepared: Mutex::new(Vec::new()) }
+    pub fn new(id: String, media: AvatarMedia, file_bytes: usize, face: serde_json::Value) -> Self {
+        Self { id, media, file_bytes, face, prepared: Mutex::new(Vec::new()) }
     }
 
     pub fn prepared(&self, decoder: DecoderKind) -> Option<Arc<PreparedAvatar>> {
@@ -85,6 +91,7 @@ impl AvatarEntry {
             "face_box": [f.x, f.y, f.w, f.h],
             "decoders": self.decoders().iter().map(|d| decoder_name(*d)).collect::<Vec<_>>(),
             "file_bytes": self.file_bytes,
+            "face": self.face,
         });
         // Boxes that differ between frames (`face_boxes`) are listed; one box is `face_box`.
         if faces.iter().any(|b| *b != f) {
@@ -184,8 +191,8 @@ mod tests {
 
     fn entry(n: u8) -> Arc<AvatarEntry> {
         let face = FaceBox { x: 0, y: 0, w: 16, h: 16 };
-        let media = AvatarMedia::Image { image: RgbImage::new(64, 64), face };
-        Arc::new(AvatarEntry::new(avatar_id(&[n], &[face]), media, 1))
+        let media = AvatarMedia::Image { image: RgbImage::new(64, 64), face, landmarks: None };
+        Arc::new(AvatarEntry::new(avatar_id(&[n], &[face]), media, 1, serde_json::Value::Null))
     }
 
     #[test]

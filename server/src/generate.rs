@@ -318,10 +318,10 @@ fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> 
     let audio = validate::audio(audio_path, state.config.max_seconds)?;
     let avatar = match &settings.avatar_id {
         Some(id) => {
-            if up.file("video").is_some() || settings.face_box.is_some() || settings.face_boxes.is_some() {
+            if up.file("video").is_some() || settings.any_face_field() {
                 return Err(ApiError::invalid(
                     "conflicting_fields",
-                    "avatar_id names a registered avatar: send no video, face_box or face_boxes with it",
+                    "avatar_id names a registered avatar: send no video, face_box, face_boxes, face_index or bbox_shift with it",
                 ));
             }
             AvatarInput::Cached(lookup(state, id)?)
@@ -337,9 +337,10 @@ fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> 
                     (p, validate::AvatarLimits::NONE)
                 }
             };
-            let boxes = settings.face_boxes.as_deref();
-            match validate::avatar(&path, "video", limits, settings.face_box, boxes, dir)? {
-                validate::AvatarFile::Image { image, face } => AvatarInput::Image { image, face },
+            match validate::avatar(&path, "video", limits, &settings, dir)? {
+                validate::AvatarFile::Image { image, face, landmarks, .. } => {
+                    AvatarInput::Image { image, face, landmarks }
+                }
                 validate::AvatarFile::Video(source) => AvatarInput::Video(source),
             }
         }

@@ -35,7 +35,7 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/v1/avatars",
-        summary: "Prepare an avatar once (multipart: image, a PNG/JPEG image or an H.264 MP4 video avatar; face_box or face_boxes, decoder); the id is derived from its content",
+        summary: "Prepare an avatar once (multipart: image, a PNG/JPEG image or an H.264 MP4 video avatar; face_box, face_boxes, face_index, bbox_shift, decoder; without a box the face is found); the id is derived from its content",
         responses: &[
             (200, "already registered"),
             (201, "prepared"),
@@ -157,8 +157,10 @@ fn multipart_schema() -> Value {
             "ramp": {"type": "integer", "minimum": 0, "maximum": 250, "default": 4},
             "fps": {"type": "string", "default": "25", "description": "25, 30, 29.97, 30000/1001, ..."},
             "encoder": {"type": "string", "enum": ["openh264", "x264", "nvenc"], "default": "openh264"},
-            "face_box": {"type": "string", "description": "x,y,w,h in pixels (every frame of a video avatar)"},
+            "face_box": {"type": "string", "description": "x,y,w,h in pixels (every frame of a video avatar), or center (the centred square of half the shorter side); absent with no face_boxes: the face is found (MTCNN) and MuseTalk's crop derived"},
             "face_boxes": {"type": "string", "description": "a video avatar's boxes, one x,y,w,h line per frame"},
+            "face_index": {"type": "integer", "minimum": 0, "default": 0, "description": "which found face: 0 the largest"},
+            "bbox_shift": {"type": "integer", "default": 0, "description": "MuseTalk's bbox_shift in pixels (found faces)"},
             "avatar_id": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "a registered avatar instead of video"},
             "vad": {"type": "string", "enum": ["silero", "energy"], "description": "voice activity detector deciding the silence easing and bypass; absent: the server's --vad (silero by default)"}
         }
@@ -237,8 +239,10 @@ pub fn document() -> Value {
             op["requestBody"] = json!({"required": true, "content": {"multipart/form-data": {"schema": {
                 "type": "object", "required": ["image"], "properties": {
                     "image": {"type": "string", "format": "binary", "description": "PNG or JPEG image, or H.264 MP4 video avatar (also accepted as video)"},
-                    "face_box": {"type": "string"},
+                    "face_box": {"type": "string", "description": "x,y,w,h or center; absent with no face_boxes: the face is found"},
                     "face_boxes": {"type": "string", "description": "a video avatar's boxes, one x,y,w,h line per frame"},
+                    "face_index": {"type": "integer", "minimum": 0, "default": 0},
+                    "bbox_shift": {"type": "integer", "default": 0},
                     "decoder": {"type": "string", "enum": ["taesd", "full_vae", "sd-vae"]}}}}}});
         }
         let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));

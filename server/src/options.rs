@@ -3,14 +3,15 @@
 
 use crate::error::ApiError;
 use cadence::args::{parse_frame_rate, EncoderArg, VadKind};
-use cadence::avatar::parse_face_box;
+use cadence::avatar::faces::{parse_face_box_arg, DetectOptions, FaceSpec};
+use cadence::avatar::FaceBoxArg;
 use cadence::musetalk::DecoderKind;
 use cadence::Method;
-use cadence_media::{EncoderKind, FaceBox, FrameRate};
+use cadence_media::{EncoderKind, FrameRate};
 use clap::ValueEnum;
 
 /// The text fields `/generate` takes besides the files.
-pub const TEXT_FIELDS: [&str; 11] = [
+pub const TEXT_FIELDS: [&str; 13] = [
     "stride",
     "decoder",
     "keyframes",
@@ -20,6 +21,8 @@ pub const TEXT_FIELDS: [&str; 11] = [
     "encoder",
     "face_box",
     "face_boxes",
+    "face_index",
+    "bbox_shift",
     "avatar_id",
     "vad",
 ];
@@ -42,10 +45,16 @@ pub struct Settings {
     pub ramp: u32,
     pub fps: FrameRate,
     pub encoder: EncoderKind,
-    pub face_box: Option<FaceBox>,
+    /// `x,y,w,h` or `center` (the CLI's `--face-box`); absent, with no `face_boxes`: found by
+    /// the detector.
+    pub face_box: Option<FaceBoxArg>,
     /// A video avatar's face boxes, one `x,y,w,h` line per frame (the CLI's `--face-boxes`
     /// file), checked with the video.
     pub face_boxes: Option<String>,
+    /// Which face the detector's box follows (the CLI's `--face-index`).
+    pub face_index: usize,
+    /// MuseTalk's `bbox_shift` (the CLI's `--bbox-shift`).
+    pub bbox_shift: i32,
     pub avatar_id: Option<String>,
     /// The voice activity detector (`silero` or `energy`); absent: the server's `--vad`.
     pub vad: Option<VadKind>,
@@ -108,7 +117,26 @@ impl RawOptions {
                 .available()
                 .map_err(|e| bad("encoder", e.to_string()))?,
         };
-        let face_box = self.get("face_box").map(|s| parse_face_box(s).map_err(|e| bad("face_box", e))).transpose()?;
+        let face_box =
+            self.get("face_box").map(|s| parse_face_box_arg(s).map_err(|e| bad("face_box", e))).transpose()?;
+        let face_index = match self.get("face_index") {
+            None => 0,
+            Some(s) => s
+                .parse::<usize>()
+                .map_err(|_| bad("face_index", format!("'{s}' is not a whole number (0 is the largest face)")))?,
+        };
+        let bbox_shift = match self.get("bbox_shift") {
+            None => 0,
+            Some(s) => {
+                s.parse::<i32>().map_err(|_| bad("bbox_shift", format!("'{s}' is not a whole number of pixels")))?
+            }
+        };
+        if (face_box.is_some() || self.get("face_boxes").is_some()) && (face_index != 0 || bbox_shift != 0) {
+            return Err(bad(
+                "face_index",
+                "face_index and bbox_shift choose and crop a face the detector finds; with face_box or face_boxes the box is given".into(),
+            ));
+        }
         let avatar_id = self.get("avatar_id").map(str::to_string);
         let vad = self
             .get("vad")
@@ -124,9 +152,25 @@ impl RawOptions {
             encoder,
             face_box,
             face_boxes: self.get("face_boxes").map(str::to_string),
+            face_index,
+            bbox_shift,
             avatar_id,
             vad,
         })
+    }
+}
+
+impl Settings {
+    /// Where the avatar's face boxes come from; `boxes_file` holds `face_boxes`' text when given.
+    pub fn face_spec(&self, boxes_file: Option<std::path::PathBuf>) -> Result<FaceSpec, ApiError> {
+        let detect = DetectOptions { face_index: self.face_index, bbox_shift: self.bbox_shift, ..Default::default() };
+        FaceSpec::from_flags(self.face_box, boxes_file, detect)
+            .map_err(|e| ApiError::invalid("conflicting_fields", format!("{e:#}").replace("--face-", "face_")))
+    }
+
+    /// Whether any face field was given (a registered avatar takes none).
+    pub fn any_face_field(&self) -> bool {
+        self.face_box.is_some() || self.face_boxes.is_some() || self.face_index != 0 || self.bbox_shift != 0
     }
 }
 

@@ -24,7 +24,7 @@ use tempfile::TempDir;
 
 pub enum AvatarInput {
     /// An image sent with the request (or the default avatar): prepared for this render only.
-    Image { image: RgbImage, face: FaceBox },
+    Image { image: RgbImage, face: FaceBox, landmarks: Option<[[f32; 2]; 5]> },
     /// A video avatar sent with the request (checked, its file in the request's directory):
     /// prepared frame by frame for this render only.
     Video(AvatarSource),
@@ -94,15 +94,17 @@ pub fn avatar_for(
         return Ok((p, true));
     }
     let p = match &entry.media {
-        AvatarMedia::Image { image, face } => {
-            cadence::musetalk::render::prepare_avatar_image(engines, &set.backend, image, *face)?
+        AvatarMedia::Image { image, face, landmarks } => {
+            cadence::musetalk::render::prepare_avatar_image(engines, &set.backend, image, *face, landmarks.as_ref())?
         }
-        AvatarMedia::Video { mp4, faces, .. } => {
+        AvatarMedia::Video { mp4, faces, found, .. } => {
             let path = scratch.join("avatar.mp4");
             std::fs::write(&path, mp4)?;
-            let mut source = AvatarSource::open(&path, None, None)?;
+            // The boxes (and landmarks) found when it was registered, not found again.
+            let mut source = AvatarSource::open(&path, &cadence::avatar::FaceSpec::Centered)?;
             anyhow::ensure!(source.frames() == faces.len(), "the registered video avatar changed its frame count");
             source.faces = faces.clone();
+            source.found = found.clone();
             cadence::musetalk::render::prepare_avatar_source(engines, &set.backend, &source)?
         }
     };
@@ -152,8 +154,14 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
     };
     let t = Instant::now();
     let (avatar, avatar_cached) = match &job.avatar {
-        AvatarInput::Image { image, face } => {
-            let p = cadence::musetalk::render::prepare_avatar_image(&engines, &set.backend, image, *face)?;
+        AvatarInput::Image { image, face, landmarks } => {
+            let p = cadence::musetalk::render::prepare_avatar_image(
+                &engines,
+                &set.backend,
+                image,
+                *face,
+                landmarks.as_ref(),
+            )?;
             metrics.avatar_prepared();
             (Arc::new(p), false)
         }

@@ -138,6 +138,8 @@ struct GenerateJson {
     encoder: Option<String>,
     face_box: Option<String>,
     face_boxes: Option<String>,
+    face_index: Option<Scalar>,
+    bbox_shift: Option<Scalar>,
     vad: Option<String>,
 }
 
@@ -196,6 +198,8 @@ pub async fn read_json(req: Request, dir: &Path) -> Result<Upload, ApiError> {
         ("encoder", j.encoder),
         ("face_box", j.face_box),
         ("face_boxes", j.face_boxes),
+        ("face_index", j.face_index.map(Scalar::text)),
+        ("bbox_shift", j.bbox_shift.map(Scalar::text)),
         ("avatar_id", j.avatar_id),
         ("vad", j.vad),
         (

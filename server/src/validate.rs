@@ -4,7 +4,8 @@
 //! Messages name the form field, not the server's temporary path.
 
 use crate::error::ApiError;
-use cadence::avatar::{self as host_avatar, AvatarSource};
+use crate::options::Settings;
+use cadence::avatar::{self as host_avatar, AvatarSource, FaceSpec};
 use cadence_media::{Audio, FaceBox, RgbImage};
 use std::path::Path;
 
@@ -58,63 +59,77 @@ impl AvatarLimits {
     pub const NONE: Self = Self { max_pixels: u64::MAX, max_decoded_bytes: u64::MAX };
 }
 
-/// An avatar file checked: a still image with its face box, or a video avatar (an H.264 MP4)
-/// whose container and every frame were checked.
+/// An avatar file checked: a still image with its face box (and the detector's landmarks when
+/// it found the face), or a video avatar (an H.264 MP4) whose container and every frame were
+/// checked. `report` describes the face box ([`cadence::avatar::faces::report`]).
 pub enum AvatarFile {
-    Image { image: RgbImage, face: FaceBox },
+    Image { image: RgbImage, face: FaceBox, landmarks: Option<[[f32; 2]; 5]>, report: serde_json::Value },
     Video(AvatarSource),
 }
 
+/// The 422 for a face box that could not be had: `no_face` when the detector could not give it,
+/// else `invalid_face_box`.
+fn face_error(e: &anyhow::Error, message: String) -> ApiError {
+    let code = if cadence::avatar::faces::is_no_face(e) { "no_face" } else { "invalid_face_box" };
+    // The CLI's wording, in the API's field names (and without the CLI's hint).
+    let message = message.replace("; `cadence faces detect` shows what the detector sees", "");
+    ApiError::invalid(code, message.replace("--face-box", "face_box").replace("--face-index", "face_index"))
+}
+
 /// The avatar in `path` (form field `field`): an MP4 (by its `ftyp` box, the CLI's own test) is
-/// a video avatar, anything else must be a PNG or JPEG image. `face_boxes` is the text of a
-/// face-box file (one box per video frame, the CLI's `--face-boxes`); it is written into `dir`
-/// for the CLI's reader.
+/// a video avatar, anything else must be a PNG or JPEG image. The face box comes from
+/// `settings` (`face_box`, `face_boxes`: the text of a face-box file, one box per video frame,
+/// written into `dir` for the CLI's reader; neither: the detector finds the face).
 pub fn avatar(
     path: &Path,
     field: &str,
     limits: AvatarLimits,
-    face_box: Option<FaceBox>,
-    face_boxes: Option<&str>,
+    settings: &Settings,
     dir: &Path,
 ) -> Result<AvatarFile, ApiError> {
+    let boxes_path = dir.join("face_boxes.txt");
+    let spec = settings.face_spec(settings.face_boxes.as_ref().map(|_| boxes_path.clone()))?;
     if !host_avatar::is_mp4(path) {
-        if face_boxes.is_some() {
+        if settings.face_boxes.is_some() {
             return Err(ApiError::invalid(
                 "invalid_face_box",
                 format!("face_boxes gives one box per frame of a video avatar; {field} is an image (use face_box)"),
             ));
         }
         let image = image(path, field, limits.max_pixels)?;
-        let face = cadence::avatar::face_box(&image, face_box)
-            .map_err(|e| ApiError::invalid("invalid_face_box", format!("face_box: {e:#}")))?;
-        return Ok(AvatarFile::Image { image, face });
+        let source =
+            AvatarSource::from_image(image, Path::new(field), &spec).map_err(|e| face_error(&e, format!("{e:#}")))?;
+        let report = cadence::avatar::faces::report(&source);
+        let (face, landmarks) = (source.faces[0], source.landmarks(0).copied());
+        let image = source.into_still().expect("an image avatar is a still");
+        return Ok(AvatarFile::Image { image, face, landmarks, report });
     }
-    video(path, field, limits, face_box, face_boxes, dir).map(AvatarFile::Video)
+    if let Some(text) = &settings.face_boxes {
+        std::fs::write(&boxes_path, text).map_err(|e| ApiError::internal(format!("writing the face boxes: {e}")))?;
+    }
+    video(path, field, limits, &spec, &boxes_path).map(AvatarFile::Video)
 }
 
 /// A video avatar: the CLI's checks from the container alone ([`AvatarSource::open`]: H.264,
 /// even sides, a constant frame rate, at most [`host_avatar::MAX_AVATAR_FRAMES`] frames and
 /// [`host_avatar::MAX_AVATAR_BYTES`] of per-frame tables, the face boxes), then this server's
-/// bounds, then every frame decoded once (and dropped), so that a damaged stream is a 422 here
-/// rather than a failure in a render slot. The render decodes the frames again, one at a time:
-/// holding them all would cost up to the decoded bound in memory per request.
+/// bounds, then every frame decoded once (and dropped; by the detector when it finds the face),
+/// so that a damaged stream is a 422 here rather than a failure in a render slot. The render
+/// decodes the frames again, one at a time: holding them all would cost up to the decoded bound
+/// in memory per request.
 fn video(
     path: &Path,
     field: &str,
     limits: AvatarLimits,
-    face_box: Option<FaceBox>,
-    face_boxes: Option<&str>,
-    dir: &Path,
+    spec: &FaceSpec,
+    boxes_path: &Path,
 ) -> Result<AvatarSource, ApiError> {
-    let boxes_path = dir.join("face_boxes.txt");
-    if let Some(text) = face_boxes {
-        std::fs::write(&boxes_path, text).map_err(|e| ApiError::internal(format!("writing the face boxes: {e}")))?;
-    }
     let message = |e: &anyhow::Error| {
         named(format!("{e:#}"), path, field).replace(&boxes_path.display().to_string(), "face_boxes")
     };
-    let source = AvatarSource::open(path, face_box, face_boxes.map(|_| boxes_path.as_path()))
-        .map_err(|e| ApiError::invalid("invalid_video", message(&e)))?;
+    // The container and the server's bounds first: the detector decodes every frame.
+    let probe = if spec.detects() { &FaceSpec::Centered } else { spec };
+    let source = AvatarSource::open(path, probe).map_err(|e| ApiError::invalid("invalid_video", message(&e)))?;
     let (w, h, n) = (u64::from(source.width), u64::from(source.height), source.frames() as u64);
     if w * h > limits.max_pixels {
         return Err(ApiError::invalid(
@@ -136,6 +151,15 @@ fn video(
                 limits.max_decoded_bytes >> 20
             ),
         ));
+    }
+    if spec.detects() {
+        return source.with_faces(path, spec).map_err(|e| {
+            if cadence::avatar::faces::is_no_face(&e) {
+                face_error(&e, message(&e))
+            } else {
+                ApiError::invalid("invalid_video", message(&e))
+            }
+        });
     }
     source.for_each_frame(|_, _| Ok(())).map_err(|e| ApiError::invalid("invalid_video", message(&e)))?;
     Ok(source)

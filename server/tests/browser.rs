@@ -139,7 +139,8 @@ fn the_page_renders_and_plays_a_stream_and_shows_its_numbers() {
     let files = tempfile::tempdir().unwrap();
     let (wav, portrait) = (files.path().join("speech.wav"), files.path().join("portrait.png"));
     std::fs::write(&wav, speech_clip(2.0)).unwrap();
-    std::fs::write(&portrait, png(160, 128)).unwrap();
+    // The page sends no face box: a real face, which the server finds.
+    std::fs::write(&portrait, face_png()).unwrap();
 
     let (_browser, url) = launch(bin);
     let mut dt = DevTools::connect(&url);

@@ -60,7 +60,9 @@ fn a_job_runs_to_done_with_progress_events_and_its_mp4_is_served_in_ranges() {
     let jobs_dir = tempfile::tempdir().unwrap();
     let s = start(&["--jobs-dir", jobs_dir.path().to_str().unwrap(), "--window", "1"]);
     // 4 s of speech, every frame through the UNet: seconds of rendering, many progress events.
-    let f = form(speech_clip(4.0), &[("stride", "1")]).part("video", part(png(192, 160), "a.png", "image/png"));
+    // The synthetic portraits here have no face for the detector: the centred box.
+    let f = form(speech_clip(4.0), &[("stride", "1"), ("face_box", "center")])
+        .part("video", part(png(192, 160), "a.png", "image/png"));
     let id = post_job(&s, f);
     let evs = events(&s, &id);
     let (last, data) = evs.last().unwrap();
@@ -132,7 +134,10 @@ fn cancelling_jobs_stops_the_render_frees_the_slot_and_removes_their_files() {
     let _r = render_lock();
     let jobs_dir = tempfile::tempdir().unwrap();
     let s = start(&["--slots", "1", "--queue", "0", "--jobs-dir", jobs_dir.path().to_str().unwrap()]);
-    let long = || form(long_clip(), &[("stride", "1")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let long = || {
+        form(long_clip(), &[("stride", "1"), ("face_box", "center")])
+            .part("video", part(png(128, 128), "a.png", "image/png"))
+    };
     let running = post_job(&s, long());
     wait_for(Duration::from_secs(90), || job(&s, &running)["frames_done"].as_u64().unwrap() > 0);
     // Jobs wait for the slot in the job table, not in the request queue (which is 0 here).
@@ -168,7 +173,8 @@ fn finished_jobs_expire_and_the_table_is_bounded() {
     let _r = render_lock();
     let jobs_dir = tempfile::tempdir().unwrap();
     let s = start(&["--job-ttl-seconds", "1.5", "--max-jobs", "2", "--jobs-dir", jobs_dir.path().to_str().unwrap()]);
-    let short = || form(tone_wav(0.2), &[]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let short =
+        || form(tone_wav(0.2), &[("face_box", "center")]).part("video", part(png(128, 128), "a.png", "image/png"));
     let a = post_job(&s, short());
     let b = post_job(&s, short());
     let r = client().post(s.url("/v1/jobs")).multipart(short()).send().unwrap();
@@ -229,7 +235,8 @@ fn anything_that_is_not_a_job_id_is_refused_and_bad_jobs_leave_no_record() {
 fn a_streamed_render_records_its_final_statistics() {
     let _r = render_lock();
     let s = start(&[]);
-    let f = form(tone_wav(0.4), &[("stride", "2")]).part("video", part(png(128, 96), "a.png", "image/png"));
+    let f = form(tone_wav(0.4), &[("stride", "2"), ("face_box", "center")])
+        .part("video", part(png(128, 96), "a.png", "image/png"));
     let r = client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap();
     assert_eq!(r.status(), 200);
     let id = header(&r, "x-job-id").to_string();

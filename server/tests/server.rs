@@ -14,7 +14,9 @@ fn generate_multipart_returns_an_mp4_whose_headers_match_it() {
     let s = start(&[]);
     let audio = std::fs::read(fixture("goodnight")).unwrap();
     let f =
-        form(audio, &[("stride", "3"), ("decoder", "taesd")]).part("video", part(png(192, 160), "a.png", "image/png"));
+        // The synthetic portrait has no face for the detector: the centred box.
+        form(audio, &[("stride", "3"), ("decoder", "taesd"), ("face_box", "center")])
+            .part("video", part(png(192, 160), "a.png", "image/png"));
     let r = client().post(s.url("/generate")).multipart(f).send().unwrap();
     assert_eq!(r.status(), 200, "{:?}", r.text());
     assert_eq!(header(&r, "content-type"), "video/mp4");
@@ -155,7 +157,8 @@ fn a_token_guards_every_route_but_the_probes_and_stale_temp_dirs_are_swept() {
 /// Starts a render of the long clip that the client abandons after `client_timeout`.
 fn abandoned_render(s: &TestServer, client_timeout: Duration) -> std::thread::JoinHandle<reqwest::Result<u16>> {
     let url = s.url("/generate");
-    let f = form(long_clip(), &[("stride", "1")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let f = form(long_clip(), &[("stride", "1"), ("face_box", "center")])
+        .part("video", part(png(128, 128), "a.png", "image/png"));
     let h = std::thread::spawn(move || {
         let c = reqwest::blocking::Client::builder().timeout(client_timeout).build().unwrap();
         c.post(url).multipart(f).send().map(|r| r.status().as_u16())
@@ -171,7 +174,7 @@ fn a_request_waits_in_the_queue_and_beyond_it_429_with_retry_after() {
     let long = abandoned_render(&s, Duration::from_secs(6));
     // The queue has room for one: it waits for the slot.
     let url = s.url("/generate");
-    let f = form(tone_wav(0.3), &[]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let f = form(tone_wav(0.3), &[("face_box", "center")]).part("video", part(png(128, 128), "a.png", "image/png"));
     let queued = std::thread::spawn(move || {
         let r = client().post(url).multipart(f).send().unwrap();
         (r.status().as_u16(), header(&r, "server-timing").to_string())
@@ -216,7 +219,9 @@ fn a_registered_avatar_is_prepared_once_and_reused() {
     let s = start(&[]);
     let c = client();
     let register = || {
-        let f = reqwest::blocking::multipart::Form::new().part("image", part(png(160, 128), "me.png", "image/png"));
+        let f = reqwest::blocking::multipart::Form::new()
+            .part("image", part(png(160, 128), "me.png", "image/png"))
+            .text("face_box", "center");
         c.post(s.url("/v1/avatars")).multipart(f).send().unwrap()
     };
     let r = register();
@@ -391,7 +396,7 @@ fn shutdown_drains_an_in_flight_render() {
     let _r = render_lock();
     let mut s = start(&["--drain-seconds", "120"]);
     let url = s.url("/generate");
-    let f = form(std::fs::read(fixture("goodnight")).unwrap(), &[("stride", "2")])
+    let f = form(std::fs::read(fixture("goodnight")).unwrap(), &[("stride", "2"), ("face_box", "center")])
         .part("video", part(png(128, 128), "a.png", "image/png"));
     let h = std::thread::spawn(move || {
         let r = client().post(url).multipart(f).send().unwrap();
@@ -447,8 +452,10 @@ fn the_readme_curl_examples_work() {
     let dir = tempfile::tempdir().unwrap();
     // Three frames: the SD VAE example (full_vae) decodes slowly on the CPU.
     std::fs::write(dir.path().join("speech.wav"), tone_wav(0.12)).unwrap();
-    std::fs::write(dir.path().join("portrait.png"), png(128, 128)).unwrap();
-    std::fs::write(dir.path().join("avatar.mp4"), video_avatar(&[60, 120, 180], VIDEO_W, VIDEO_H)).unwrap();
+    // The examples send portrait.png and avatar.mp4 with no face_box: a real face, which the
+    // server finds.
+    std::fs::write(dir.path().join("portrait.png"), face_png()).unwrap();
+    std::fs::write(dir.path().join("avatar.mp4"), face_video(3)).unwrap();
     let script = format!(
         "set -euo pipefail\ncurl() {{ command curl --fail-with-body \"$@\"; }}\n{}",
         block.replace("http://127.0.0.1:8080", &s.url(""))
@@ -463,7 +470,7 @@ fn the_readme_curl_examples_work() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("x-inference-fps:"), "{stdout}");
-    assert_eq!(probe(&std::fs::read(dir.path().join("out.mp4")).unwrap()).width, 128);
+    assert_eq!(probe(&std::fs::read(dir.path().join("out.mp4")).unwrap()).width, 256);
     let live = cadence_media::Mp4Reader::open(dir.path().join("live.mp4")).unwrap();
     assert!(live.is_fragmented() && live.video_samples().unwrap().samples.len() == 3, "the streamed example");
     // The job's MP4, and its first KiB through a range.
@@ -475,7 +482,7 @@ fn the_readme_curl_examples_work() {
     assert_eq!(metric(&s, "cadence_jobs{state=\"done\"}"), 1.0);
     // The video avatar, sent and then registered: the same render both ways.
     let talk = std::fs::read(dir.path().join("talk.mp4")).unwrap();
-    assert_eq!((probe(&talk).width, probe(&talk).frames), (VIDEO_W, 3));
+    assert_eq!((probe(&talk).width, probe(&talk).frames), (256, 3));
     assert!(std::fs::read(dir.path().join("talk2.mp4")).unwrap() == talk, "the registered video avatar's render");
     // The examples registered two avatars, rendered them, and deleted the image's; the video
     // avatar was prepared twice (sent, then registered) and used once by id.
@@ -489,7 +496,8 @@ fn two_slots_render_two_requests_at_once_without_mixing_them() {
     let s = start(&["--slots", "2", "--queue", "0"]);
     let send = |seconds: f64| {
         let url = s.url("/generate");
-        let f = form(tone_wav(seconds), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+        let f = form(tone_wav(seconds), &[("stride", "2"), ("face_box", "center")])
+            .part("video", part(png(128, 128), "a.png", "image/png"));
         std::thread::spawn(move || {
             let r = client().post(url).multipart(f).send().unwrap();
             assert_eq!(r.status(), 200);
@@ -520,7 +528,8 @@ fn read_back(body: &[u8]) -> (tempfile::TempDir, cadence_media::Mp4Reader) {
 fn a_streamed_render_sends_its_fragments_while_it_renders() {
     let _r = render_lock();
     let s = start(&["--window", "1"]);
-    let f = form(speech_clip(8.0), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let f = form(speech_clip(8.0), &[("stride", "2"), ("face_box", "center")])
+        .part("video", part(png(128, 128), "a.png", "image/png"));
     let t0 = Instant::now();
     let mut r = client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap();
     assert_eq!(r.status(), 200);
@@ -586,7 +595,7 @@ fn a_streamed_json_render_is_a_fragmented_mp4() {
     let _r = render_lock();
     let s = start(&[]);
     let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
-    let body = serde_json::json!({"audio_b64": b64(tone_wav(0.4)), "avatar_b64": b64(png(128, 96)), "stride": 2});
+    let body = serde_json::json!({"audio_b64": b64(tone_wav(0.4)), "avatar_b64": b64(png(128, 96)), "stride": 2, "face_box": "center"});
     let mut r = client()
         .post(s.url("/generate?stream=fmp4"))
         .header("content-type", "application/json")
@@ -610,7 +619,8 @@ fn a_streamed_json_render_is_a_fragmented_mp4() {
 fn a_client_that_leaves_a_stream_cancels_its_render_and_frees_the_slot() {
     let _r = render_lock();
     let s = start(&["--slots", "1", "--queue", "0", "--window", "1"]);
-    let f = form(long_clip(), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let f = form(long_clip(), &[("stride", "2"), ("face_box", "center")])
+        .part("video", part(png(128, 128), "a.png", "image/png"));
     let mut r = client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap();
     assert_eq!(r.status(), 200);
     let mut first = [0u8; 4096];
@@ -626,7 +636,7 @@ fn a_client_that_leaves_a_stream_cancels_its_render_and_frees_the_slot() {
     wait_for(Duration::from_secs(5), || s.temp_entries().is_empty());
     assert_eq!(metric(&s, "cadence_time_to_first_byte_seconds_count"), 1.0);
     // The slot is free (with no queue, a busy slot would be 429).
-    let f = form(tone_wav(0.2), &[]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let f = form(tone_wav(0.2), &[("face_box", "center")]).part("video", part(png(128, 128), "a.png", "image/png"));
     assert_eq!(client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap().status(), 200);
 }
 
@@ -636,7 +646,8 @@ fn a_client_that_leaves_a_stream_cancels_its_render_and_frees_the_slot() {
 fn a_stream_whose_render_fails_ends_in_a_broken_transfer() {
     let _r = render_lock();
     let mut s = start(&["--drain-seconds", "0.5", "--window", "1"]);
-    let f = form(long_clip(), &[("stride", "2")]).part("video", part(png(128, 128), "a.png", "image/png"));
+    let f = form(long_clip(), &[("stride", "2"), ("face_box", "center")])
+        .part("video", part(png(128, 128), "a.png", "image/png"));
     let mut r = client().post(s.url("/generate?stream=fmp4")).multipart(f).send().unwrap();
     assert_eq!(r.status(), 200);
     let mut first = [0u8; 4096];

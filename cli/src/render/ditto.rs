@@ -57,12 +57,13 @@ pub fn run(
         }
         _ => None,
     };
-    let (img, face) = still_avatar(a)?;
     let stride = a.stride.map_or(DEFAULT_STRIDE, |k| k as usize);
     let schedule = match frames {
         Some(frames) => Some(cadence::schedules::keyframes::fixed_schedule(frames, a.keyframes.as_deref(), stride)?),
         None => None,
     };
+    // After the checks from the arguments: finding the face runs the detector.
+    let (img, face, face_report) = still_avatar(a)?;
     let live_opts = live::DittoLiveOptions::new(
         stride,
         cadence::frame_loop::window_frames(a.window, a.fps),
@@ -124,6 +125,7 @@ pub fn run(
             "fragmented": true,
             "vad": vad.name(),
             "ditto": ditto_fields,
+            "face": face_report,
         });
         let line = format!(
             "{}\n  live: parts of {} frames (stride {k}); a frame waits for its LMDM window (80 frames of audio)",
@@ -151,26 +153,33 @@ pub fn run(
         "fragmented": fragmented,
         "vad": vad.name(),
         "ditto": ditto_fields,
+        "face": face_report,
     });
     print_summary(a, &report, &result, fields, &ditto_line(&label))
 }
 
-/// The avatar as one image and its face box: Ditto's path takes a still image.
-fn still_avatar(a: &RenderArgs) -> Result<(RgbImage, cadence_media::FaceBox)> {
+/// The avatar as one image, its face box, and the box's report (`"face"` in `--json`): Ditto's
+/// path takes a still image.
+fn still_avatar(a: &RenderArgs) -> Result<(RgbImage, cadence_media::FaceBox, serde_json::Value)> {
     ensure!(
         !cadence::musetalk::avatar_file::is_avatar_file(&a.avatar),
         "--engine ditto: a prepared avatar file holds MuseTalk's latents; give the portrait image"
     );
-    let source = AvatarSource::open(&a.avatar, a.face_box, a.face_boxes.as_deref())?;
+    // The frame count first (from the container), then the face: the detector decodes frames.
+    let spec = a.faces.spec()?;
+    let source = AvatarSource::open(&a.avatar, &cadence::avatar::FaceSpec::Centered)?;
     ensure!(
         source.frames() == 1,
         "--engine ditto: the avatar has {} frames; Ditto's path takes a still image so far",
         source.frames()
     );
+    let source = source.with_faces(&a.avatar, &spec)?;
+    eprintln!("cadence: {}", cadence::avatar::faces::summary(&source));
+    let report = cadence::avatar::faces::report(&source);
     let mut img = None;
     source.for_each_frame(|_, frame| {
         img = Some(frame.clone());
         Ok(())
     })?;
-    Ok((img.context("the avatar has no frame")?, source.faces[0]))
+    Ok((img.context("the avatar has no frame")?, source.faces[0], report))
 }

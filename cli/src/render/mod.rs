@@ -4,7 +4,6 @@ mod ditto;
 
 use anyhow::{ensure, Result};
 use cadence::args::{parse_frame_rate, parse_seconds, EncoderArg, EngineArgs, EngineFamily};
-use cadence::avatar::parse_face_box;
 use cadence::avatar::AvatarSource;
 use cadence::ditto::DittoInfill;
 use cadence::frame_loop::audio::{ClipAudio, StreamedAudio};
@@ -13,7 +12,7 @@ use cadence::frame_loop::RenderOptions;
 use cadence::io::output::{OutputPath, Overwrite};
 use cadence::musetalk::schedule_args::{self, ScheduleArgs, DEFAULT_STRIDE};
 use cadence::{Backend, BackendChoice, Method};
-use cadence_media::{FaceBox, FrameRate};
+use cadence_media::FrameRate;
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -57,14 +56,8 @@ pub struct RenderArgs {
     /// frame count).
     #[arg(long)]
     pub keyframes: Option<String>,
-    /// Face box in the avatar as x,y,w,h (pixels, at least 16x16); default: a centred square of
-    /// half the shorter side.
-    #[arg(long, value_parser = parse_face_box)]
-    pub face_box: Option<FaceBox>,
-    /// A video avatar's face boxes, one per avatar frame: a text file with one x,y,w,h line
-    /// per frame, in order (blank lines and lines starting with # are skipped).
-    #[arg(long, conflicts_with = "face_box")]
-    pub face_boxes: Option<PathBuf>,
+    #[command(flatten)]
+    pub faces: cadence::args::FaceArgs,
     /// Video frame rate: 25, 30, 29.97 (= 30000/1001), 50, 59.94 ...; the video has
     /// ceil(audio seconds x fps) frames.
     #[arg(long, default_value = "25", value_parser = parse_frame_rate)]
@@ -131,7 +124,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
         &a.schedule.phonemes,
         &a.schedule.calibration,
         &a.schedule.text_file,
-        &a.face_boxes,
+        &a.faces.face_boxes,
         &a.audio_features,
     ]
     .into_iter()
@@ -200,12 +193,13 @@ pub fn run(a: RenderArgs) -> Result<()> {
         }
     };
     let calibration = a.schedule.calibration()?;
-    let avatar_source = open_avatar(&a)?;
     let frames = audio.video_frames(opts.fps.hz());
     ensure!(frames > 0, "{source}: the audio is too short for one video frame");
     let stride = stride.unwrap_or(DEFAULT_STRIDE);
-    // The pipeline's own schedule when --schedule is not given (checked before the engines load).
+    // The pipeline's own schedule when --schedule is not given (checked before the face detector
+    // runs and the engines load).
     let (fixed, legacy) = cadence::schedules::keyframes::fixed_schedule(frames, a.keyframes.as_deref(), stride)?;
+    let avatar_source = open_avatar(&a)?;
     let backend = Backend::for_engines(a.backend, &engine_device.device)?;
 
     let t0 = Instant::now();
@@ -245,7 +239,10 @@ pub fn run(a: RenderArgs) -> Result<()> {
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::new(setup, &prepared, &result.stats, result.video.as_ref(), a.fps, load_ms);
-    let fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented, "vad": opts.vad.name()});
+    let mut fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented, "vad": opts.vad.name()});
+    if let Some(s) = &avatar_source {
+        fields["face"] = cadence::avatar::faces::report(s);
+    }
     print_summary(&a, &report, &result, fields, &schedule_args::summary_line(planned.as_ref(), &schedule, &legacy))
 }
 
@@ -329,13 +326,15 @@ pub(crate) fn print_summary(
 fn open_avatar(a: &RenderArgs) -> Result<Option<AvatarSource>> {
     if cadence::musetalk::avatar_file::is_avatar_file(&a.avatar) {
         ensure!(
-            a.face_box.is_none() && a.face_boxes.is_none(),
-            "--face-box/--face-boxes: a prepared avatar has its face boxes already"
+            !a.faces.any_given(),
+            "--face-box, --face-boxes, --face-index, --bbox-shift: a prepared avatar has its face boxes already"
         );
         cadence::musetalk::avatar_file::check(&a.avatar)?;
         Ok(None)
     } else {
-        Ok(Some(AvatarSource::open(&a.avatar, a.face_box, a.face_boxes.as_deref())?))
+        let source = AvatarSource::open(&a.avatar, &a.faces.spec()?)?;
+        eprintln!("cadence: {}", cadence::avatar::faces::summary(&source));
+        Ok(Some(source))
     }
 }
 
@@ -452,12 +451,15 @@ fn run_live(
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::with_preparation(setup, &times, &result.stats, result.video.as_ref(), a.fps, load_ms);
-    let fields = serde_json::json!({
+    let mut fields = serde_json::json!({
         "audio": "-",
         "live": {"stride": stride, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames},
         "fragmented": true,
         "vad": opts.vad.name(),
     });
+    if let Some(s) = &avatar_source {
+        fields["face"] = cadence::avatar::faces::report(s);
+    }
     let line = format!(
         "  live: parts of {} frames (stride {stride}), {} frames of lookahead",
         live.part_frames, live.lookahead_frames

@@ -4,8 +4,9 @@
 //! 1. **Pyramid**: scales `m, m f, m f^2, ...` with `m = 12 / min_face_size` while the short side
 //!    times the scale is at least 12 (`f` = [`MtcnnConfig::factor`], 0.709). At each scale the
 //!    image is resized to `(int(h s + 1), int(w s + 1))` by area averaging (PyTorch's
-//!    `interpolate(mode="area")`, i.e. adaptive average pooling, [`resample_area`]) and
-//!    normalised `(p - 127.5) * 0.0078125`.
+//!    `interpolate(mode="area")`, i.e. adaptive average pooling: on the CPU row by row inside
+//!    P-Net, `super::resample`; for candle [`resample_area`]) and normalised
+//!    `(p - 127.5) * 0.0078125`.
 //! 2. **P-Net** on each scale: every output cell with face probability `>= thresholds[0]` is a
 //!    box `floor((2 (x, y) + 1) / s)` to `floor((2 (x, y) + 12) / s)` with its regression;
 //!    NMS at IoU 0.5 within the scale, then at 0.7 over all scales (`nms`, torchvision's rule:
@@ -22,10 +23,17 @@
 //! Boxes are `[x1, y1, x2, y2]` floats in pixels, top-left origin, as facenet-pytorch returns
 //! them; landmarks in the order left eye, right eye, nose, left mouth corner, right mouth corner.
 //! Box arithmetic is in f32 as in the reference (its tensors are float32).
+//!
+//! On the CPU the three networks run on this crate's own kernels straight from the image bytes
+//! ([`super::PNetCpu`], [`super::RefineCpu`]); on another device, on candle.
+
+use std::time::Instant;
 
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 
+use super::pnet_cpu::Level;
+use super::resample::Area;
 use super::{MtcnnNets, PNetMap};
 use crate::error::{EngineError, Result};
 
@@ -61,11 +69,24 @@ pub struct Face {
     pub landmarks: [[f32; 2]; 5],
 }
 
-/// An RGB image as three float planes [3][h][w] (values 0..255).
-struct Planes {
-    data: Vec<f32>,
-    h: usize,
+/// Seconds spent in each stage of one detection.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageTimes {
+    /// The pyramid (each level's resampling, which the CPU path fuses into P-Net), P-Net on
+    /// every level, the boxes and their NMS.
+    pub pnet: f64,
+    /// R-Net: crops, network, NMS.
+    pub rnet: f64,
+    /// O-Net: crops, network, landmarks, NMS, sorting.
+    pub onet: f64,
+}
+
+/// The image being searched: its bytes, and as float planes for candle's networks.
+struct Image<'a> {
+    rgb: &'a [u8],
     w: usize,
+    h: usize,
+    planes: Option<Vec<f32>>,
 }
 
 /// A candidate box: `[x1, y1, x2, y2, score]` and a regression.
@@ -98,19 +119,27 @@ impl Mtcnn {
     /// The faces in an RGB image (`rgb` is `height` rows of `width` pixels, 3 bytes each),
     /// largest first. An image with no face gives an empty list.
     pub fn detect(&self, rgb: &[u8], width: usize, height: usize) -> Result<Vec<Face>> {
+        Ok(self.detect_timed(rgb, width, height)?.0)
+    }
+
+    /// [`Mtcnn::detect`] with the time each stage took (for benchmarks and profiling).
+    pub fn detect_timed(&self, rgb: &[u8], width: usize, height: usize) -> Result<(Vec<Face>, StageTimes)> {
+        let mut times = StageTimes::default();
+        let mut clock = Instant::now();
+        let mut lap = |stage: &mut f64| {
+            *stage += clock.elapsed().as_secs_f64();
+            clock = Instant::now();
+        };
         if rgb.len() != width * height * 3 || width == 0 || height == 0 {
             return Err(EngineError::BadInput(format!(
                 "MTCNN: {} bytes is not a {width}x{height} RGB image",
                 rgb.len()
             )));
         }
-        let mut data = vec![0f32; 3 * width * height];
-        for (i, px) in rgb.chunks_exact(3).enumerate() {
-            for c in 0..3 {
-                data[c * width * height + i] = px[c] as f32;
-            }
-        }
-        let img = Planes { data, h: height, w: width };
+        let img = Image { rgb, w: width, h: height, planes: None };
+        // candle's networks read float planes; the CPU paths read the bytes.
+        let img =
+            if self.nets.cpu().is_none() { Image { planes: Some(planes(rgb, width, height)), ..img } } else { img };
         let th = self.config.thresholds;
 
         // Stage 1: P-Net over the pyramid.
@@ -125,8 +154,7 @@ impl Mtcnn {
         let mut boxes = Vec::new();
         for &s in &scales {
             let (hs, ws) = ((height as f64 * s + 1.0) as usize, (width as f64 * s + 1.0) as usize);
-            let level = normalised(resample_area(&img.data, 3, img.h, img.w, hs, ws));
-            let PNetMap { h: oh, w: ow, prob, reg } = self.pnet_level(level, hs, ws)?;
+            let PNetMap { h: oh, w: ow, prob, reg } = self.pnet_level(&img, hs, ws)?;
             let s32 = s as f32;
             let mut found = Vec::new();
             for y in 0..oh {
@@ -161,17 +189,15 @@ impl Mtcnn {
                 Cand { b: rerec(b), score: c.score, reg: [0.0; 4] }
             })
             .collect();
+        lap(&mut times.pnet);
 
         // Stage 2: R-Net on 24x24 crops.
         if !boxes.is_empty() {
-            let (kept, crops) = self.crops(&img, &boxes, 24)?;
-            let (reg, prob) = self.nets.rnet.forward(&crops)?;
-            let (reg, prob) = (reg.to_vec2::<f32>()?, prob.to_vec2::<f32>()?);
-            let passed: Vec<Cand> = kept
-                .iter()
-                .zip(reg.iter().zip(&prob))
-                .filter(|(_, (_, p))| p[1] > th[1])
-                .map(|(&k, (r, p))| Cand { b: boxes[k].b, score: p[1], reg: [r[0], r[1], r[2], r[3]] })
+            let passed: Vec<Cand> = self
+                .refine(&img, &boxes, false)?
+                .into_iter()
+                .filter(|r| r.prob > th[1])
+                .map(|r| Cand { b: boxes[r.index].b, score: r.prob, reg: r.reg })
                 .collect();
             boxes = nms(&passed, 0.7)
                 .into_iter()
@@ -179,49 +205,42 @@ impl Mtcnn {
                 .map(|c| Cand { b: rerec(bbreg(c.b, c.reg)), ..c })
                 .collect();
         }
+        lap(&mut times.rnet);
 
         // Stage 3: O-Net on 48x48 crops, with the landmarks.
         let mut faces = Vec::new();
         if !boxes.is_empty() {
-            let (kept, crops) = self.crops(&img, &boxes, 48)?;
-            let (reg, marks, prob) = self.nets.onet.forward(&crops)?;
-            let (reg, marks, prob) = (reg.to_vec2::<f32>()?, marks.to_vec2::<f32>()?, prob.to_vec2::<f32>()?);
-            for (j, &k) in kept.iter().enumerate() {
-                if prob[j][1] <= th[2] {
+            for r in self.refine(&img, &boxes, true)? {
+                if r.prob <= th[2] {
                     continue;
                 }
-                let b = boxes[k].b;
+                let b = boxes[r.index].b;
                 let (w, h) = (b[2] - b[0] + 1.0, b[3] - b[1] + 1.0);
                 let mut landmarks = [[0f32; 2]; 5];
                 for (l, point) in landmarks.iter_mut().enumerate() {
-                    *point = [w * marks[j][l] + b[0] - 1.0, h * marks[j][5 + l] + b[1] - 1.0];
+                    *point = [w * r.marks[l] + b[0] - 1.0, h * r.marks[5 + l] + b[1] - 1.0];
                 }
-                let r = &reg[j];
-                faces.push(Face { bbox: bbreg(b, [r[0], r[1], r[2], r[3]]), score: prob[j][1], landmarks });
+                faces.push(Face { bbox: bbreg(b, r.reg), score: r.prob, landmarks });
             }
             let cands: Vec<Cand> = faces.iter().map(|f| Cand { b: f.bbox, score: f.score, reg: [0.0; 4] }).collect();
             faces = nms_min(&cands, 0.7).into_iter().map(|k| faces[k]).collect();
         }
         // Largest first (facenet-pytorch's select_largest): a stable sort by area, descending.
         faces.sort_by(|a, b| area(&b.bbox).total_cmp(&area(&a.bbox)));
-        Ok(faces)
+        lap(&mut times.onet);
+        Ok((faces, times))
     }
 
-    /// P-Net on one pyramid level (CHW, normalised): each output cell's face probability and
-    /// regression. On the CPU by [`super::PNetCpu`], else
-    /// by candle.
-    fn pnet_level(&self, chw: Vec<f32>, h: usize, w: usize) -> Result<PNetMap> {
-        if let Some(fast) = &self.nets.pnet_cpu {
-            let plane = h * w;
-            let mut hwc = vec![0f32; 3 * plane];
-            for (c, src) in chw.chunks_exact(plane).enumerate() {
-                for (i, v) in src.iter().enumerate() {
-                    hwc[i * 3 + c] = *v;
-                }
-            }
-            return Ok(fast.forward(hwc, h, w));
+    /// P-Net on the pyramid level `hs` x `ws`: each output cell's face probability and
+    /// regression. On the CPU by [`super::PNetCpu`] straight from the bytes, else by candle.
+    fn pnet_level(&self, img: &Image, hs: usize, ws: usize) -> Result<PNetMap> {
+        if let Some((pnet, _, _)) = self.nets.cpu() {
+            let area = Area::new(img.rgb, img.w, (0, 0, img.w, img.h), ws, hs);
+            return Ok(pnet.level(Level::Area(&area), hs, ws, 0));
         }
-        let x = Tensor::from_vec(chw, (1, 3, h, w), &self.device)?;
+        let planes = img.planes.as_ref().expect("float planes for candle");
+        let chw = normalised(resample_area(planes, 3, img.h, img.w, hs, ws));
+        let x = Tensor::from_vec(chw, (1, 3, hs, ws), &self.device)?;
         let (reg, prob) = self.nets.pnet.forward(&x)?;
         let (oh, ow) = (prob.dim(2)?, prob.dim(3)?);
         let cells = oh * ow;
@@ -231,12 +250,12 @@ impl Mtcnn {
         Ok(PNetMap { h: oh, w: ow, prob: prob[cells..].to_vec(), reg })
     }
 
-    /// Each box's crop (integer coordinates clipped to the image, as facenet-pytorch's `pad`),
-    /// resized by area to `size` x `size` and normalised: the indices of the boxes whose crop is
-    /// not empty, and the crops [n, 3, size, size].
-    fn crops(&self, img: &Planes, boxes: &[Cand], size: usize) -> Result<(Vec<usize>, Tensor)> {
+    /// R-Net (or O-Net when `onet`) on each box's crop: integer coordinates clipped to the
+    /// image as facenet-pytorch's `pad` does, resized by area to 24x24 (48x48) and normalised.
+    /// Boxes whose crop is empty are left out.
+    fn refine(&self, img: &Image, boxes: &[Cand], onet: bool) -> Result<Vec<Refined>> {
         let mut kept = Vec::new();
-        let mut data = Vec::new();
+        let mut windows = Vec::new();
         for (k, c) in boxes.iter().enumerate() {
             // trunc toward zero, then 1-based clipping: x >= 1, y >= 1, ex <= w, ey <= h.
             let x = (c.b[0].trunc() as i64).max(1);
@@ -247,19 +266,87 @@ impl Mtcnn {
             if ey < y || ex < x {
                 continue;
             }
-            let (x0, y0, cw, ch) = ((x - 1) as usize, (y - 1) as usize, (ex - x + 1) as usize, (ey - y + 1) as usize);
+            windows.push(((x - 1) as usize, (y - 1) as usize, (ex - x + 1) as usize, (ey - y + 1) as usize));
+            kept.push(k);
+        }
+        if let Some((_, rnet, onet_cpu)) = self.nets.cpu() {
+            let net = if onet { onet_cpu } else { rnet };
+            let out = net.forward(img.rgb, img.w, &windows);
+            return Ok(kept
+                .into_iter()
+                .zip(out)
+                .map(|(index, o)| {
+                    let n = o.len();
+                    let mut marks = [0f32; 10];
+                    if onet {
+                        marks.copy_from_slice(&o[4..14]);
+                    }
+                    Refined { index, reg: [o[0], o[1], o[2], o[3]], marks, prob: softmax_face(o[n - 2], o[n - 1]) }
+                })
+                .collect());
+        }
+        let size = if onet { 48 } else { 24 };
+        let planes = img.planes.as_ref().expect("float planes for candle");
+        let mut data = Vec::new();
+        for &(x0, y0, cw, ch) in &windows {
             let mut crop = Vec::with_capacity(3 * cw * ch);
-            for plane in img.data.chunks_exact(img.w * img.h) {
+            for plane in planes.chunks_exact(img.w * img.h) {
                 for row in y0..y0 + ch {
                     crop.extend_from_slice(&plane[row * img.w + x0..row * img.w + x0 + cw]);
                 }
             }
             data.extend(normalised(resample_area(&crop, 3, ch, cw, size, size)));
-            kept.push(k);
         }
-        let n = kept.len();
-        Ok((kept, Tensor::from_vec(data, (n, 3, size, size), &self.device)?))
+        let crops = Tensor::from_vec(data, (kept.len(), 3, size, size), &self.device)?;
+        let (reg, marks, prob) = if onet {
+            let (reg, marks, prob) = self.nets.onet.forward(&crops)?;
+            (reg, Some(marks.to_vec2::<f32>()?), prob)
+        } else {
+            let (reg, prob) = self.nets.rnet.forward(&crops)?;
+            (reg, None, prob)
+        };
+        let (reg, prob) = (reg.to_vec2::<f32>()?, prob.to_vec2::<f32>()?);
+        Ok(kept
+            .into_iter()
+            .enumerate()
+            .map(|(j, index)| {
+                let mut m = [0f32; 10];
+                if let Some(marks) = &marks {
+                    m.copy_from_slice(&marks[j]);
+                }
+                Refined { index, reg: [reg[j][0], reg[j][1], reg[j][2], reg[j][3]], marks: m, prob: prob[j][1] }
+            })
+            .collect())
     }
+}
+
+/// One box's R-Net or O-Net outputs.
+struct Refined {
+    /// The box's index.
+    index: usize,
+    reg: [f32; 4],
+    /// O-Net's landmarks (5 x, then 5 y, as fractions of the box); zeros from R-Net.
+    marks: [f32; 10],
+    prob: f32,
+}
+
+/// The face class's probability from the two logits, as torch's softmax computes it:
+/// `exp(l - max) / sum`.
+pub(crate) fn softmax_face(l0: f32, l1: f32) -> f32 {
+    let m = l0.max(l1);
+    let (e0, e1) = ((l0 - m).exp(), (l1 - m).exp());
+    e1 / (e0 + e1)
+}
+
+/// RGB bytes as three float planes [3][h][w] (values 0..255), for candle.
+fn planes(rgb: &[u8], w: usize, h: usize) -> Vec<f32> {
+    let mut data = vec![0f32; 3 * w * h];
+    for (i, px) in rgb.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            data[c * w * h + i] = px[c] as f32;
+        }
+    }
+    data
 }
 
 fn normalised(mut x: Vec<f32>) -> Vec<f32> {
@@ -273,7 +360,9 @@ fn area(b: &[f32; 4]) -> f32 {
 
 /// PyTorch's `interpolate(mode="area")` (adaptive average pooling) of `c` planes `h` x `w` to
 /// `oh` x `ow`: output cell `i` averages input rows `floor(i h / oh)` to `ceil((i + 1) h / oh)`
-/// (exclusive), and likewise columns.
+/// (exclusive), and likewise columns; the window's sum in row-major order divided by its height,
+/// then by its width, as PyTorch computes it. The candle path's resampling (the CPU path's is
+/// `super::resample`, the same values from the bytes).
 pub fn resample_area(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow: usize) -> Vec<f32> {
     let span = |i: usize, n: usize, o: usize| (i * n / o, ((i + 1) * n).div_ceil(o));
     let mut out = vec![0f32; c * oh * ow];
@@ -289,7 +378,8 @@ pub fn resample_area(src: &[f32], c: usize, h: usize, w: usize, oh: usize, ow: u
                     sum += v;
                 }
             }
-            *d = sum / ((y1 - y0) * (x1 - x0)) as f32;
+            // Divided by the height, then the width, as PyTorch does (two roundings).
+            *d = sum / (y1 - y0) as f32 / (x1 - x0) as f32;
         }
     });
     out

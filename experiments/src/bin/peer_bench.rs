@@ -5,6 +5,7 @@
 //! first, and the medians of the rounds are compared. Writes results/peer_cpu.{csv,png,svg}.
 
 use anyhow::{bail, ensure, Context, Result};
+use cadence::measure::bench::median;
 use cadence_engines::bench::test_input;
 use cadence_engines::{
     AudioEncoder, Device, Engine, KeyframeModel, LatentDecoder, MuseTalkUnet, Profile, SdVae, Taesd, WeightsSource,
@@ -129,16 +130,6 @@ struct Row {
     ratio: f64,
     target_ratio: f64,
     verdict: String,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
 }
 
 /// cadence's side of one engine.
@@ -269,7 +260,7 @@ fn main() -> Result<()> {
         }
         torch_info = peer.info.clone();
         peer.quit()?;
-        let (m_ours, m_theirs) = (median(ours), median(theirs));
+        let (m_ours, m_theirs) = (median(&ours), median(&theirs));
         let ratio = m_theirs / m_ours;
         rows.push(Row {
             engine: model,

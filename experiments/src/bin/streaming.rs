@@ -243,7 +243,7 @@ fn live_child(a: &Args, seconds: f64) -> Result<Row> {
         opts,
     )?;
     let t0 = Instant::now();
-    let avatar = cadence::musetalk::render::prepare_avatar_image(engines, backend, img, *face)?;
+    let avatar = cadence::musetalk::render::prepare_avatar_image(engines, backend, img, *face, None)?;
     let file = std::fs::File::open(wav).with_context(|| format!("opening {}", wav.display()))?;
     // No length given: the reader cannot know where the stream ends, as with a pipe.
     let reader = cadence_media::wav::WavReader::new(std::io::BufReader::new(file), None)

@@ -9,10 +9,15 @@
 //! k (MuseTalk's forward-then-backward cycle), one avatar frame per output frame whatever the
 //! clip's own frame rate (as MuseTalk does).
 
+pub mod faces;
+pub mod mask;
+pub mod steady;
+
 use crate::backend::composite::FaceBox;
 use anyhow::{bail, ensure, Context, Result};
 use cadence_engines::{FACE_SIDE, LATENT_DIM};
 use cadence_media::{AvatarVideoInfo, RgbImage};
+pub use faces::{DetectOptions, FaceBoxArg, FaceSpec};
 use std::path::{Path, PathBuf};
 
 /// The most frames an avatar may have (40 s at 25 fps; 80 s of output before it repeats).
@@ -56,21 +61,20 @@ enum Frames {
 /// An avatar checked and ready to decode frame by frame.
 pub struct AvatarSource {
     frames: Frames,
+    count: usize,
     pub width: u32,
     pub height: u32,
     /// One face box per avatar frame, on even coordinates.
     pub faces: Vec<FaceBox>,
+    /// The faces the detector found (landmarks included), when the boxes came from it.
+    pub found: Option<faces::FoundFaces>,
 }
 
 impl AvatarSource {
     /// Opens `path`: a directory is an image sequence, a file whose first box is `ftyp` an MP4,
-    /// anything else an image. `face_box` applies to every frame; `face_boxes` names a file of
-    /// one box per frame ([`read_face_boxes`]); neither gives the centred default.
-    pub fn open(path: &Path, face_box: Option<FaceBox>, face_boxes: Option<&Path>) -> Result<Self> {
-        ensure!(
-            face_box.is_none() || face_boxes.is_none(),
-            "--face-box and --face-boxes: give one box for every frame or a file of boxes, not both"
-        );
+    /// anything else an image; the face boxes come as `spec` says ([`FaceSpec`]). Detection
+    /// decodes every frame once here; the other sources decode nothing but a still image.
+    pub fn open(path: &Path, spec: &FaceSpec) -> Result<Self> {
         let (frames, width, height, count) = if path.is_dir() {
             let files = sequence_files(path)?;
             let (w, h) = sequence_size(&files)?;
@@ -89,29 +93,72 @@ impl AvatarSource {
             "{}: {count} frames; an avatar has at most {MAX_AVATAR_FRAMES} (trim the clip)",
             path.display()
         );
-        let faces = match face_boxes {
-            Some(file) => read_face_boxes(file, count, width, height)?,
-            None => vec![face_box_in(width, height, face_box)?; count],
+        Self { frames, count, width, height, faces: Vec::new(), found: None }.with_faces(path, spec)
+    }
+
+    /// A still image already decoded (e.g. an upload the server checked) as an avatar, its face
+    /// box from `spec` as [`Self::open`] takes it; `name` names it in errors.
+    pub fn from_image(img: RgbImage, name: &Path, spec: &FaceSpec) -> Result<Self> {
+        let (width, height) = img.dimensions();
+        ensure!(
+            width.is_multiple_of(2) && height.is_multiple_of(2),
+            "{}: the avatar is {width}x{height}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)",
+            name.display()
+        );
+        Self { frames: Frames::Still(img), count: 1, width, height, faces: Vec::new(), found: None }
+            .with_faces(name, spec)
+    }
+
+    /// The same avatar with its face boxes set anew as `spec` says, within the memory bound
+    /// (e.g. opened with [`FaceSpec::Centered`] to check its size against a server's limits
+    /// before the detector decodes every frame); `path` names it in errors.
+    pub fn with_faces(mut self, path: &Path, spec: &FaceSpec) -> Result<Self> {
+        self.found = None;
+        let (count, width, height) = (self.count, self.width, self.height);
+        // The smallest box first: an avatar over the memory limit whatever its box fails before
+        // any frame is decoded for the detector.
+        let smallest = FaceBox { x: 0, y: 0, w: 16, h: 16 };
+        check_bytes(path, count, width, height, &vec![smallest; count])?;
+        self.faces = match spec {
+            FaceSpec::File(file) => read_face_boxes(file, count, width, height)?,
+            FaceSpec::Given(b) => vec![face_box_in(width, height, Some(*b))?; count],
+            FaceSpec::Centered => vec![face_box_in(width, height, None)?; count],
+            FaceSpec::Detect(opts) => {
+                let (found, boxes) =
+                    faces::find_faces(&self, opts).with_context(|| format!("{}: finding the face", path.display()))?;
+                self.found = Some(found);
+                boxes
+            }
         };
-        let bytes: u64 = faces.iter().map(|f| frame_bytes(width, height, f)).sum();
-        if bytes > MAX_AVATAR_BYTES {
-            let per = bytes / count as u64;
-            bail!(
-                "{}: {count} frames of {width}x{height} need {} MB for the render's per-frame tables ({:.1} MB a frame), \
-                 over the {} MB limit: use at most {} frames, or a smaller frame or face box",
-                path.display(),
-                bytes >> 20,
-                per as f64 / (1 << 20) as f64,
-                MAX_AVATAR_BYTES >> 20,
-                MAX_AVATAR_BYTES / per.max(1)
-            );
+        check_bytes(path, count, width, height, &self.faces)?;
+        Ok(self)
+    }
+
+    /// A still avatar's image (`None` for a video or an image sequence).
+    pub fn into_still(self) -> Option<RgbImage> {
+        match self.frames {
+            Frames::Still(img) => Some(img),
+            _ => None,
         }
-        Ok(Self { frames, width, height, faces })
+    }
+
+    /// MTCNN's landmarks of avatar frame `i` (frame pixels) when the face was found by the
+    /// detector.
+    pub fn landmarks(&self, i: usize) -> Option<&[[f32; 2]; 5]> {
+        self.found.as_ref().map(|f| &f.faces[i].landmarks)
+    }
+
+    /// The clip's frame rate (a video avatar's; `None` for an image or an image sequence).
+    pub fn fps(&self) -> Option<f64> {
+        match &self.frames {
+            Frames::Video { info, .. } => Some(info.fps),
+            _ => None,
+        }
     }
 
     /// Number of avatar frames.
     pub fn frames(&self) -> usize {
-        self.faces.len()
+        self.count
     }
 
     /// Hands each frame to `f` in order, decoding one at a time (a video's frames must decode
@@ -159,6 +206,25 @@ impl AvatarSource {
             }
         }
     }
+}
+
+/// The render's per-frame tables of `count` frames with boxes `faces` within
+/// [`MAX_AVATAR_BYTES`], or an error that says how many frames would fit.
+fn check_bytes(path: &Path, count: usize, width: u32, height: u32, faces: &[FaceBox]) -> Result<()> {
+    let bytes: u64 = faces.iter().map(|f| frame_bytes(width, height, f)).sum();
+    if bytes > MAX_AVATAR_BYTES {
+        let per = bytes / count as u64;
+        bail!(
+            "{}: {count} frames of {width}x{height} need {} MB for the render's per-frame tables ({:.1} MB a frame), \
+             over the {} MB limit: use at most {} frames, or a smaller frame or face box",
+            path.display(),
+            bytes >> 20,
+            per as f64 / (1 << 20) as f64,
+            MAX_AVATAR_BYTES >> 20,
+            MAX_AVATAR_BYTES / per.max(1)
+        );
+    }
+    Ok(())
 }
 
 /// Whether `path` starts with an MP4 `ftyp` box (a file that cannot be read is not: the image

@@ -1,11 +1,13 @@
 //! Compositing of the decoded face crop into the full frame, fused with the conversion to NV12:
 //! the background's NV12 is computed once per render, and per frame only the 2x2 blocks of the
-//! face box are recomputed (bilinear resize of the crop, feathered blend, BT.709/601).
+//! face box are recomputed (bilinear resize of the crop, blend by a per-pixel weight, BT.709/601).
+//! The weight is a feathered rectangle ([`Compositor::new`]) or any table given
+//! ([`Compositor::with_alpha`], e.g. the lower-face mask of [`crate::avatar::mask`]).
 
 use crate::backend::cpu::multiversion;
 use crate::backend::elem::{ColorMatrix, Elem, RgbLayout, RgbRange};
 use crate::Backend;
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use cadence_kernels::color;
 use cadence_kernels::composite::{blend_vertical, feather_alpha, lerp_tap, tap, Tap};
 
@@ -45,6 +47,9 @@ pub struct Compositor {
     background_term: [Vec<f32>; 3],
     background_nv12: Vec<u8>,
     pub face: FaceBox,
+    /// The feathered rectangle's ramp in pixels when [`Self::new`] made the blend weights; 0
+    /// when they were given ([`Self::with_alpha`]). Informational: the weights themselves are
+    /// in the tables ([`Self::tables`]), which a prepared avatar stores with this value.
     pub feather: f32,
     pub matrix: ColorMatrix,
     /// The same per-render data where the backend's kernels run (CUDA or the emulator).
@@ -66,9 +71,43 @@ enum DeviceSide {
     Emulated(crate::backend::emulated::EmulatedCompositor),
 }
 
+/// The feathered rectangle: per pixel of `face` (row-major, w x h) the blend weight
+/// [`feather_alpha`], 1 inside easing to 0 over `feather` pixels toward every edge (0 gives a
+/// hard edge). The table [`Compositor::new`] blends with.
+pub fn feathered_rect_alpha(face: &FaceBox, feather: f32) -> Vec<f32> {
+    (0..face.h).flat_map(|py| (0..face.w).map(move |px| feather_alpha(px, py, face.w, face.h, feather))).collect()
+}
+
+/// The checks every constructor makes before it allocates per-box tables: the background's
+/// size, an even frame, an even non-empty face box inside it.
+fn check_geometry(background_len: usize, width: usize, height: usize, face: &FaceBox) -> Result<()> {
+    ensure!(
+        background_len == width * height * 3,
+        "background has {background_len} bytes, {width}x{height} RGB needs {}",
+        width * height * 3
+    );
+    ensure!(
+        width.is_multiple_of(2) && height.is_multiple_of(2),
+        "the output frame must have an even width and height (got {width}x{height})"
+    );
+    ensure!(
+        face.x.is_multiple_of(2)
+            && face.y.is_multiple_of(2)
+            && face.w.is_multiple_of(2)
+            && face.h.is_multiple_of(2)
+            && face.w > 0
+            && face.h > 0,
+        "face box {face:?} must have even position and size"
+    );
+    let (fx, fy, fw, fh) = face.as_usize();
+    ensure!(fx + fw <= width && fy + fh <= height, "face box {face:?} is outside the {width}x{height} frame");
+    Ok(())
+}
+
 impl Compositor {
-    /// `background`: interleaved RGB8, width x height (both even). The NV12 of the background is
-    /// computed here once, on the given backend.
+    /// `background`: interleaved RGB8, width x height (both even). The blend weight is the
+    /// feathered rectangle ([`feathered_rect_alpha`]: `feather` pixels of Hermite ramp at every
+    /// edge of the box), recorded in [`Self::feather`]; otherwise as [`Self::with_alpha`].
     pub fn new(
         backend: &Backend,
         background: &[u8],
@@ -78,27 +117,38 @@ impl Compositor {
         feather: f32,
         matrix: ColorMatrix,
     ) -> Result<Self> {
-        ensure!(
-            background.len() == width * height * 3,
-            "background has {} bytes, {width}x{height} RGB needs {}",
-            background.len(),
-            width * height * 3
-        );
-        ensure!(
-            width.is_multiple_of(2) && height.is_multiple_of(2),
-            "the output frame must have an even width and height (got {width}x{height})"
-        );
-        ensure!(
-            face.x.is_multiple_of(2)
-                && face.y.is_multiple_of(2)
-                && face.w.is_multiple_of(2)
-                && face.h.is_multiple_of(2)
-                && face.w > 0
-                && face.h > 0,
-            "face box {face:?} must have even position and size"
-        );
+        check_geometry(background.len(), width, height, &face)?;
+        let alpha = feathered_rect_alpha(&face, feather);
+        let mut c = Self::with_alpha(backend, background, width, height, face, alpha, matrix)?;
+        c.feather = feather;
+        Ok(c)
+    }
+
+    /// A compositor that blends with the given per-box-pixel weight table `alpha` (row-major,
+    /// `face.w` x `face.h`, each in [0, 1]), e.g. [`crate::avatar::mask::lower_face_alpha`] or
+    /// [`feathered_rect_alpha`]. `background`: interleaved RGB8, width x height (both even); its
+    /// NV12 and the (1 - alpha) x background terms are computed here once, on the given backend.
+    /// [`Self::feather`] is 0: the table is the whole blend description.
+    pub fn with_alpha(
+        backend: &Backend,
+        background: &[u8],
+        width: usize,
+        height: usize,
+        face: FaceBox,
+        alpha: Vec<f32>,
+        matrix: ColorMatrix,
+    ) -> Result<Self> {
+        check_geometry(background.len(), width, height, &face)?;
         let (fx, fy, fw, fh) = face.as_usize();
-        ensure!(fx + fw <= width && fy + fh <= height, "face box {face:?} is outside the {width}x{height} frame");
+        ensure!(
+            alpha.len() == fw * fh,
+            "the blend weight table has {} values, the {fw}x{fh} face box needs {}",
+            alpha.len(),
+            fw * fh
+        );
+        if let Some(i) = alpha.iter().position(|a| !(0.0..=1.0).contains(a)) {
+            bail!("blend weight {} at box pixel ({}, {}) is not in [0, 1]", alpha[i], i % fw, i / fw);
+        }
         let plane = width * height;
         let mut planar = vec![0.0f32; 3 * plane];
         for (i, px) in background.chunks_exact(3).enumerate() {
@@ -108,12 +158,9 @@ impl Compositor {
         }
         let background_nv12 =
             backend.rgb_to_nv12(&planar, RgbLayout::packed(width, height, 1), matrix, RgbRange::Unit)?;
-        let mut alpha = Vec::with_capacity(fw * fh);
-        let mut background_term: [Vec<f32>; 3] = Default::default();
-        for py in 0..fh {
-            for px in 0..fw {
-                let a = feather_alpha(px as u32, py as u32, face.w, face.h, feather);
-                alpha.push(a);
+        let mut background_term: [Vec<f32>; 3] = std::array::from_fn(|_| Vec::with_capacity(fw * fh));
+        for (py, row) in alpha.chunks_exact(fw).enumerate() {
+            for (px, &a) in row.iter().enumerate() {
                 let bg = (fy + py) * width + fx + px;
                 for (c, term) in background_term.iter_mut().enumerate() {
                     term.push((1.0 - a) * 255.0 * planar[c * plane + bg]);
@@ -121,7 +168,7 @@ impl Compositor {
             }
         }
         let tables = CompositorTables { alpha, background_term, background_nv12 };
-        Self::from_tables(backend, width, height, face, feather, matrix, tables)
+        Self::from_tables(backend, width, height, face, 0.0, matrix, tables)
     }
 
     /// A compositor from tables made before ([`Self::tables`], e.g. read from a prepared-avatar

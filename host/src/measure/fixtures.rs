@@ -118,3 +118,56 @@ fn collect_frames(
     })?;
     Ok((frames, stats))
 }
+
+/// `img` drawn into a `width` x `height` frame of grey `bg` with its top-left corner at `(x, y)`,
+/// which may be fractional (bilinear, the frame outside the image counting as `bg`): a face
+/// moved by sub-pixel shifts or panned, for the face tracker's tests and benchmark.
+pub fn place_image(
+    img: &cadence_media::RgbImage,
+    width: u32,
+    height: u32,
+    x: f64,
+    y: f64,
+    bg: u8,
+) -> cadence_media::RgbImage {
+    let (w, h) = (width as usize, height as usize);
+    let mut out = vec![bg; w * h * 3];
+    let (iw, ih) = (img.width() as i64, img.height() as i64);
+    let src = img.as_raw();
+    let at = |sx: i64, sy: i64, c: usize| -> f64 {
+        if (0..iw).contains(&sx) && (0..ih).contains(&sy) {
+            src[((sy * iw + sx) * 3) as usize + c] as f64
+        } else {
+            bg as f64
+        }
+    };
+    let (x0, y0) = ((x.floor() as i64 - 1).max(0), (y.floor() as i64 - 1).max(0));
+    let (x1, y1) = ((x.ceil() as i64 + iw + 1).min(w as i64), (y.ceil() as i64 + ih + 1).min(h as i64));
+    for py in y0..y1 {
+        for px in x0..x1 {
+            // The frame pixel's position in the image, and its four neighbours' weights.
+            let (sx, sy) = (px as f64 - x, py as f64 - y);
+            let (fx, fy) = (sx.floor(), sy.floor());
+            let (ax, ay) = (sx - fx, sy - fy);
+            let (ix, iy) = (fx as i64, fy as i64);
+            for c in 0..3 {
+                let top = at(ix, iy, c) * (1.0 - ax) + at(ix + 1, iy, c) * ax;
+                let bottom = at(ix, iy + 1, c) * (1.0 - ax) + at(ix + 1, iy + 1, c) * ax;
+                out[(py as usize * w + px as usize) * 3 + c] =
+                    (top * (1.0 - ay) + bottom * ay).round().clamp(0.0, 255.0) as u8;
+            }
+        }
+    }
+    cadence_media::RgbImage::from_raw(width, height, out).expect("width x height x 3 bytes")
+}
+
+/// `n` seeded uniform numbers in [-0.5, 0.5): sub-pixel shifts for [`place_image`].
+pub fn sub_pixel_shifts(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+        })
+        .collect()
+}

@@ -108,15 +108,18 @@ pub struct PreparedAvatar {
     pub compositor_setup_ms: f64,
 }
 
-/// Prepares `img` with its face box `face` (see [`PreparedAvatar`]).
+/// Prepares `img` with its face box `face` (see [`PreparedAvatar`]); with the detector's
+/// `landmarks`, the face is blended by the lower-face mask ([`crate::avatar::mask`]), else by
+/// the feathered box.
 pub fn prepare_avatar_image(
     engines: &Engines,
     backend: &Backend,
     img: &RgbImage,
     face: FaceBox,
+    landmarks: Option<&[[f32; 2]; 5]>,
 ) -> Result<PreparedAvatar> {
     let mut p = empty_avatar();
-    prepare_avatar_frame(engines, backend, img, face, &mut p)?;
+    prepare_avatar_frame(engines, backend, img, face, landmarks, &mut p)?;
     Ok(p)
 }
 
@@ -127,7 +130,9 @@ pub fn prepare_avatar_source(
     source: &crate::avatar::AvatarSource,
 ) -> Result<PreparedAvatar> {
     let mut p = empty_avatar();
-    source.for_each_frame(|i, img| prepare_avatar_frame(engines, backend, img, source.faces[i], &mut p))?;
+    source.for_each_frame(|i, img| {
+        prepare_avatar_frame(engines, backend, img, source.faces[i], source.landmarks(i), &mut p)
+    })?;
     ensure!(p.avatar.len() == source.frames(), "{} avatar frames prepared of {}", p.avatar.len(), source.frames());
     Ok(p)
 }
@@ -141,12 +146,13 @@ fn empty_avatar() -> PreparedAvatar {
     }
 }
 
-/// Adds one avatar frame to `p`: `img` with its face box `face`.
+/// Adds one avatar frame to `p`: `img` with its face box `face` (and landmarks, when found).
 fn prepare_avatar_frame(
     engines: &Engines,
     backend: &Backend,
     img: &RgbImage,
     face: FaceBox,
+    landmarks: Option<&[[f32; 2]; 5]>,
     p: &mut PreparedAvatar,
 ) -> Result<()> {
     let (w, h) = (img.width() as usize, img.height() as usize);
@@ -156,8 +162,19 @@ fn prepare_avatar_frame(
     let latents = crate::musetalk::prepare_avatar(engines, &crop)?;
     p.avatar_encoder_ms += t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let compositor =
-        Compositor::new(backend, img.as_raw(), w, h, face, (face.w.min(face.h) / 8) as f32, ColorMatrix::Bt709)?;
+    // The lower-face mask where the landmarks make one; else (no landmarks, or landmarks the
+    // mask refuses, e.g. eyes outside a box cropped by a large bbox_shift) the feathered box.
+    let mask = landmarks.map(|l| crate::avatar::mask::lower_face_alpha(&face, l));
+    let compositor = match mask {
+        Some(Ok(alpha)) => Compositor::with_alpha(backend, img.as_raw(), w, h, face, alpha, ColorMatrix::Bt709)?,
+        other => {
+            if let Some(Err(e)) = other {
+                eprintln!("cadence: warning: no lower-face mask ({e:#}); blending the feathered face box");
+            }
+            let feather = (face.w.min(face.h) / 8) as f32;
+            Compositor::new(backend, img.as_raw(), w, h, face, feather, ColorMatrix::Bt709)?
+        }
+    };
     p.compositor_setup_ms += t.elapsed().as_secs_f64() * 1e3;
     Arc::get_mut(&mut p.avatar).expect("not shared yet").push(latents);
     Arc::get_mut(&mut p.compositors).expect("not shared yet").push(compositor);
@@ -177,7 +194,7 @@ pub fn prepare(
     let audio = audio.into();
     ensure!(audio.video_frames(opts.fps.hz()) > 0, "the audio is too short for one video frame");
     let t_all = Instant::now();
-    let avatar = prepare_avatar_image(engines, backend, img, face)?;
+    let avatar = prepare_avatar_image(engines, backend, img, face, None)?;
     prepare_with_new_avatar(engines, audio, &avatar, opts, t_all)
 }
 

@@ -165,6 +165,46 @@ pub fn png(w: u32, h: u32) -> Vec<u8> {
     out.into_inner()
 }
 
+/// A real face for the detector: the top middle 256x256 of the committed public-domain portrait
+/// (fixtures/mtcnn/astronaut.png, 512x512; the face at about (85,62)-(172,172) here), as a PNG.
+pub fn face_png() -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/mtcnn/astronaut.png");
+    let img = image::open(path).unwrap().to_rgb8();
+    let crop = image::imageops::crop_imm(&img, 96, 0, 256, 256).to_image();
+    let mut out = Cursor::new(Vec::new());
+    crop.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+/// [`face_png`]'s portrait as a video avatar of `frames` frames (H.264 by cadence's own writer,
+/// 25 fps; BT.601 studio-range NV12), as bytes.
+pub fn face_video(frames: usize) -> Vec<u8> {
+    use cadence_media::{EncoderKind, FrameRate, VideoWriter};
+    let img = image::load_from_memory(&face_png()).unwrap().to_rgb8();
+    let (w, h) = img.dimensions();
+    let px = |x: u32, y: u32| img.get_pixel(x, y).0.map(f32::from);
+    let mut nv12: Vec<u8> = img
+        .pixels()
+        .map(|p| (16.0 + (65.481 * p[0] as f32 + 128.553 * p[1] as f32 + 24.966 * p[2] as f32) / 255.0) as u8)
+        .collect();
+    for y in (0..h).step_by(2) {
+        for x in (0..w).step_by(2) {
+            let q = [px(x, y), px(x + 1, y), px(x, y + 1), px(x + 1, y + 1)];
+            let [r, g, b] = [0, 1, 2].map(|c| q.iter().map(|p| p[c]).sum::<f32>() / 4.0);
+            nv12.push((128.0 + (-37.797 * r - 74.203 * g + 112.0 * b) / 255.0).round() as u8);
+            nv12.push((128.0 + (112.0 * r - 93.786 * g - 18.214 * b) / 255.0).round() as u8);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("face.mp4");
+    let mut v = VideoWriter::create(&p, w, h, FrameRate::whole(25), EncoderKind::OpenH264, None).unwrap();
+    for _ in 0..frames {
+        v.push_nv12(&nv12).unwrap();
+    }
+    v.finish().unwrap();
+    std::fs::read(p).unwrap()
+}
+
 pub fn part(bytes: Vec<u8>, name: &str, mime: &str) -> reqwest::blocking::multipart::Part {
     reqwest::blocking::multipart::Part::bytes(bytes).file_name(name.to_string()).mime_str(mime).unwrap()
 }
