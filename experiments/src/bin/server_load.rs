@@ -568,7 +568,7 @@ fn cli_render(cadence: &Path, wav: &Path, avatar: &Path, out: &Path, stride: u32
         .arg(avatar)
         .arg("-o")
         .arg(out)
-        .args(["--stride", &stride.to_string(), "--device", "cpu", "--json", "--force"])
+        .args(["--stride", &stride.to_string(), "--device", "cpu", "--json", "--force", "--face-box", FACE_BOX])
         .env_remove("CADENCE_MODELS")
         .output();
     let wall_ms = ms(t);
