@@ -12,6 +12,7 @@ pub mod frames;
 pub mod kbench;
 pub mod metrics;
 pub mod paths;
+pub mod peer;
 pub mod plot;
 pub mod progress;
 pub mod provenance;

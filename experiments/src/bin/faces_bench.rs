@@ -19,14 +19,12 @@ use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig, StageTimes};
 use cadence_engines::Device;
 use clap::Parser;
 use experiments::csvout::write_csv;
+use experiments::peer::{cpu_flags, python, Worker, PYTHON_ENV};
 use experiments::provenance::{load_average, Provenance};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
-/// Environment variable naming the Python with torch (instead of `--python`), as peer_bench's.
-const PYTHON_ENV: &str = "CADENCE_PEER_PYTHON";
 /// Environment variable naming the directory of the unpacked facenet-pytorch wheel.
 const FACENET_ENV: &str = "CADENCE_FACENET_PATH";
 /// The peer script's exit status when torch or facenet-pytorch is missing.
@@ -92,12 +90,7 @@ fn frame(name: &str) -> Result<Rgb> {
 }
 
 /// The facenet-pytorch worker (`mtcnn_peer.py --worker`).
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    info: serde_json::Value,
-}
+struct Peer(Worker);
 
 impl Peer {
     fn start(python: &Path, script: &Path, facenet: Option<&Path>, threads: usize) -> Result<Peer> {
@@ -106,42 +99,23 @@ impl Peer {
         if let Some(dir) = facenet {
             cmd.arg("--facenet-path").arg(dir);
         }
-        let mut child = cmd
-            .envs(["OMP_NUM_THREADS", "MKL_NUM_THREADS"].map(|k| (k, threads.to_string())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", python.display()))?;
-        let stdin = child.stdin.take().context("peer stdin")?;
-        let mut stdout = BufReader::new(child.stdout.take().context("peer stdout")?);
-        let mut line = String::new();
-        stdout.read_line(&mut line)?;
-        if line.trim().is_empty() {
-            let status = child.wait()?;
+        let worker = Worker::start(cmd, threads, |status| {
             if status.code() == Some(NO_PEER_EXIT) {
-                bail!(
+                anyhow::anyhow!(
                     "{} cannot run facenet-pytorch (its message is above): name a Python with torch, torchvision \
                      and numpy by --python or {PYTHON_ENV}, and the unpacked facenet-pytorch 2.6.0 wheel by \
                      --facenet-path or {FACENET_ENV}",
                     python.display()
-                );
+                )
+            } else {
+                anyhow::anyhow!("the facenet-pytorch peer exited ({status}) before it was ready")
             }
-            bail!("the facenet-pytorch peer exited ({status}) before it was ready");
-        }
-        let info = serde_json::from_str(&line).with_context(|| format!("peer's first line is not JSON: {line}"))?;
-        Ok(Peer { child, stdin, stdout, info })
+        })?;
+        Ok(Peer(worker))
     }
 
     fn ask(&mut self, command: &str) -> Result<serde_json::Value> {
-        writeln!(self.stdin, "{command}")?;
-        self.stdin.flush()?;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line)?;
-        let v: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("peer answered {line:?} (did it crash?)"))?;
-        ensure!(v.get("error").is_none(), "peer: {}", v["error"]);
-        Ok(v)
+        self.0.ask(command)
     }
 
     /// Hands the peer a frame (raw RGB through a temporary file).
@@ -168,14 +142,6 @@ impl Peer {
             })
             .collect::<Result<_>>()?;
         Ok((seconds, boxes))
-    }
-
-    fn quit(mut self) -> Result<()> {
-        writeln!(self.stdin, "quit")?;
-        drop(self.stdin);
-        let status = self.child.wait()?;
-        ensure!(status.success(), "the facenet-pytorch peer exited with {status}");
-        Ok(())
     }
 }
 
@@ -229,27 +195,6 @@ fn stage_medians(s: &[StageTimes]) -> [f64; 3] {
     [m(|t| t.pnet), m(|t| t.rnet), m(|t| t.onet)]
 }
 
-/// The CPU's vector-extension flags from /proc/cpuinfo (what decides both sides' kernels).
-fn cpu_flags() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags = info.lines().find(|l| l.starts_with("flags")).and_then(|l| l.split(':').nth(1)).unwrap_or("");
-    let keep: Vec<&str> = flags
-        .split_whitespace()
-        .filter(|f| f.starts_with("avx") || ["fma", "f16c", "amx_tile", "amx_bf16", "sse4_2"].contains(f))
-        .collect();
-    if keep.is_empty() {
-        "unknown".into()
-    } else {
-        keep.join(" ")
-    }
-}
-
-/// The Python to use: `--python`, else $CADENCE_PEER_PYTHON, else experiments/peers/.venv.
-fn python(arg: Option<PathBuf>, root: &Path) -> PathBuf {
-    arg.or_else(|| std::env::var_os(PYTHON_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
-        .unwrap_or_else(|| root.join("experiments/peers/.venv/bin/python"))
-}
-
 fn main() -> Result<()> {
     let a = Args::parse();
     cadence_engines::isa::check_env()?;
@@ -294,7 +239,7 @@ fn main() -> Result<()> {
     let load_start = load_average();
     let t0 = Instant::now();
     let mut peer = Peer::start(&python, &script, facenet.as_deref(), a.threads)?;
-    eprintln!("peer: {}", peer.info);
+    eprintln!("peer: {}", peer.0.info);
     let mut rows = Vec::new();
     for (name, img) in &frames {
         peer.set_frame(img, &std::env::temp_dir())?;
@@ -350,8 +295,8 @@ fn main() -> Result<()> {
             m_theirs * 1e3
         );
     }
-    let info = peer.info.clone();
-    peer.quit()?;
+    let info = peer.0.info.clone();
+    peer.0.quit()?;
 
     let mut prov = Provenance::gather(
         format!("cpu ({} threads) vs facenet-pytorch on torch CPU ({} threads)", a.threads, a.threads),

@@ -13,15 +13,13 @@ use cadence_engines::{
 };
 use clap::Parser;
 use experiments::csvout::write_csv;
+use experiments::peer::{cpu_flags, python, Worker, PYTHON_ENV};
 use experiments::plot::{bar_plot, BarChart};
 use experiments::provenance::{load_average, Provenance};
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
-/// Environment variable naming the Python with torch (instead of `--python`).
-const PYTHON_ENV: &str = "CADENCE_PEER_PYTHON";
 /// The peer script's exit status when torch is missing.
 const NO_TORCH_EXIT: i32 = 3;
 /// Audio per whisper call (what `engine-bench` times): 25.6 s, 640 video frames at 25 fps.
@@ -54,63 +52,40 @@ struct Args {
     out: experiments::OutDir,
 }
 
-/// One PyTorch worker (`torch_peer.py --worker`).
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    info: serde_json::Value,
-}
+/// The PyTorch worker of one engine (`torch_peer.py --worker`).
+struct Peer(Worker);
 
 impl Peer {
     fn start(python: &PathBuf, script: &PathBuf, model: &str, batch: usize, threads: usize) -> Result<Peer> {
-        let mut child = Command::new(python)
-            .arg(script)
-            .args(["--worker", "--model", model, "--batch", &batch.to_string(), "--threads", &threads.to_string()])
-            .envs(["OMP_NUM_THREADS", "MKL_NUM_THREADS"].map(|k| (k, threads.to_string())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("starting {}", python.display()))?;
-        let stdin = child.stdin.take().context("peer stdin")?;
-        let mut stdout = BufReader::new(child.stdout.take().context("peer stdout")?);
-        let mut line = String::new();
-        stdout.read_line(&mut line)?;
-        if line.trim().is_empty() {
-            let status = child.wait()?;
+        let mut cmd = Command::new(python);
+        cmd.arg(script).args([
+            "--worker",
+            "--model",
+            model,
+            "--batch",
+            &batch.to_string(),
+            "--threads",
+            &threads.to_string(),
+        ]);
+        let worker = Worker::start(cmd, threads, |status| {
             if status.code() == Some(NO_TORCH_EXIT) {
-                bail!(
+                anyhow::anyhow!(
                     "{} has no torch (its message is above); install the peer with \
                      `python3 experiments/peers/torch_peer.py --install`, then pass --python \
                      experiments/peers/.venv/bin/python (or set {PYTHON_ENV})",
                     python.display()
-                );
+                )
+            } else {
+                anyhow::anyhow!("the PyTorch peer for {model} exited ({status}) before it was ready")
             }
-            bail!("the PyTorch peer for {model} exited ({status}) before it was ready");
-        }
-        let info: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("peer's first line is not JSON: {line}"))?;
-        Ok(Peer { child, stdin, stdout, info })
+        })?;
+        Ok(Peer(worker))
     }
 
     /// One timed forward pass on the PyTorch side (seconds, as the peer measured it).
     fn run(&mut self) -> Result<f64> {
-        writeln!(self.stdin, "run")?;
-        self.stdin.flush()?;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line)?;
-        let v: serde_json::Value =
-            serde_json::from_str(&line).with_context(|| format!("peer answered {line:?} (did it crash?)"))?;
-        v["seconds"].as_f64().with_context(|| format!("peer answered {line}"))
-    }
-
-    fn quit(mut self) -> Result<()> {
-        writeln!(self.stdin, "quit")?;
-        drop(self.stdin);
-        let status = self.child.wait()?;
-        ensure!(status.success(), "the PyTorch peer exited with {status}");
-        Ok(())
+        let v = self.0.ask("run")?;
+        v["seconds"].as_f64().with_context(|| format!("peer answered {v}"))
     }
 }
 
@@ -189,27 +164,6 @@ fn cadence_side(name: &str, batch: usize) -> Result<Side> {
     })
 }
 
-/// The Python to use: `--python`, else $CADENCE_PEER_PYTHON, else the script's own venv.
-fn python(arg: Option<PathBuf>, root: &std::path::Path) -> PathBuf {
-    arg.or_else(|| std::env::var_os(PYTHON_ENV).filter(|v| !v.is_empty()).map(PathBuf::from))
-        .unwrap_or_else(|| root.join("experiments/peers/.venv/bin/python"))
-}
-
-/// The CPU's vector-extension flags from /proc/cpuinfo (what decides both sides' kernels).
-fn cpu_flags() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags = info.lines().find(|l| l.starts_with("flags")).and_then(|l| l.split(':').nth(1)).unwrap_or("");
-    let keep: Vec<&str> = flags
-        .split_whitespace()
-        .filter(|f| f.starts_with("avx") || ["fma", "f16c", "amx_tile", "amx_bf16", "sse4_2"].contains(f))
-        .collect();
-    if keep.is_empty() {
-        "unknown".into()
-    } else {
-        keep.join(" ")
-    }
-}
-
 fn main() -> Result<()> {
     let a = Args::parse();
     cadence_engines::isa::check_env()?;
@@ -239,7 +193,7 @@ fn main() -> Result<()> {
         let batch = if name == "sd-vae" { a.vae_batch } else { a.batch };
         let Side { model, runtime, mut call, frames_per_call: frames, target } = cadence_side(name, batch)?;
         let mut peer = Peer::start(&python, &script, name, batch, a.threads)?;
-        eprintln!("{name}: batch {batch}, {} threads; peer: {}", a.threads, peer.info);
+        eprintln!("{name}: batch {batch}, {} threads; peer: {}", a.threads, peer.0.info);
         call()?;
         peer.run()?;
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
@@ -258,8 +212,8 @@ fn main() -> Result<()> {
             }
             eprintln!("  round {round}: cadence {:.3} s, torch {:.3} s", ours[round], theirs[round]);
         }
-        torch_info = peer.info.clone();
-        peer.quit()?;
+        torch_info = peer.0.info.clone();
+        peer.0.quit()?;
         let (m_ours, m_theirs) = (median(&ours), median(&theirs));
         let ratio = m_theirs / m_ours;
         rows.push(Row {
