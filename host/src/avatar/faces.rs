@@ -18,7 +18,7 @@ use super::steady::{steady_faces, SteadyConfig};
 use super::AvatarSource;
 use crate::backend::composite::FaceBox;
 use anyhow::{bail, ensure, Context, Result};
-use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig};
+use cadence_engines::mtcnn::detect::{Face, Mtcnn, MtcnnConfig, SMALLEST_FACE};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -330,7 +330,9 @@ pub fn track_faces(
         // Around the last face first, at a pyramid that starts at half its size: a few small
         // levels instead of the whole frame's (the face moves and scales little between frames).
         let mut found = None;
-        if let Some(last) = follower.last {
+        let region = follower.last.map(|l| search_region(&l.bbox, w, h));
+        // A region under P-Net's window (a face at the frame's edge) is searched whole below.
+        if let (Some(last), Some(region)) = (follower.last, region.filter(|r| r[2].min(r[3]) as f64 >= SMALLEST_FACE)) {
             let size = ((last.bbox[2] - last.bbox[0]).min(last.bbox[3] - last.bbox[1]) * 0.5) as f64;
             let min_face = size.max(opts.min_face_size);
             if tracker.as_ref().is_none_or(|t| (t.min_face / min_face - 1.0).abs() > 0.25) {
@@ -338,7 +340,6 @@ pub fn track_faces(
                 let mtcnn = Mtcnn::new(&cadence_engines::Device::Cpu, config)?;
                 tracker = Some(Tracker { min_face, mtcnn });
             }
-            let region = search_region(&last.bbox, w, h);
             let t = tracker.as_ref().expect("built above");
             let crop = crop_rgb(rgb, w, region);
             let faces: Vec<Face> = t

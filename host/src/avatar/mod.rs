@@ -61,7 +61,6 @@ enum Frames {
 /// An avatar checked and ready to decode frame by frame.
 pub struct AvatarSource {
     frames: Frames,
-    count: usize,
     pub width: u32,
     pub height: u32,
     /// One face box per avatar frame, on even coordinates.
@@ -93,20 +92,15 @@ impl AvatarSource {
             "{}: {count} frames; an avatar has at most {MAX_AVATAR_FRAMES} (trim the clip)",
             path.display()
         );
-        Self { frames, count, width, height, faces: Vec::new(), found: None }.with_faces(path, spec)
+        Self { frames, width, height, faces: Vec::new(), found: None }.with_faces(path, spec)
     }
 
     /// A still image already decoded (e.g. an upload the server checked) as an avatar, its face
     /// box from `spec` as [`Self::open`] takes it; `name` names it in errors.
     pub fn from_image(img: RgbImage, name: &Path, spec: &FaceSpec) -> Result<Self> {
         let (width, height) = img.dimensions();
-        ensure!(
-            width.is_multiple_of(2) && height.is_multiple_of(2),
-            "{}: the avatar is {width}x{height}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)",
-            name.display()
-        );
-        Self { frames: Frames::Still(img), count: 1, width, height, faces: Vec::new(), found: None }
-            .with_faces(name, spec)
+        check_even(name, width, height)?;
+        Self { frames: Frames::Still(img), width, height, faces: Vec::new(), found: None }.with_faces(name, spec)
     }
 
     /// The same avatar with its face boxes set anew as `spec` says, within the memory bound
@@ -114,7 +108,7 @@ impl AvatarSource {
     /// before the detector decodes every frame); `path` names it in errors.
     pub fn with_faces(mut self, path: &Path, spec: &FaceSpec) -> Result<Self> {
         self.found = None;
-        let (count, width, height) = (self.count, self.width, self.height);
+        let (count, width, height) = (self.frames(), self.width, self.height);
         // The smallest box first: an avatar over the memory limit whatever its box fails before
         // any frame is decoded for the detector.
         let smallest = FaceBox { x: 0, y: 0, w: 16, h: 16 };
@@ -158,7 +152,11 @@ impl AvatarSource {
 
     /// Number of avatar frames.
     pub fn frames(&self) -> usize {
-        self.count
+        match &self.frames {
+            Frames::Still(_) => 1,
+            Frames::Sequence(files) => files.len(),
+            Frames::Video { info, .. } => info.frames,
+        }
     }
 
     /// Hands each frame to `f` in order, decoding one at a time (a video's frames must decode
@@ -272,11 +270,7 @@ fn sequence_size(files: &[PathBuf]) -> Result<(u32, u32)> {
             files[0].display()
         );
     }
-    ensure!(
-        w.is_multiple_of(2) && h.is_multiple_of(2),
-        "{}: the avatar is {w}x{h}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)",
-        files[0].display()
-    );
+    check_even(&files[0], w, h)?;
     Ok((w, h))
 }
 
@@ -331,14 +325,18 @@ pub fn cycle_index(k: usize, frames: usize) -> usize {
 /// Reads the avatar image; it becomes the output frame, so its width and height must be even.
 pub fn load_avatar(path: &Path) -> Result<RgbImage> {
     let img = cadence_media::load_image(path)?;
-    let (w, h) = (img.width(), img.height());
-    if w % 2 != 0 || h % 2 != 0 {
-        bail!(
-            "{}: the avatar is {w}x{h}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)",
-            path.display()
-        );
-    }
+    check_even(path, img.width(), img.height())?;
     Ok(img)
+}
+
+/// The output frame is the avatar's: H.264 in 4:2:0 needs its sides even.
+fn check_even(path: &Path, w: u32, h: u32) -> Result<()> {
+    ensure!(
+        w.is_multiple_of(2) && h.is_multiple_of(2),
+        "{}: the avatar is {w}x{h}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)",
+        path.display()
+    );
+    Ok(())
 }
 
 /// The face box for an avatar image ([`crate::avatar::face_box_in`] its size).
