@@ -85,7 +85,8 @@ pub struct EngineRunArgs {
     /// whisper-tiny: 16 kHz mono samples (n,) as float32. (Ditto's networks: --inputs.)
     #[arg(long)]
     input: Option<PathBuf>,
-    /// musetalk-unet only: audio windows (B,50,384) before the positional encoding.
+    /// musetalk-unet only: audio windows (B,50,d) before the positional encoding (d: whisper's
+    /// width at the profile, 384 at full, 32 at cpu-reduced).
     #[arg(long)]
     audio: Option<PathBuf>,
     #[arg(long)]
@@ -161,6 +162,7 @@ fn read_f32(path: &std::path::Path, what: &str) -> Result<cadence_engines::Batch
 /// loads: a wrong shape is a one-line error, not a failure after seconds of loading.
 fn check_inputs(
     model: EngineModel,
+    profile: cadence_engines::Profile,
     input: &cadence_engines::Batch,
     audio: Option<&cadence_engines::Batch>,
 ) -> Result<()> {
@@ -179,10 +181,11 @@ fn check_inputs(
                 s.len() == 4 && s[0] > 0 && s[1..] == [8, 32, 32],
                 "musetalk-unet takes (B,8,32,32) = [masked, reference] latents, got {s:?}"
             );
-            let a = audio.context("--audio (B,50,384) is required for musetalk-unet")?;
+            let d = cadence_engines::unet::audio_dim(profile);
+            let a = audio.with_context(|| format!("--audio (B,50,{d}) is required for musetalk-unet"))?;
             ensure!(
-                a.shape.len() == 3 && a.shape[0] == s[0] && a.shape[1..] == [50, 384],
-                "--audio must be (B,50,384) with B = {} (the input's batch), got {:?}",
+                a.shape.len() == 3 && a.shape[0] == s[0] && a.shape[1..] == [50, d],
+                "--audio must be (B,50,{d}) at the {profile} profile with B = {} (the input's batch), got {:?}",
                 s[0],
                 a.shape
             );
@@ -217,7 +220,7 @@ pub fn run(a: EngineRunArgs) -> Result<()> {
     let profile = Profile::for_weights(Some(Profile::parse(&a.profile)?), &dev, matches!(w, WeightsSource::File(_)))?;
     let input = read_f32(&input_path, "the input")?;
     let audio = a.audio.as_deref().map(|p| read_f32(p, "the audio windows")).transpose()?;
-    check_inputs(a.model, &input, audio.as_ref())?;
+    check_inputs(a.model, profile, &input, audio.as_ref())?;
     let (out_batch, label) = match a.model {
         EngineModel::Taesd => {
             let d = Taesd::decoder(profile, &w, &dev)?;

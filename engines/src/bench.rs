@@ -75,10 +75,10 @@ pub fn bench_decoder(dec: &dyn LatentDecoder, batch: usize, runs: usize) -> Resu
     time_it(&name, batch, batch, dec.flops_per_frame() * batch as f64, runs, || dec.decode(&x).map(|_| ()))
 }
 
-/// Keyframe-model throughput on (batch, 8, 32, 32) latents and (batch, 50, 384) audio.
+/// Keyframe-model throughput on (batch, 8, 32, 32) latents and (batch, 50, d) audio.
 pub fn bench_keyframe(m: &dyn KeyframeModel, batch: usize, runs: usize) -> Result<BenchResult> {
     let x = test_input(vec![batch, 8, 32, 32], 2);
-    let a = test_input(vec![batch, 50, 384], 3);
+    let a = test_input(vec![batch, 50, m.audio_dim()], 3);
     let name = format!("{} [{}]", m.model(), m.profile());
     time_it(&name, batch, batch, m.flops_per_frame() * batch as f64, runs, || m.predict(&x, &a).map(|_| ()))
 }

@@ -76,7 +76,7 @@ pub fn check(kind: ModelKind, profile: Profile, weights: &Path, ck: &Checkpoint)
         let (rules, known_only) = match kind {
             ModelKind::MuseTalkUnet => (unet_rules(profile), true),
             ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => (vae_rules(profile), true),
-            ModelKind::WhisperTiny => (whisper_hf_rules(), false),
+            ModelKind::WhisperTiny => (whisper_hf_rules(profile), false),
             _ => return Ok(None),
         };
         apply(&rules, |f| obj.get(f).cloned(), &fail)?;
@@ -93,7 +93,7 @@ pub fn check(kind: ModelKind, profile: Profile, weights: &Path, ck: &Checkpoint)
     }
     // openai-whisper checkpoints carry their `ModelDimensions` as `dims`.
     if kind == ModelKind::WhisperTiny && ck.scalars.iter().any(|(k, _)| k.starts_with("dims.")) {
-        let rules = whisper_dims_rules();
+        let rules = whisper_dims_rules(profile);
         let fail = |msg: String| EngineError::Config { file: weights.to_path_buf(), msg: format!("dims: {msg}") };
         apply(
             &rules,
@@ -252,14 +252,16 @@ fn vae_rules(profile: Profile) -> Vec<Rule> {
     ]
 }
 
-/// whisper-tiny's encoder in `WhisperConfig` names (transformers' defaults for absent fields).
-fn whisper_hf_rules() -> Vec<Rule> {
+/// whisper-tiny's encoder in `WhisperConfig` names (transformers' defaults for absent fields), at
+/// the widths of `profile` ([`whisper::d_model`]).
+fn whisper_hf_rules(profile: Profile) -> Vec<Rule> {
+    let d = whisper::d_model(profile);
     vec![
         Rule { field: "model_type", expected: json!("whisper"), default: None },
-        rule("d_model", json!(whisper::D_MODEL), json!(384)),
+        rule("d_model", json!(d), json!(384)),
         rule("encoder_layers", json!(whisper::N_LAYERS), json!(4)),
-        rule("encoder_attention_heads", json!(whisper::N_HEADS), json!(6)),
-        rule("encoder_ffn_dim", json!(4 * whisper::D_MODEL), json!(1536)),
+        rule("encoder_attention_heads", json!(whisper::n_heads(profile)), json!(6)),
+        rule("encoder_ffn_dim", json!(4 * d), json!(1536)),
         rule("num_mel_bins", json!(whisper::N_MELS), json!(80)),
         rule("max_source_positions", json!(whisper::WINDOW_FRAMES / 2), json!(1500)),
         rule("activation_function", json!("gelu"), json!("gelu")),
@@ -268,13 +270,13 @@ fn whisper_hf_rules() -> Vec<Rule> {
 }
 
 /// whisper-tiny's encoder in openai-whisper's `ModelDimensions` (all fields required there).
-fn whisper_dims_rules() -> Vec<Rule> {
+fn whisper_dims_rules(profile: Profile) -> Vec<Rule> {
     let req = |field, expected| Rule { field, expected, default: None };
     vec![
         req("n_mels", json!(whisper::N_MELS)),
         req("n_audio_ctx", json!(whisper::WINDOW_FRAMES / 2)),
-        req("n_audio_state", json!(whisper::D_MODEL)),
-        req("n_audio_head", json!(whisper::N_HEADS)),
+        req("n_audio_state", json!(whisper::d_model(profile))),
+        req("n_audio_head", json!(whisper::n_heads(profile))),
         req("n_audio_layer", json!(whisper::N_LAYERS)),
     ]
 }

@@ -97,10 +97,16 @@ pub enum Profile {
     /// Exact published sizes (TAESD 64 channels, UNet `[320,640,1280,1280]`, VAE `[128,256,512,512]`,
     /// whisper-tiny d=384). Real weights need this profile.
     Full,
-    /// Reduced widths, same layers and keys, for CPU runs: TAESD 16 channels (1/16 of the FLOPs),
-    /// UNet `[32,64,128,128]` with 1 attention head (candle's 32-group norms need multiples of 32),
-    /// SD VAE `[32,64,128,128]`, whisper-tiny unchanged. Measured rates of both profiles:
-    /// `cargo run --release -p experiments --bin engine_bench` (results/engine_bench.csv).
+    /// Reduced widths, same layers and keys, for CPU runs, chosen as a **scale model** of `Full`:
+    /// each engine's share of a frame's neural time (audio encoder, one UNet evaluation, one
+    /// decode) is the full profile's, measured on the same machine by
+    /// `cargo run --release -p experiments --bin profile_shares` (results/profile_shares.csv),
+    /// so that what a stride saves is what it saves at the published sizes. UNet
+    /// `[64,128,256,256]` with 1 attention head (candle's 32-group norms need multiples of 32),
+    /// TAESD 8 channels, SD VAE `[32,32,64,64]`, whisper d=16 with 1 head (the UNet's
+    /// cross-attention takes that width). What it does not preserve: absolute speed, the
+    /// networks' outputs (synthetic weights only), and the attention's head count. See
+    /// docs/profiles.md.
     Cpu,
 }
 
@@ -127,6 +133,19 @@ impl Profile {
             (None, true) => Ok(Profile::Full),
             (None, false) => Ok(Profile::default_for(device)),
         }
+    }
+    /// The widths that make a profile, in one line (what `results/profile_shares.csv` records,
+    /// so a change of width without a new measurement is seen).
+    pub fn widths(self) -> String {
+        format!(
+            "unet {:?} x{} heads, taesd {}, sd-vae {:?}, whisper d={} x{} heads",
+            unet::block_channels(self),
+            unet::attention_heads(self),
+            taesd::channels(self),
+            sd_vae::config(self).block_out_channels,
+            whisper::d_model(self),
+            whisper::n_heads(self)
+        )
     }
     pub fn parse(s: &str) -> Result<Profile> {
         match s {
@@ -367,10 +386,13 @@ impl fmt::Display for Runtime {
 
 /// MuseTalk's single-step UNet.
 pub trait KeyframeModel: Engine {
+    /// The width of an audio window's rows: the whisper encoder's width at the model's profile
+    /// (384 at the full profile; [`unet::audio_dim`]).
+    fn audio_dim(&self) -> usize;
     /// `latents`: (B, 8, 32, 32) = concat[masked latent, reference latent] along channels;
-    /// `audio`: (B, 50, 384) windows *before* the positional encoding (the engine adds the
-    /// sinusoidal PE, d=384, as MuseTalk does right before its UNet call). Returns (B, 4, 32, 32),
-    /// the UNet's raw output at timestep 0.
+    /// `audio`: (B, 50, [`Self::audio_dim`]) windows *before* the positional encoding (the engine
+    /// adds the sinusoidal PE as MuseTalk does right before its UNet call). Returns
+    /// (B, 4, 32, 32), the UNet's raw output at timestep 0.
     fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch>;
     /// [`Self::predict`] on f32 tensors, returning a tensor on the device of `latents`. Engines
     /// that run candle on a GPU keep the data there (a device-resident render never copies the
@@ -423,7 +445,8 @@ pub trait ImageEncoder: Engine {
 
 /// Audio -> per-video-frame features.
 pub trait AudioEncoder: Engine {
-    /// 16 kHz mono samples -> (frames, 50, 384) windows (before positional encoding), one per
+    /// 16 kHz mono samples -> (frames, 50, d) windows (before positional encoding; d = 384 at the
+    /// full profile), one per
     /// video frame at `fps`; `frames = ceil(len * fps / 16000)`.
     fn encode_audio(&self, samples: &[f32], fps: f32) -> Result<Batch>;
 }

@@ -232,7 +232,7 @@ pub fn architecture(kind: ModelKind, profile: Profile) -> String {
             unet::OUT_CHANNELS,
             unet::block_channels(profile),
             unet::attention_heads(profile),
-            unet::AUDIO_DIM
+            unet::audio_dim(profile)
         ),
         ModelKind::SdVaeDecoder | ModelKind::SdVaeEncoder => {
             let c = sd_vae::config(profile);
@@ -245,9 +245,9 @@ pub fn architecture(kind: ModelKind, profile: Profile) -> String {
         }
         ModelKind::WhisperTiny => format!(
             "whisper-tiny encoder (d={}, {} layers, {} heads, {} mel bins)",
-            whisper::D_MODEL,
+            whisper::d_model(profile),
             whisper::N_LAYERS,
-            whisper::N_HEADS,
+            whisper::n_heads(profile),
             whisper::N_MELS
         ),
     }

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 pub fn channels(profile: Profile) -> usize {
     match profile {
         Profile::Full => 64,
-        Profile::Cpu => 16,
+        Profile::Cpu => 8,
     }
 }
 

@@ -375,13 +375,11 @@ pub fn write_musetalk_folder(root: &Path, profile: Profile, seed: &dyn Fn(ModelK
             .map(|(k, v)| (format!("model.encoder.{k}"), v))
             .collect();
     let zeros = |shape: (usize, usize)| Tensor::zeros(shape, DType::F32, &candle_core::Device::Cpu);
-    w.insert("model.decoder.embed_tokens.weight".into(), zeros((4, crate::whisper::D_MODEL))?);
-    w.insert(
-        "model.encoder.embed_positions.weight".into(),
-        zeros((crate::whisper::WINDOW_FRAMES / 2, crate::whisper::D_MODEL))?,
-    );
+    let d = crate::whisper::d_model(profile);
+    w.insert("model.decoder.embed_tokens.weight".into(), zeros((4, d))?);
+    w.insert("model.encoder.embed_positions.weight".into(), zeros((crate::whisper::WINDOW_FRAMES / 2, d))?);
     put("whisper/pytorch_model.bin", &zip_checkpoint(&StateDict::from_tensors(&w, DType::F32)?)?)?;
-    put("whisper/config.json", WHISPER_TINY_CONFIG.as_bytes())?;
+    put("whisper/config.json", whisper_config(profile).as_bytes())?;
     put("whisper/preprocessor_config.json", b"{}")?;
     put("taesd/taesd_decoder.pth", &zip_checkpoint(&sd(ModelKind::TaesdDecoder, seed(ModelKind::TaesdDecoder))?)?)?;
     put("taesd/taesd_encoder.pth", &legacy_checkpoint(&sd(ModelKind::TaesdEncoder, seed(ModelKind::TaesdEncoder))?)?)?;
@@ -399,7 +397,7 @@ fn musetalk_config(profile: Profile) -> String {
  "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"]}}"#,
         unet::attention_heads(profile),
         unet::block_channels(profile),
-        unet::AUDIO_DIM,
+        unet::audio_dim(profile),
         unet::IN_CHANNELS,
         unet::OUT_CHANNELS
     )
@@ -410,16 +408,25 @@ fn vae_config(profile: Profile) -> String {
     format!(
         r#"{{"_class_name": "AutoencoderKL", "act_fn": "silu", "block_out_channels": {:?},
  "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D"],
- "in_channels": 3, "latent_channels": 4, "layers_per_block": 2, "norm_num_groups": 32, "out_channels": 3,
+ "in_channels": 3, "latent_channels": 4, "layers_per_block": 2, "norm_num_groups": {}, "out_channels": 3,
  "sample_size": 256, "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"]}}"#,
-        sd_vae::config(profile).block_out_channels
+        sd_vae::config(profile).block_out_channels,
+        sd_vae::config(profile).norm_num_groups
     )
 }
 
-/// The encoder fields of openai/whisper-tiny's `config.json` (whisper has one size at every profile).
-const WHISPER_TINY_CONFIG: &str = r#"{"model_type": "whisper", "d_model": 384, "encoder_layers": 4,
- "encoder_attention_heads": 6, "encoder_ffn_dim": 1536, "num_mel_bins": 80, "max_source_positions": 1500,
- "activation_function": "gelu", "scale_embedding": false}"#;
+/// The encoder fields of openai/whisper-tiny's `config.json`, at the widths of `profile`.
+fn whisper_config(profile: Profile) -> String {
+    let d = crate::whisper::d_model(profile);
+    format!(
+        r#"{{"model_type": "whisper", "d_model": {d}, "encoder_layers": {}, "encoder_attention_heads": {},
+ "encoder_ffn_dim": {}, "num_mel_bins": 80, "max_source_positions": 1500, "activation_function": "gelu",
+ "scale_embedding": false}}"#,
+        crate::whisper::N_LAYERS,
+        crate::whisper::n_heads(profile),
+        4 * d
+    )
+}
 
 /// A minimal zip writer (stored entries, no data descriptors), enough for PyTorch's layout.
 #[derive(Default)]

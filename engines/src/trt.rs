@@ -201,6 +201,11 @@ impl Engine for TensorRtUnet {
 }
 
 impl KeyframeModel for TensorRtUnet {
+    /// TensorRT engines are built from the full-size UNet.
+    fn audio_dim(&self) -> usize {
+        crate::unet::AUDIO_DIM
+    }
+
     fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
         let b = latents.batch_size();
         latents.expect("TensorRT UNet latents", &[None, Some(8), Some(32), Some(32)])?;

@@ -91,7 +91,13 @@ fn whisper_tiny_encoder_parameter_count() {
 
 #[test]
 fn cpu_profile_keeps_topology() {
-    for m in [ModelKind::TaesdDecoder, ModelKind::TaesdEncoder, ModelKind::MuseTalkUnet, ModelKind::SdVaeDecoder] {
+    for m in [
+        ModelKind::TaesdDecoder,
+        ModelKind::TaesdEncoder,
+        ModelKind::MuseTalkUnet,
+        ModelKind::SdVaeDecoder,
+        ModelKind::WhisperTiny,
+    ] {
         let full = param_table(m, Profile::Full).unwrap();
         let cpu = param_table(m, Profile::Cpu).unwrap();
         let names = |t: &weights::ParamTable| t.entries.iter().map(|e| e.name.clone()).collect::<Vec<_>>();

@@ -67,20 +67,19 @@ fn audio_features_shape_and_layout() {
     let enc = WhisperAudio::new(Profile::Cpu, &WeightsSource::Synthetic { seed: 1 }, &Device::Cpu).unwrap();
     let x: Vec<f32> = (0..16000 * 2).map(|i| 0.2 * (i as f32 * 0.031).sin() * ((i / 4000) % 2) as f32).collect();
     let hs = enc.hidden_states(&x).unwrap();
-    assert_eq!(hs.shape, vec![100, 5, 384]); // 2 s at 50 Hz
+    let d = whisper::d_model(Profile::Cpu);
+    assert_eq!(enc.d_model(), d);
+    assert_eq!(hs.shape, vec![100, 5, d]); // 2 s at 50 Hz
     let f = enc.encode_audio(&x, 25.0).unwrap();
-    assert_eq!(f.shape, vec![50, 50, 384]);
+    assert_eq!(f.shape, vec![50, 50, d]);
     assert!(f.data.iter().all(|v| v.is_finite()));
-    // frame 10 = steps 16..26, each step's 5 x 384 hidden states in order
-    let per = 5 * 384;
+    // frame 10 = steps 16..26, each step's 5 x d hidden states in order
+    let per = 5 * d;
     for (s, step) in (16..26).enumerate() {
-        assert_eq!(
-            &f.data[10 * 50 * 384 + s * per..10 * 50 * 384 + (s + 1) * per],
-            &hs.data[step * per..(step + 1) * per]
-        );
+        assert_eq!(&f.data[10 * 50 * d + s * per..10 * 50 * d + (s + 1) * per], &hs.data[step * per..(step + 1) * per]);
     }
     // the 5 hidden states differ (embedding output, then each layer)
-    assert_ne!(&hs.data[0..384], &hs.data[4 * 384..5 * 384]);
+    assert_ne!(&hs.data[0..d], &hs.data[4 * d..5 * d]);
     assert_eq!(enc.weights_label(), "synthetic(seed=1)");
 }
 
@@ -91,7 +90,7 @@ fn audio_longer_than_30s_uses_several_windows() {
     let hs = enc.hidden_states(&x).unwrap();
     assert_eq!(hs.shape[0], 31 * 50);
     let f = enc.encode_audio(&x, 25.0).unwrap();
-    assert_eq!(f.shape, vec![31 * 25, 50, 384]);
+    assert_eq!(f.shape, vec![31 * 25, 50, whisper::d_model(Profile::Cpu)]);
     assert!(enc.encode_audio(&[], 25.0).is_err());
     assert!(enc.encode_audio(&x, 0.0).is_err());
 }
@@ -108,7 +107,7 @@ fn whisper_file_round_trip_with_hf_prefix() {
         m.into_iter().map(|(k, v)| (format!("model.encoder.{k}"), v)).collect();
     hf.insert(
         "model.decoder.embed_tokens.weight".into(),
-        candle_core::Tensor::zeros((3, 384), candle_core::DType::F32, &Device::Cpu).unwrap(),
+        candle_core::Tensor::zeros((3, whisper::d_model(Profile::Cpu)), candle_core::DType::F32, &Device::Cpu).unwrap(),
     );
     let p2 = d.join("hf.safetensors");
     candle_core::safetensors::save(&hf, &p2).unwrap();
@@ -232,7 +231,7 @@ fn a_clips_second_segment_is_encoded_as_if_alone() {
     let x = two_segment_signal();
     let whole = enc.hidden_states(&x).unwrap();
     let alone = enc.hidden_states(&x[SEGMENT_SAMPLES..]).unwrap();
-    let per = whisper::N_HIDDEN * whisper::D_MODEL;
+    let per = whisper::N_HIDDEN * whisper::d_model(Profile::Cpu);
     assert_eq!(whole.shape[0], 1500 + alone.shape[0]);
     assert!(whole.data[1500 * per..] == alone.data[..], "the second segment's steps depend on the first segment");
 }

@@ -137,11 +137,20 @@ fn openai_whisper_names(t: &HashMap<String, Tensor>) -> HashMap<String, Tensor> 
         .collect()
 }
 
+/// openai-whisper's `dims` of an encoder `n_audio_state` wide with the heads of the reduced
+/// profile (the test's weights are synthetic at that profile).
 fn whisper_dims(n_audio_state: i64) -> Vec<(String, i64)> {
-    [("n_mels", 80), ("n_audio_ctx", 1500), ("n_audio_state", n_audio_state), ("n_audio_head", 6), ("n_audio_layer", 4)]
-        .iter()
-        .map(|(k, v)| (k.to_string(), *v))
-        .collect()
+    let heads = whisper::n_heads(Profile::Cpu) as i64;
+    [
+        ("n_mels", 80),
+        ("n_audio_ctx", 1500),
+        ("n_audio_state", n_audio_state),
+        ("n_audio_head", heads),
+        ("n_audio_layer", 4),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), *v))
+    .collect()
 }
 
 #[test]
@@ -150,9 +159,10 @@ fn openai_whisper_checkpoint_with_dims_loads() {
     let tensors = synthetic(ModelKind::WhisperTiny, 5);
     let mut openai = openai_whisper_names(&tensors);
     // The text decoder is in the same file; the audio engine ignores it.
-    openai.insert("decoder.token_embedding.weight".into(), Tensor::zeros((4, 384), DType::F32, &Device::Cpu).unwrap());
+    let d = whisper::d_model(Profile::Cpu);
+    openai.insert("decoder.token_embedding.weight".into(), Tensor::zeros((4, d), DType::F32, &Device::Cpu).unwrap());
     let mut sd = StateDict::from_tensors(&openai, DType::F16).unwrap();
-    sd.whisper_dims = Some(whisper_dims(384));
+    sd.whisper_dims = Some(whisper_dims(d as i64));
     let p = scratch.path("whisper/tiny.pt");
     write(&p, &legacy_checkpoint(&sd).unwrap());
     let audio: Vec<f32> = (0..16000).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
@@ -174,7 +184,7 @@ fn openai_whisper_checkpoint_with_dims_loads() {
     write(&p, &legacy_checkpoint(&sd).unwrap());
     let e = WhisperAudio::new(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu).err().unwrap();
     assert!(matches!(&e, EngineError::Config { .. }), "{e}");
-    assert!(e.to_string().contains("`n_audio_state` is 512; cadence implements 384"), "{e}");
+    assert!(e.to_string().contains(&format!("`n_audio_state` is 512; cadence implements {d}")), "{e}");
 }
 
 /// MuseTalk's `musetalk.json` (TMElyralab/MuseTalk, `train_codes/musetalk.json`, diffusers
@@ -289,7 +299,7 @@ fn musetalk_folder_as_downloaded_loads_every_engine() {
     // Each engine from the folder computes what the same synthetic weights compute.
     let load = |k| dir.weights(k).unwrap();
     let lat = test_input(vec![1, 8, 32, 32], 1);
-    let aud = test_input(vec![1, 50, 384], 2);
+    let aud = test_input(vec![1, 50, cadence_engines::unet::audio_dim(Profile::Cpu)], 2);
     let u = MuseTalkUnet::new(Profile::Cpu, &load(ModelKind::MuseTalkUnet), &Device::Cpu).unwrap();
     let want = MuseTalkUnet::new(Profile::Cpu, &syn(seed(ModelKind::MuseTalkUnet)), &Device::Cpu).unwrap();
     assert!(u.predict(&lat, &aud).unwrap() == want.predict(&lat, &aud).unwrap(), "UNet 1.5 from the folder");
@@ -342,14 +352,16 @@ fn check_lists_missing_misshaped_and_extra_tensors() {
     let scratch = Scratch::new();
     let mut t = synthetic(ModelKind::TaesdDecoder, 2);
     t.remove("7.weight");
-    t.insert("3.conv.0.weight".into(), Tensor::zeros((16, 16, 1, 3), DType::F32, &Device::Cpu).unwrap());
+    let c = taesd::channels(Profile::Cpu);
+    t.insert("3.conv.0.weight".into(), Tensor::zeros((c, c, 1, 3), DType::F32, &Device::Cpu).unwrap());
     t.insert("20.weight".into(), Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap());
     let p = scratch.path("broken_decoder.pth");
     write(&p, &zip_checkpoint(&StateDict::from_tensors(&t, DType::F32).unwrap()).unwrap());
     let c = check_file(ModelKind::TaesdDecoder, Profile::Cpu, &p);
     assert!(!c.loads());
-    assert_eq!(c.missing, ["7.weight [16, 16, 3, 3]"]);
-    assert_eq!(c.misshaped, ["3.conv.0.weight: [16, 16, 1, 3] in the file, expected [16, 16, 3, 3]"]);
+    let ch = taesd::channels(Profile::Cpu);
+    assert_eq!(c.missing, [format!("7.weight [{ch}, {ch}, 3, 3]")]);
+    assert_eq!(c.misshaped, [format!("3.conv.0.weight: [{ch}, {ch}, 1, 3] in the file, expected [{ch}, {ch}, 3, 3]")]);
     assert_eq!(c.extra, ["20.weight"]);
     // Loading reports the first problem in the constructor's order, before reading any data.
     let e = Taesd::decoder(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu).err().unwrap();

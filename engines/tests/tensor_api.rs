@@ -10,6 +10,9 @@
 
 use cadence_engines::*;
 
+/// The audio window's width at the reduced profile these tests run.
+const AUD: usize = unet::audio_dim(Profile::Cpu);
+
 fn syn() -> WeightsSource {
     WeightsSource::Synthetic { seed: 7 }
 }
@@ -42,7 +45,7 @@ fn decode_tensor_equals_decode() {
 fn predict_tensor_equals_predict() {
     let unet = MuseTalkUnet::new(Profile::Cpu, &syn(), &Device::Cpu).unwrap();
     let x = latents(&[2, 8, 32, 32]);
-    let audio = latents(&[2, 50, 384]);
+    let audio = latents(&[2, 50, AUD]);
     let want = unet.predict(&x, &audio).unwrap();
     let got = unet
         .predict_tensor(
@@ -71,7 +74,7 @@ fn tensors_an_engine_cannot_run_are_clear_errors() {
     let err = unet
         .predict_tensor(
             &latents(&[1, 8, 32, 32]).into_tensor(&Device::Cpu).unwrap(),
-            &latents(&[2, 50, 384]).into_tensor(&Device::Cpu).unwrap(),
+            &latents(&[2, 50, AUD]).into_tensor(&Device::Cpu).unwrap(),
         )
         .unwrap_err()
         .to_string();

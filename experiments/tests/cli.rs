@@ -18,6 +18,7 @@ fn every_binary_has_help() {
         env!("CARGO_BIN_EXE_stride_table"),
         env!("CARGO_BIN_EXE_calibrate"),
         env!("CARGO_BIN_EXE_cross_arch"),
+        env!("CARGO_BIN_EXE_profile_shares"),
     ] {
         let out = run(bin, &["--help"]);
         let text = String::from_utf8_lossy(&out.stdout);

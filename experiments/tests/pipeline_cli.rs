@@ -27,6 +27,15 @@ struct StrideRow {
     end_to_end_ms: f64,
     end_to_end_fps: f64,
     end_to_end_rtf: f64,
+    decoded_frames: usize,
+    unet_cpu_ms: Option<f64>,
+    decoder_cpu_ms: Option<f64>,
+    neural_cpu_ms: Option<f64>,
+    neural_gain: f64,
+    end_to_end_gain: f64,
+    full_projected_neural_ms: Option<f64>,
+    full_projected_end_to_end_ms: Option<f64>,
+    full_projected_neural_gain: Option<f64>,
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -60,6 +69,21 @@ fn stride_table_and_cross_arch_on_a_tiny_clip() {
         assert!(outside > 0.0 && r.end_to_end_ms > r.pure_neural_ms + r.encoder_ms, "{r:?}");
         assert_eq!(r.encoder, "openh264");
     }
+    for r in &rows {
+        // Gains over stride 1, CPU times of the render's threads, and the full profile projected.
+        assert!(close(r.neural_gain, rows[0].pure_neural_ms / r.pure_neural_ms), "{r:?}");
+        assert!(close(r.end_to_end_gain, rows[0].end_to_end_ms / r.end_to_end_ms), "{r:?}");
+        let (unet_cpu, decoder_cpu, neural_cpu) =
+            (r.unet_cpu_ms.unwrap(), r.decoder_cpu_ms.unwrap(), r.neural_cpu_ms.unwrap());
+        assert!(unet_cpu > 0.0 && decoder_cpu > 0.0 && neural_cpu >= unet_cpu + decoder_cpu, "{r:?}");
+        assert_eq!(r.decoded_frames, r.frames - r.bypassed_frames, "every frame not bypassed is decoded: {r:?}");
+        let (full_neural, full_e2e) = (r.full_projected_neural_ms.unwrap(), r.full_projected_end_to_end_ms.unwrap());
+        assert!(full_neural > 5.0 * r.pure_neural_ms, "the published sizes cost more: {r:?}");
+        assert!(full_e2e > full_neural, "{r:?}");
+        let gain = rows[0].full_projected_neural_ms.unwrap() / full_neural;
+        assert!(close(r.full_projected_neural_gain.unwrap(), gain), "{r:?}");
+    }
+    assert!(rows[1].full_projected_neural_ms < rows[0].full_projected_neural_ms, "{rows:?}");
     // The same bypassed frames at both strides (same audio); fewer UNet evaluations at stride 3.
     assert_eq!(rows[0].bypassed_frames, rows[1].bypassed_frames);
     assert!(0 < rows[1].unet_evaluations && rows[1].unet_evaluations < rows[0].unet_evaluations, "{rows:?}");

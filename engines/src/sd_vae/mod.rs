@@ -30,17 +30,21 @@ pub const SCALING_FACTOR: f64 = 0.18215;
 /// RGB in and out.
 pub const IMAGE_CHANNELS: usize = 3;
 
-/// VAE configuration of a profile.
+/// VAE configuration of a profile. The reduced profile keeps every layer and key (a width
+/// changes between the same blocks as at full, so the same shortcut convolutions exist) and
+/// normalises over 16 groups instead of 32: with 32 the top block could not be narrower than
+/// 32 channels, and the decoder's share of a frame would stay about 1.5x the full profile's
+/// (docs/profiles.md).
 pub fn config(profile: Profile) -> AutoEncoderKLConfig {
-    let block_out_channels = match profile {
-        Profile::Full => vec![128, 256, 512, 512],
-        Profile::Cpu => vec![32, 64, 128, 128],
+    let (block_out_channels, norm_num_groups) = match profile {
+        Profile::Full => (vec![128, 256, 512, 512], 32),
+        Profile::Cpu => (vec![16, 48, 80, 80], 16),
     };
     AutoEncoderKLConfig {
         block_out_channels,
         layers_per_block: 2,
         latent_channels: 4,
-        norm_num_groups: 32,
+        norm_num_groups,
         use_quant_conv: true,
         use_post_quant_conv: true,
     }

@@ -18,7 +18,6 @@ use rayon::prelude::*;
 
 use crate::conv::{self, epilogue, gemm_st, Nhwc, PackedConv};
 use crate::simd::simd_fn;
-use crate::unet::AUDIO_DIM;
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -645,10 +644,10 @@ impl UnetCpu {
         Self::new(tensors, cfg.norm_num_groups, crate::unet::attention_heads(profile))
     }
 
-    /// latents: (B, 8, H, W) NCHW; context: (B, tokens, 384) with the positional encoding added.
+    /// latents: (B, 8, H, W) NCHW; context: (B, tokens, d) with the positional encoding added
+    /// (d: the cross-attention's key and value input width).
     /// Returns (B, 4, H, W) NCHW.
     pub fn forward(&self, latents: &[f32], batch: usize, hw: (usize, usize), context: &[f32]) -> Vec<f32> {
-        debug_assert_eq!(context.len() % (batch * AUDIO_DIM), 0);
         let x = Nhwc::from_nchw(batch, 8, hw.0, hw.1, latents);
         let mut x = conv::conv3x3(&x, &self.conv_in, false, None, false);
         let mut skips = vec![x.clone()];
@@ -682,7 +681,7 @@ impl UnetCpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unet::{config, positional_encoding, synthetic_weights, AUDIO_TOKENS, LATENT_HW};
+    use crate::unet::{audio_dim, config, positional_encoding, synthetic_weights, AUDIO_TOKENS, LATENT_HW};
     use crate::Profile;
     use candle_core::Device;
     use candle_nn::VarBuilder;
@@ -693,7 +692,7 @@ mod tests {
     }
 
     /// Deterministic inputs in a typical latent/feature range.
-    fn inputs(batch: usize) -> (Vec<f32>, Vec<f32>) {
+    fn inputs(batch: usize, dim: usize) -> (Vec<f32>, Vec<f32>) {
         let mut s = 0x9e37_79b9_u32;
         let mut next = move || {
             s ^= s << 13;
@@ -702,8 +701,8 @@ mod tests {
             (s as f32 / u32::MAX as f32) * 2.0 - 1.0
         };
         let lat = (0..batch * 8 * LATENT_HW * LATENT_HW).map(|_| next()).collect();
-        let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
-        let ctx = (0..batch * AUDIO_TOKENS * AUDIO_DIM).map(|i| next() + pe[i % pe.len()]).collect();
+        let pe = positional_encoding(AUDIO_TOKENS, dim);
+        let ctx = (0..batch * AUDIO_TOKENS * dim).map(|i| next() + pe[i % pe.len()]).collect();
         (lat, ctx)
     }
 
@@ -717,9 +716,10 @@ mod tests {
         let reference = UNet2DConditionModel::new(vb, 8, 4, false, cfg.clone()).unwrap();
         let fast = UnetCpu::new(&tensors, cfg.norm_num_groups, heads).unwrap();
         let batch = 2;
-        let (lat, ctx) = inputs(batch);
+        let dim = audio_dim(Profile::Cpu);
+        let (lat, ctx) = inputs(batch, dim);
         let x = Tensor::from_vec(lat.clone(), (batch, 8, LATENT_HW, LATENT_HW), &Device::Cpu).unwrap();
-        let c = Tensor::from_vec(ctx.clone(), (batch, AUDIO_TOKENS, AUDIO_DIM), &Device::Cpu).unwrap();
+        let c = Tensor::from_vec(ctx.clone(), (batch, AUDIO_TOKENS, dim), &Device::Cpu).unwrap();
         let want = reference.forward(&x, 0.0, &c).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let got = fast.forward(&lat, batch, (LATENT_HW, LATENT_HW), &ctx);
         assert_eq!(got.len(), want.len());
@@ -807,9 +807,9 @@ mod tests {
         let reference = UNet2DConditionModel::new(vb, 8, 4, false, cfg.clone()).unwrap();
         let fast = UnetCpu::for_profile(&tensors, Profile::Full).unwrap();
         drop(tensors);
-        let (lat, ctx) = inputs(1);
+        let (lat, ctx) = inputs(1, audio_dim(Profile::Full));
         let x = Tensor::from_vec(lat.clone(), (1, 8, LATENT_HW, LATENT_HW), &Device::Cpu).unwrap();
-        let c = Tensor::from_vec(ctx.clone(), (1, AUDIO_TOKENS, AUDIO_DIM), &Device::Cpu).unwrap();
+        let c = Tensor::from_vec(ctx.clone(), (1, AUDIO_TOKENS, audio_dim(Profile::Full)), &Device::Cpu).unwrap();
         let want = reference.forward(&x, 0.0, &c).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         let got = fast.forward(&lat, 1, (LATENT_HW, LATENT_HW), &ctx);
         let scale = want.iter().map(|v| v.abs()).fold(0f32, f32::max);

@@ -18,9 +18,15 @@ use candle_transformers::models::stable_diffusion::unet_2d::{
 };
 use std::collections::HashMap;
 
-/// Audio feature width (whisper-tiny d_model) and tokens per window.
+/// Audio feature width at the full profile (whisper-tiny's d_model) and tokens per window.
 pub const AUDIO_DIM: usize = 384;
 pub const AUDIO_TOKENS: usize = 50;
+
+/// The audio feature width the UNet's cross-attention takes at a profile: the whisper encoder's
+/// width ([`crate::whisper::d_model`]; 384 at `Full`).
+pub const fn audio_dim(profile: Profile) -> usize {
+    crate::whisper::d_model(profile)
+}
 /// Input channels (masked latent + reference latent) and output channels of MuseTalk's UNet.
 pub const IN_CHANNELS: usize = 8;
 pub const OUT_CHANNELS: usize = 4;
@@ -31,7 +37,7 @@ pub const LATENT_HW: usize = 32;
 pub fn block_channels(profile: Profile) -> [usize; 4] {
     match profile {
         Profile::Full => [320, 640, 1280, 1280],
-        Profile::Cpu => [32, 64, 128, 128],
+        Profile::Cpu => [64, 128, 288, 288],
     }
 }
 
@@ -64,7 +70,7 @@ pub fn config(profile: Profile) -> UNet2DConditionModelConfig {
         mid_block_scale_factor: 1.0,
         norm_num_groups: 32,
         norm_eps: 1e-5,
-        cross_attention_dim: AUDIO_DIM,
+        cross_attention_dim: audio_dim(profile),
         sliced_attention_size: None,
         use_linear_projection: false,
     }
@@ -188,10 +194,11 @@ impl MuseTalkUnet {
         let fast = if device.is_cpu() { Some(UnetCpu::for_profile(&tensors, profile)?) } else { None };
         let unet = weights::build_from_tensors(tensors, device, "musetalk-unet", |vb| build(vb, profile))?;
         let runtime = if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle };
-        let pe = positional_encoding(AUDIO_TOKENS, AUDIO_DIM);
+        let dim = audio_dim(profile);
+        let pe = positional_encoding(AUDIO_TOKENS, dim);
         let forward = match fast {
             Some(net) => Forward::Cpu { net, pe },
-            None => Forward::Candle { net: unet, pe: Tensor::from_vec(pe, (1, AUDIO_TOKENS, AUDIO_DIM), device)? },
+            None => Forward::Candle { net: unet, pe: Tensor::from_vec(pe, (1, AUDIO_TOKENS, dim), device)? },
         };
         Ok(MuseTalkUnet {
             info: EngineInfo {
@@ -209,15 +216,11 @@ impl MuseTalkUnet {
 
     fn check(&self, latents: &Batch, audio: &Batch) -> Result<()> {
         latents.expect("MuseTalk UNet latents", &LATENTS_DIMS)?;
-        audio.expect("MuseTalk UNet audio", &audio_dims(latents.batch_size()))
+        audio.expect("MuseTalk UNet audio", &[Some(latents.batch_size()), Some(AUDIO_TOKENS), Some(self.audio_dim())])
     }
 }
 
 const LATENTS_DIMS: [Option<usize>; 4] = [None, Some(8), Some(LATENT_HW), Some(LATENT_HW)];
-
-fn audio_dims(batch: usize) -> [Option<usize>; 3] {
-    [Some(batch), Some(AUDIO_TOKENS), Some(AUDIO_DIM)]
-}
 
 impl Engine for MuseTalkUnet {
     fn info(&self) -> &EngineInfo {
@@ -226,6 +229,10 @@ impl Engine for MuseTalkUnet {
 }
 
 impl KeyframeModel for MuseTalkUnet {
+    fn audio_dim(&self) -> usize {
+        audio_dim(self.info.profile)
+    }
+
     fn predict(&self, latents: &Batch, audio: &Batch) -> Result<Batch> {
         self.check(latents, audio)?;
         let Forward::Cpu { net, pe } = &self.forward else {
@@ -245,7 +252,8 @@ impl KeyframeModel for MuseTalkUnet {
             return crate::predict_through_host(self, latents, audio);
         };
         crate::expect_tensor("MuseTalk UNet latents", latents, &LATENTS_DIMS, &self.device)?;
-        crate::expect_tensor("MuseTalk UNet audio", audio, &audio_dims(latents.dim(0)?), &self.device)?;
+        let dims = [Some(latents.dim(0)?), Some(AUDIO_TOKENS), Some(self.audio_dim())];
+        crate::expect_tensor("MuseTalk UNet audio", audio, &dims, &self.device)?;
         Ok(net.forward(latents, 0.0, &audio.broadcast_add(pe)?)?)
     }
 }

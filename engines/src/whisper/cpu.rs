@@ -212,7 +212,7 @@ impl WhisperEncoderCpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::whisper::{build, synthetic_weights, N_HEADS, N_LAYERS};
+    use crate::whisper::{build, n_heads, synthetic_weights, N_LAYERS};
     use crate::{Device, Profile};
 
     /// The fast path against candle's forward ([`crate::whisper`]'s layers) on the same weights:
@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn hidden_states_match_candle() {
         let tensors = synthetic_weights(Profile::Cpu, 11).unwrap();
-        let fast = WhisperEncoderCpu::new(&tensors, N_LAYERS, N_HEADS).unwrap();
+        let fast = WhisperEncoderCpu::new(&tensors, N_LAYERS, n_heads(Profile::Cpu)).unwrap();
         let enc =
             crate::weights::build_from_tensors(tensors, &Device::Cpu, "whisper-tiny", |vb| build(vb, Profile::Cpu))
                 .unwrap();

@@ -37,10 +37,29 @@ pub const HOP: usize = 160;
 pub const N_MELS: usize = 80;
 /// Mel frames per encoder window (30 s).
 pub const WINDOW_FRAMES: usize = 3000;
-/// whisper-tiny sizes.
+/// whisper-tiny's published sizes ([`Profile::Full`]; real weights have them).
 pub const D_MODEL: usize = 384;
 pub const N_HEADS: usize = 6;
 pub const N_LAYERS: usize = 4;
+
+/// The encoder's width at a profile: whisper-tiny's 384 at `Full`; 32 at `Cpu`, where the
+/// 384-wide encoder would cost 10x more of a frame's neural time than it does at the full
+/// profile (the reduced profile is a scale model: docs/profiles.md). The UNet's cross-attention
+/// takes this width ([`crate::unet::audio_dim`]).
+pub const fn d_model(profile: Profile) -> usize {
+    match profile {
+        Profile::Full => D_MODEL,
+        Profile::Cpu => 8,
+    }
+}
+
+/// Attention heads at a profile (heads of 64 at `Full`; one head of 8 at `Cpu`).
+pub const fn n_heads(profile: Profile) -> usize {
+    match profile {
+        Profile::Full => N_HEADS,
+        Profile::Cpu => 1,
+    }
+}
 /// Hidden states per step (embedding output + each layer).
 pub const N_HIDDEN: usize = N_LAYERS + 1;
 /// 50 Hz steps per window on each side of the centre (MuseTalk `audio_feat_length [2,2]`).
@@ -145,22 +164,36 @@ pub fn segment_log_mel(segment: &[f32]) -> Result<Vec<f32>> {
         })
         .collect();
     let fft = realfft::RealFftPlanner::<f32>::new().plan_fft_forward(N_FFT);
-    let mut input = fft.make_input_vec();
-    let mut spectrum = fft.make_output_vec();
-    let mut power = vec![0f32; n_freq];
+    // Frames in parallel blocks, each with its own FFT buffers; a block's rows are (frame, mel)
+    // and are transposed into the (mel, frame) result below.
+    const BLOCK: usize = 100;
+    let mut by_frame = vec![0f32; WINDOW_FRAMES * N_MELS];
+    use rayon::prelude::*;
+    by_frame.par_chunks_mut(BLOCK * N_MELS).enumerate().try_for_each(|(b, rows)| -> Result<()> {
+        let mut input = fft.make_input_vec();
+        let mut spectrum = fft.make_output_vec();
+        let mut power = vec![0f32; n_freq];
+        for (i, row) in rows.chunks_mut(N_MELS).enumerate() {
+            let t = b * BLOCK + i;
+            let start = (t * HOP) as isize - (N_FFT / 2) as isize;
+            for (i, x) in input.iter_mut().enumerate() {
+                *x = at(start + i as isize) * window[i];
+            }
+            fft.process(&mut input, &mut spectrum).map_err(|e| EngineError::BadInput(format!("log-mel FFT: {e}")))?;
+            for (p, c) in power.iter_mut().zip(&spectrum) {
+                *p = c.re * c.re + c.im * c.im;
+            }
+            for (m, (lo, w)) in bands.iter().enumerate() {
+                let e: f32 = w.iter().zip(&power[*lo..]).map(|(w, p)| w * p).sum();
+                row[m] = e.max(1e-10).log10();
+            }
+        }
+        Ok(())
+    })?;
     let mut mel = vec![0f32; N_MELS * WINDOW_FRAMES];
-    for t in 0..WINDOW_FRAMES {
-        let start = (t * HOP) as isize - (N_FFT / 2) as isize;
-        for (i, x) in input.iter_mut().enumerate() {
-            *x = at(start + i as isize) * window[i];
-        }
-        fft.process(&mut input, &mut spectrum).map_err(|e| EngineError::BadInput(format!("log-mel FFT: {e}")))?;
-        for (p, c) in power.iter_mut().zip(&spectrum) {
-            *p = c.re * c.re + c.im * c.im;
-        }
-        for (m, (lo, w)) in bands.iter().enumerate() {
-            let e: f32 = w.iter().zip(&power[*lo..]).map(|(w, p)| w * p).sum();
-            mel[m * WINDOW_FRAMES + t] = e.max(1e-10).log10();
+    for (t, row) in by_frame.chunks(N_MELS).enumerate() {
+        for (m, &v) in row.iter().enumerate() {
+            mel[m * WINDOW_FRAMES + t] = v;
         }
     }
     let floor = mel.iter().copied().fold(f32::NEG_INFINITY, f32::max) - 8.0;
@@ -190,8 +223,7 @@ pub(crate) struct Encoder {
 }
 
 pub(crate) fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Encoder> {
-    let _ = profile; // whisper-tiny is cheap enough on CPU: both profiles use its full size
-    let d = D_MODEL;
+    let d = d_model(profile);
     let c1 = Conv1dConfig { padding: 1, stride: 1, ..Default::default() };
     let c2 = Conv1dConfig { padding: 1, stride: 2, ..Default::default() };
     let conv1 = candle_nn::conv1d(N_MELS, d, 3, c1, vb.pp("conv1"))?;
@@ -213,7 +245,7 @@ pub(crate) fn build(vb: VarBuilder, profile: Profile) -> candle_core::Result<Enc
             })
         })
         .collect::<candle_core::Result<Vec<_>>>()?;
-    Ok(Encoder { conv1, conv2, layers, d, heads: N_HEADS, fast: None })
+    Ok(Encoder { conv1, conv2, layers, d, heads: n_heads(profile), fast: None })
 }
 
 /// Whisper's sinusoidal position table (length, channels): [sin | cos] halves.
@@ -344,14 +376,15 @@ impl WhisperAudio {
     pub fn new(profile: Profile, weights: &WeightsSource, device: &Device) -> Result<WhisperAudio> {
         let table = param_table(profile)?;
         let tensors = crate::obtain_tensors(ModelKind::WhisperTiny, profile, &table, weights, &init_rule, device)?;
-        let fast = if device.is_cpu() { Some(WhisperEncoderCpu::new(&tensors, N_LAYERS, N_HEADS)?) } else { None };
+        let fast =
+            if device.is_cpu() { Some(WhisperEncoderCpu::new(&tensors, N_LAYERS, n_heads(profile))?) } else { None };
         let runtime = if fast.is_some() { Runtime::CpuKernels } else { Runtime::Candle };
         let mut enc = weights::build_from_tensors(tensors, device, "whisper-tiny", |vb| build(vb, profile))?;
         enc.fast = fast;
         let t = (WINDOW_FRAMES / 2) as f64;
         let flops_window = crate::flops::weight_flops(&table, |name| {
             Some(if name.starts_with("conv1") { WINDOW_FRAMES as f64 } else { t })
-        }) + N_LAYERS as f64 * crate::flops::attention_flops(t, t, D_MODEL as f64);
+        }) + N_LAYERS as f64 * crate::flops::attention_flops(t, t, d_model(profile) as f64);
         Ok(WhisperAudio {
             info: EngineInfo {
                 model: ModelKind::WhisperTiny,
@@ -367,12 +400,17 @@ impl WhisperAudio {
         })
     }
 
-    /// 50 Hz hidden states of the whole signal: (steps, 5, 384).
+    /// The width of a hidden state ([`d_model`] of the profile).
+    pub fn d_model(&self) -> usize {
+        self.enc.d
+    }
+
+    /// 50 Hz hidden states of the whole signal: (steps, 5, d).
     pub fn hidden_states(&self, samples: &[f32]) -> Result<Batch> {
         let clip = self.clip(samples, 25.0)?;
         let parts = (0..clip.windows()).map(|w| clip.encode_window(w)).collect::<Result<Vec<_>>>()?;
         let data: Vec<f32> = parts.into_iter().flatten().collect();
-        Batch::new(vec![clip.steps, N_HIDDEN, D_MODEL], data)
+        Batch::new(vec![clip.steps, N_HIDDEN, self.d_model()], data)
     }
 
     /// `samples` prepared for encoding at `fps` video frames per second, with nothing computed
@@ -450,9 +488,9 @@ impl WhisperClip<'_> {
         self.frames
     }
 
-    /// (50, 384): one frame's window.
+    /// (50, d): one frame's window (d = 384 at the full profile).
     pub fn frame_shape(&self) -> (usize, usize) {
-        ((STEPS_LEFT + STEPS_RIGHT) * N_HIDDEN, D_MODEL)
+        ((STEPS_LEFT + STEPS_RIGHT) * N_HIDDEN, self.whisper.d_model())
     }
 
     fn windows(&self) -> usize {
@@ -488,7 +526,7 @@ impl WhisperClip<'_> {
     /// Appends the (50, 384) windows of `frames` (increasing, each below [`Self::frames`]) to
     /// `out`: steps `c-4 .. c+6` of each frame, `c = floor(i * 50 / fps)`, clamped to the clip.
     pub fn frame_windows(&self, frames: &[usize], out: &mut Vec<f32>) -> Result<()> {
-        let per_step = N_HIDDEN * D_MODEL;
+        let per_step = N_HIDDEN * self.whisper.d_model();
         let half = WINDOW_FRAMES / 2;
         let mut need: Vec<usize> = Vec::new();
         for &f in frames {

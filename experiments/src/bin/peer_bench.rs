@@ -140,7 +140,10 @@ fn cadence_side(name: &str, batch: usize) -> Result<Side> {
     let b = batch as f64;
     Ok(match name {
         "unet" => {
-            let (x, a) = (test_input(vec![batch, 8, 32, 32], 2), test_input(vec![batch, 50, 384], 3));
+            let (x, a) = (
+                test_input(vec![batch, 8, 32, 32], 2),
+                test_input(vec![batch, 50, cadence_engines::unet::AUDIO_DIM], 3),
+            );
             side(MuseTalkUnet::new(profile, &w, &dev)?, b, 1.2, move |u| u.predict(&x, &a).map(|_| ()))
         }
         "taesd" => {

@@ -44,9 +44,13 @@ struct Args {
     /// machine whose speed drifts, a single pass in row order biases the ratios between rows.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
+    /// MuseTalk at the reduced profile: skip the full-profile projection (which loads the
+    /// published-size engines and times them once, about 40 s on 2 cores).
+    #[arg(long)]
+    no_projection: bool,
 }
 
-#[derive(serde::Serialize, Default)]
+#[derive(serde::Serialize, Default, Clone)]
 struct Row {
     stride: usize,
     engine: String,
@@ -55,6 +59,7 @@ struct Row {
     keyframes: usize,
     unet_evaluations: usize,
     bypassed_frames: usize,
+    decoded_frames: usize,
     unet_duty_cycle_pct: f64,
     unet_engine: String,
     decoder_engine: String,
@@ -67,6 +72,13 @@ struct Row {
     decoder_ms: f64,
     compositor_setup_ms: f64,
     pure_neural_ms: f64,
+    /// CPU time of the render's threads in the neural stages (the encoder thread's left out):
+    /// the same work the same time whatever runs beside it (empty where not measured: Ditto).
+    audio_encoder_cpu_ms: Option<f64>,
+    avatar_encoder_cpu_ms: Option<f64>,
+    unet_cpu_ms: Option<f64>,
+    decoder_cpu_ms: Option<f64>,
+    neural_cpu_ms: Option<f64>,
     neural_fps: f64,
     neural_rtf: f64,
     composite_nv12_ms: f64,
@@ -82,6 +94,89 @@ struct Row {
     end_to_end_rtf: f64,
     /// Every round's end-to-end time (`--rounds`), in the order they ran.
     end_to_end_rounds_ms: String,
+    /// The first row's (stride 1's) time over this row's: wall neural, CPU neural, end to end.
+    neural_gain: f64,
+    neural_cpu_gain: Option<f64>,
+    end_to_end_gain: f64,
+    /// A projection, not a measurement: the same schedule at the full profile, from the full
+    /// engines' per-frame times measured on this machine in the same run and this row's counts
+    /// and non-neural times (`calibrate`'s model). Empty where not projected.
+    full_projected_neural_ms: Option<f64>,
+    full_projected_end_to_end_ms: Option<f64>,
+    full_projected_neural_gain: Option<f64>,
+    full_projected_end_to_end_gain: Option<f64>,
+}
+
+/// The full profile's engines timed once on this machine, per frame (what a projection needs).
+struct FullCosts {
+    unet_ms_per_frame: f64,
+    decoder_ms_per_frame: f64,
+    audio_ms_per_frame: f64,
+    /// The avatar's preparation (crop, image encoder, rest latent): once per render.
+    avatar_ms: f64,
+}
+
+impl FullCosts {
+    fn measure(
+        decoder: cadence::musetalk::DecoderKind,
+        device: &cadence_engines::Device,
+        img: &cadence_media::RgbImage,
+        face: cadence::backend::composite::FaceBox,
+    ) -> Result<FullCosts> {
+        use cadence_engines::bench::{bench_audio, bench_decoder, bench_keyframe};
+        let full = cadence::musetalk::Engines::load(cadence_engines::Profile::Full, decoder, device, None)?;
+        let per_frame = |r: cadence_engines::bench::BenchResult| 1e3 / r.frames_per_s;
+        let decode_batch = if decoder == cadence::musetalk::DecoderKind::SdVae { 2 } else { 8 };
+        let t = std::time::Instant::now();
+        let crop = cadence_media::crop_to_planar(img, &face, cadence::musetalk::FACE_SIDE as u32)?;
+        cadence::musetalk::prepare_avatar(&full, &crop)?;
+        let avatar_ms = t.elapsed().as_secs_f64() * 1e3;
+        Ok(FullCosts {
+            unet_ms_per_frame: per_frame(bench_keyframe(&full.unet, 8, 1)?),
+            decoder_ms_per_frame: per_frame(bench_decoder(full.decoder.as_ref(), decode_batch, 1)?),
+            audio_ms_per_frame: per_frame(bench_audio(&full.audio, 25.6, 1)?),
+            avatar_ms,
+        })
+    }
+
+    /// Fills `r`'s projection from its counts and its measured non-neural times.
+    fn project(&self, r: &mut Row, loop_threads: usize) {
+        use cadence::measure::calibrate::{projected_render_ms, ComponentCosts, RenderCounts};
+        let n = r.frames as f64;
+        let audio = self.audio_ms_per_frame * n;
+        let costs = ComponentCosts {
+            unet_ms_per_frame: self.unet_ms_per_frame,
+            decoder_ms_per_frame: self.decoder_ms_per_frame,
+            composite_nv12_ms_per_frame: r.composite_nv12_ms / n,
+            encoder_ms_per_frame: r.encoder_thread_ms / n,
+            fixed_ms_per_render: audio + self.avatar_ms + r.compositor_setup_ms + r.vad_ms,
+            loop_threads,
+        };
+        let counts =
+            RenderCounts { frames: r.frames, unet_evaluations: r.unet_evaluations, decoded_frames: r.decoded_frames };
+        r.full_projected_neural_ms = Some(
+            audio
+                + self.avatar_ms
+                + self.unet_ms_per_frame * r.unet_evaluations as f64
+                + self.decoder_ms_per_frame * r.decoded_frames as f64,
+        );
+        r.full_projected_end_to_end_ms = Some(projected_render_ms(&costs, &counts, r.slerp_infill_ms + r.easing_ms));
+    }
+}
+
+/// Each row's gains over the first row (the dense render when the strides start at 1).
+fn set_gains(rows: &mut [Row]) {
+    let Some(first) = rows.first() else { return };
+    let (neural, cpu, e2e) = (first.pure_neural_ms, first.neural_cpu_ms, first.end_to_end_ms);
+    let (full_neural, full_e2e) = (first.full_projected_neural_ms, first.full_projected_end_to_end_ms);
+    let over = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+    for r in rows {
+        r.neural_gain = neural / r.pure_neural_ms;
+        r.neural_cpu_gain = over(cpu, r.neural_cpu_ms);
+        r.end_to_end_gain = e2e / r.end_to_end_ms;
+        r.full_projected_neural_gain = over(full_neural, r.full_projected_neural_ms);
+        r.full_projected_end_to_end_gain = over(full_e2e, r.full_projected_end_to_end_ms);
+    }
 }
 
 fn main() -> Result<()> {
@@ -130,6 +225,19 @@ fn main() -> Result<()> {
 
     let mut prov = session.provenance();
     prov.note("rounds", a.rounds.to_string());
+    let mut rows = rows;
+    if engines.profile != cadence_engines::Profile::Full && !a.no_projection {
+        eprintln!("stride_table: timing the full profile's engines for the projection ...");
+        let full = FullCosts::measure(engines.decoder_kind, &session.engine_device.device, img, *face)?;
+        rows.iter_mut().for_each(|r| full.project(r, rayon::current_num_threads()));
+        prov.note(
+            "full_projection",
+            format!(
+                "projected, not measured: full-profile engines timed once in this run (ms per frame: UNet {:.1},                  decoder {:.1}, audio encoder {:.3}; avatar preparation {:.0} ms), with each row's counts and                  non-neural times, through calibrate's model",
+                full.unet_ms_per_frame, full.decoder_ms_per_frame, full.audio_ms_per_frame, full.avatar_ms
+            ),
+        );
+    }
     write_outputs(&rows, &prov, &out_dir, "stride_table", &format!("{} profile, {}", engines.profile, backend.name()))
 }
 
@@ -162,6 +270,7 @@ fn row(k: usize, n: usize, rep: &RenderReport, names: Names, fps: f64) -> Row {
         keyframes: rep.keyframes_scheduled,
         unet_evaluations: rep.unet_evaluations,
         bypassed_frames: rep.bypassed_frames,
+        decoded_frames: rep.decoded_frames,
         unet_duty_cycle_pct: 100.0 * rep.keyframes_scheduled as f64 / n as f64,
         unet_engine: names.keyframe_net,
         decoder_engine: names.decoder,
@@ -174,6 +283,11 @@ fn row(k: usize, n: usize, rep: &RenderReport, names: Names, fps: f64) -> Row {
         decoder_ms: st.decoder,
         compositor_setup_ms: st.compositor_setup,
         pure_neural_ms: rep.neural_ms,
+        audio_encoder_cpu_ms: rep.stages_cpu_ms.as_ref().map(|c| c.audio_encoder),
+        avatar_encoder_cpu_ms: rep.stages_cpu_ms.as_ref().map(|c| c.avatar_encoder),
+        unet_cpu_ms: rep.stages_cpu_ms.as_ref().map(|c| c.unet),
+        decoder_cpu_ms: rep.stages_cpu_ms.as_ref().map(|c| c.decoder),
+        neural_cpu_ms: rep.stages_cpu_ms.as_ref().map(|c| c.neural),
         neural_fps: rep.neural_fps,
         neural_rtf: rep.neural_fps / fps,
         composite_nv12_ms: st.composite_nv12,
@@ -187,6 +301,7 @@ fn row(k: usize, n: usize, rep: &RenderReport, names: Names, fps: f64) -> Row {
         end_to_end_fps: rep.render_fps,
         end_to_end_rtf: rep.realtime_factor,
         end_to_end_rounds_ms: format!("{:.0}", rep.end_to_end_ms),
+        ..Row::default()
     }
 }
 
@@ -288,6 +403,9 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
 
 /// The CSV (`{name}.csv`), the frames/s plot (`{name}_fps`) and the printed table.
 fn write_outputs(rows: &[Row], prov: &Provenance, out_dir: &std::path::Path, name: &str, what: &str) -> Result<()> {
+    let mut rows = rows.to_vec();
+    set_gains(&mut rows);
+    let rows = &rows[..];
     print_table(rows, prov);
     let csv = out_dir.join(format!("{name}.csv"));
     experiments::csvout::write_csv(&csv, prov, rows)?;
@@ -320,6 +438,20 @@ fn print_table(rows: &[Row], prov: &Provenance) {
         ("SLERP infill (total)", Box::new(|r| format!("{:.2} ms", r.slerp_infill_ms))),
         ("Pure neural time", Box::new(|r| format!("{:.1} ms", r.pure_neural_ms))),
         ("Pure neural throughput", Box::new(|r| format!("{:.1} FPS", r.neural_fps))),
+        (
+            "UNet / decoder time (CPU time)",
+            Box::new(|r| match (r.unet_cpu_ms, r.decoder_cpu_ms) {
+                (Some(u), Some(d)) => format!("{:.0} / {:.0} ({:.0} / {:.0}) ms", r.unet_ms, r.decoder_ms, u, d),
+                _ => format!("{:.0} / {:.0} ms", r.unet_ms, r.decoder_ms),
+            }),
+        ),
+        (
+            "Neural gain (by CPU time)",
+            Box::new(|r| match r.neural_cpu_gain {
+                Some(c) => format!("{:.2}x ({:.2}x)", r.neural_gain, c),
+                None => format!("{:.2}x", r.neural_gain),
+            }),
+        ),
         ("Neural real-time factor", Box::new(|r| format!("{:.2}x", r.neural_rtf))),
         ("Video encoder", Box::new(|r| r.encoder.clone())),
         (
@@ -330,7 +462,28 @@ fn print_table(rows: &[Row], prov: &Provenance) {
         ("End-to-end render time", Box::new(|r| format!("{:.1} ms", r.end_to_end_ms))),
         ("End-to-end FPS", Box::new(|r| format!("{:.1} FPS", r.end_to_end_fps))),
         ("End-to-end real-time factor", Box::new(|r| format!("{:.2}x", r.end_to_end_rtf))),
+        ("End-to-end gain", Box::new(|r| format!("{:.2}x", r.end_to_end_gain))),
     ];
+    let mut lines = lines;
+    if rows.iter().all(|r| r.full_projected_neural_ms.is_some()) {
+        let s = |v: Option<f64>| v.unwrap_or(f64::NAN);
+        lines.push((
+            "Full profile, PROJECTED: neural",
+            Box::new(move |r| {
+                format!("{:.1} s ({:.2}x)", s(r.full_projected_neural_ms) / 1e3, s(r.full_projected_neural_gain))
+            }),
+        ));
+        lines.push((
+            "Full profile, PROJECTED: end to end",
+            Box::new(move |r| {
+                format!(
+                    "{:.1} s ({:.2}x)",
+                    s(r.full_projected_end_to_end_ms) / 1e3,
+                    s(r.full_projected_end_to_end_gain)
+                )
+            }),
+        ));
+    }
     let cells: Vec<(&str, Vec<String>)> =
         lines.iter().map(|(name, f)| (*name, rows.iter().map(f.as_ref()).collect())).collect();
     let label_w = cells.iter().map(|(n, _)| n.len()).max().unwrap_or(0) + 2;
@@ -379,5 +532,21 @@ mod tests {
         let mut t = vec![4.0, 1.0, 3.0, 2.0].into_iter();
         let rows = in_rounds(&[1usize], 4, |_| Ok(Row { end_to_end_ms: t.next().unwrap(), ..Row::default() })).unwrap();
         assert_eq!(rows[0].end_to_end_ms, 2.0);
+    }
+
+    /// Gains are the first row's time over each row's, by wall and by CPU time.
+    #[test]
+    fn gains_are_over_the_first_row() {
+        let row = |neural: f64, cpu: Option<f64>, e2e: f64| Row {
+            pure_neural_ms: neural,
+            neural_cpu_ms: cpu,
+            end_to_end_ms: e2e,
+            ..Row::default()
+        };
+        let mut rows = vec![row(300.0, Some(500.0), 400.0), row(100.0, Some(200.0), 250.0), row(150.0, None, 200.0)];
+        set_gains(&mut rows);
+        assert_eq!((rows[0].neural_gain, rows[0].neural_cpu_gain, rows[0].end_to_end_gain), (1.0, Some(1.0), 1.0));
+        assert_eq!((rows[1].neural_gain, rows[1].neural_cpu_gain, rows[1].end_to_end_gain), (3.0, Some(2.5), 1.6));
+        assert_eq!((rows[2].neural_gain, rows[2].neural_cpu_gain, rows[2].end_to_end_gain), (2.0, None, 2.0));
     }
 }

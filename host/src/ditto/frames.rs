@@ -9,6 +9,7 @@ use super::motion_warp::motion_warp;
 use super::{DittoAvatar, DittoEngines, DittoInfill};
 use crate::backend::elem::{Method, RgbRange};
 use crate::backend::resident::Residency;
+use crate::frame_loop::clock::Tick;
 use crate::frame_loop::{self, ms, ClipPart, FrameEngine, RenderOptions, RenderStats, StageTimes, Window};
 use crate::schedules::keyframes::KeyframeSchedule;
 use crate::Backend;
@@ -89,9 +90,9 @@ impl<'a> DittoFrames<'a> {
     }
 
     fn decode_feature(&mut self, feature: &[f32], times: &mut StageTimes) -> Result<Vec<f32>> {
-        let t = Instant::now();
+        let t = Tick::now();
         let c = self.engines.decode(feature)?;
-        times.decoder_ms += ms(t);
+        t.add_to(&mut times.decoder_ms, &mut times.decoder_cpu_ms);
         self.decoded += 1;
         Ok(c)
     }
@@ -153,9 +154,9 @@ impl FrameEngine for DittoFrames<'_> {
     fn evaluate(&mut self, frames: &[usize], times: &mut StageTimes) -> Result<Vec<Key>> {
         let mut keys = Vec::with_capacity(frames.len());
         for &f in frames {
-            let t = Instant::now();
+            let t = Tick::now();
             let feature = self.engines.warp(self.avatar, self.kp(f))?;
-            times.unet_ms += ms(t);
+            t.add_to(&mut times.unet_ms, &mut times.unet_cpu_ms);
             let crop = match self.infill {
                 DittoInfill::Feature => None,
                 _ => Some(self.decode_feature(&feature, times)?),

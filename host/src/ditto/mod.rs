@@ -478,6 +478,9 @@ pub fn render_report(
         compositor_setup_ms: 0.0,
         vad_ms,
         prepare_other_ms: 0.0,
+        // Ditto's preparation has wall clocks only.
+        audio_encoder_cpu_ms: None,
+        avatar_encoder_cpu_ms: None,
     };
     let fps = cadence_media::FrameRate::whole(DITTO_FPS);
     crate::frame_loop::report::RenderReport::with_preparation(

@@ -21,6 +21,7 @@
 //!   waits for the next one.
 
 pub mod audio;
+pub mod clock;
 pub mod live;
 pub mod live_vad;
 pub mod report;
@@ -115,6 +116,11 @@ pub struct StageTimes {
     pub expand_ms: f64,
     pub ease_ms: f64,
     pub decoder_ms: f64,
+    /// CPU time of the render's threads in the audio encoder, the keyframe network and the
+    /// decoder ([`clock`]): the same work reports the same time whatever runs beside it.
+    pub audio_cpu_ms: f64,
+    pub unet_cpu_ms: f64,
+    pub decoder_cpu_ms: f64,
     pub composite_nv12_ms: f64,
     /// The frame loop's time on the encoder: handing frames over (waiting when the encoder is
     /// behind) and, for an MP4, waiting for it to finish. Where the encoder runs beside the loop

@@ -36,6 +36,20 @@ pub struct StageMs {
     pub encoder_busy: f64,
 }
 
+/// CPU time of the render's own threads in the neural stages ([`crate::frame_loop::clock`]):
+/// unlike the wall times of [`StageMs`], the same work reports the same time whatever runs
+/// beside it (the video encoder's thread, another process). With several threads per stage it
+/// exceeds the wall time.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StageCpuMs {
+    pub audio_encoder: f64,
+    pub avatar_encoder: f64,
+    pub unet: f64,
+    pub decoder: f64,
+    /// The four above.
+    pub neural: f64,
+}
+
 /// Where and with what a render ran (every output says it).
 #[derive(Clone, Debug, Serialize)]
 pub struct RenderSetup {
@@ -62,6 +76,9 @@ pub struct PreparationTimes {
     /// The voice activity decisions of the whole clip (`--vad`).
     pub vad_ms: f64,
     pub prepare_other_ms: f64,
+    /// CPU times of the two encoders ([`StageCpuMs`]), where the preparation measured them.
+    pub audio_encoder_cpu_ms: Option<f64>,
+    pub avatar_encoder_cpu_ms: Option<f64>,
 }
 
 /// One render's counts, times and provenance.
@@ -76,6 +93,8 @@ pub struct RenderReport {
     pub bypassed_frames: usize,
     pub decoded_frames: usize,
     pub stages_ms: StageMs,
+    /// The neural stages' CPU times, where every one was measured (MuseTalk renders of a file).
+    pub stages_cpu_ms: Option<StageCpuMs>,
     pub neural_ms: f64,
     pub outside_neural_ms: f64,
     pub end_to_end_ms: f64,
@@ -162,6 +181,19 @@ impl RenderReport {
             encoder: t.encoder_ms,
             encoder_busy: t.encoder_busy_ms,
         };
+        let stages_cpu_ms = match (prepared.audio_encoder_cpu_ms, prepared.avatar_encoder_cpu_ms) {
+            (Some(audio), Some(avatar)) => {
+                let audio_encoder = audio + t.audio_cpu_ms;
+                Some(StageCpuMs {
+                    audio_encoder,
+                    avatar_encoder: avatar,
+                    unet: t.unet_cpu_ms,
+                    decoder: t.decoder_cpu_ms,
+                    neural: audio_encoder + avatar + t.unet_cpu_ms + t.decoder_cpu_ms,
+                })
+            }
+            _ => None,
+        };
         let s = &stages_ms;
         let neural_ms = s.audio_encoder + s.avatar_encoder + s.unet + s.decoder;
         // The render's own audio time is inside `total_ms`.
@@ -192,6 +224,7 @@ impl RenderReport {
             mp4_bytes: video.map(|v| v.bytes),
             frames_kept_in: stats.residency,
             stages_ms,
+            stages_cpu_ms,
             setup,
         }
     }

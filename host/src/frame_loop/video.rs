@@ -121,13 +121,32 @@ pub fn write_video(
     }
 }
 
+/// An encoder [`encode_beside`] runs on a thread of its own: it takes NV12 frames one at a time.
+pub trait FrameEncoder: Send {
+    /// What finishing returns.
+    type Done: Send;
+    fn push_nv12(&mut self, frame: &[u8]) -> Result<()>;
+    fn finish(self) -> Result<Self::Done>;
+}
+
+impl FrameEncoder for VideoWriter {
+    type Done = VideoStats;
+    fn push_nv12(&mut self, frame: &[u8]) -> Result<()> {
+        Ok(VideoWriter::push_nv12(self, frame)?)
+    }
+    fn finish(self) -> Result<VideoStats> {
+        Ok(VideoWriter::finish(self)?)
+    }
+}
+
 /// What [`encode_beside`] reports besides the frame loop's own result.
-struct EncodedBeside {
-    video: VideoStats,
+pub struct EncodedBeside<D> {
+    /// What the encoder's `finish` returned.
+    pub video: D,
     /// The encoder thread's own time (encoding and finishing), which overlapped the frame loop.
-    busy_ms: f64,
+    pub busy_ms: f64,
     /// How long the frame loop, once done, waited for the encoder to drain its queue and finish.
-    flush_wait_ms: f64,
+    pub flush_wait_ms: f64,
 }
 
 /// Frames waiting for the encoder thread at most (3 MB each at 1080x1920).
@@ -139,15 +158,19 @@ const ENCODER_QUEUE: usize = 4;
 /// next frames' neural stages. At most [`ENCODER_QUEUE`] frames wait (the loop blocks beyond
 /// that, and the sink's time, which the loop records as the encoder's, is then the wait). An
 /// encoder error ends the loop at its next frame and is the error returned.
-fn encode_beside<T>(
-    mut writer: VideoWriter,
+/// The encoder's thread is not the render's: its CPU time stays out of the stages' CPU times
+/// ([`crate::frame_loop::clock`]).
+pub fn encode_beside<T, E: FrameEncoder>(
+    mut writer: E,
     frames: impl FnOnce(&mut dyn FnMut(usize, &[u8]) -> Result<()>) -> Result<T>,
-) -> Result<(T, EncodedBeside)> {
+) -> Result<(T, EncodedBeside<E::Done>)> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(ENCODER_QUEUE);
     // Buffers come back for reuse, so the loop does not allocate a frame per frame.
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|scope| {
-        let encoder = scope.spawn(move || -> Result<(VideoStats, f64)> {
+        let encoder = scope.spawn(move || -> Result<(E::Done, f64)> {
+            // Not the render's: its CPU time stays out of the stages' (frame_loop::clock).
+            let _foreign = crate::frame_loop::clock::ForeignThread::register();
             let mut busy_ms = 0.0;
             for frame in rx {
                 let t = Instant::now();

@@ -267,6 +267,7 @@ pub fn decode(bytes: &[u8], engines: &Engines, backend: &Backend) -> Result<Prep
         avatar: Arc::new(avatar),
         compositors: Arc::new(compositors),
         avatar_encoder_ms: 0.0,
+        avatar_encoder_cpu_ms: 0.0,
         compositor_setup_ms: 0.0,
     })
 }

@@ -13,6 +13,7 @@ use crate::avatar::cycle_index;
 use crate::backend::composite::Compositor;
 use crate::backend::elem::RgbRange;
 use crate::backend::resident::{self, Residency};
+use crate::frame_loop::clock::Tick;
 use crate::frame_loop::{self, ms, ClipPart, FrameEngine, RenderOptions, RenderStats, StageTimes, Window};
 use crate::musetalk::features::FrameFeatures;
 use crate::musetalk::{unet_input, AvatarLatents, Engines, FACE_SIDE, LATENT_DIM};
@@ -112,11 +113,11 @@ impl FrameEngine for MuseTalkFrames<'_> {
         let b = frames.len();
         let (win, dim_a) = self.features.frame_shape();
         let mut audio = Vec::with_capacity(b * win * dim_a);
-        let t = Instant::now();
+        let t = Tick::now();
         self.features.gather(frames, &mut audio)?;
-        times.audio_ms += ms(t);
+        t.add_to(&mut times.audio_ms, &mut times.audio_cpu_ms);
         ensure!(audio.len() == b * win * dim_a, "the audio features of {b} frames have {} values", audio.len());
-        let t = Instant::now();
+        let t = Tick::now();
         let audio = Tensor::from_vec(audio, (b, win, dim_a), dev)?;
         let latents = match &self.still_latents {
             Some(t) => t.narrow(0, 0, b)?,
@@ -134,7 +135,7 @@ impl FrameEngine for MuseTalkFrames<'_> {
         ensure!(out.dims() == [b, 4, 32, 32], "the UNet returned shape {:?}", out.dims());
         // Wait for the device so that stage times are the stages' and not their launches'.
         dev.synchronize()?;
-        times.unet_ms += ms(t);
+        t.add_to(&mut times.unet_ms, &mut times.unet_cpu_ms);
         (0..b).map(|i| Ok(out.narrow(0, i, 1)?)).collect()
     }
 
@@ -186,14 +187,14 @@ impl FrameEngine for MuseTalkFrames<'_> {
     }
 
     fn decode(&mut self, run: Range<usize>, times: &mut StageTimes) -> Result<Tensor> {
-        let t = Instant::now();
+        let t = Tick::now();
         let b = run.len();
         let pending = self.pending.as_ref().expect("frames were infilled");
         let batch = pending.narrow(0, run.start - self.pending_from, b)?;
         let out = self.engines.decoder.decode_tensor(&batch)?;
         ensure!(out.dims() == [b, 3, FACE_SIDE, FACE_SIDE], "the decoder returned shape {:?}", out.dims());
         self.engines.device.synchronize()?;
-        times.decoder_ms += ms(t);
+        t.add_to(&mut times.decoder_ms, &mut times.decoder_cpu_ms);
         self.decoded += b;
         Ok(out)
     }

@@ -5,6 +5,7 @@
 
 use crate::backend::composite::{Compositor, FaceBox};
 use crate::frame_loop::audio::ClipAudio;
+use crate::frame_loop::clock::Tick;
 use crate::frame_loop::report::{PreparationTimes, RenderReport, RenderSetup};
 use crate::frame_loop::video::{write_video, Output, RenderResult};
 use crate::frame_loop::{ClipPart, RenderOptions, RenderStats};
@@ -36,6 +37,9 @@ pub struct Prepared {
     pub audio_encoder_ms: f64,
     /// Time of the avatar's image encoder (reference and rest latents, with the crop).
     pub avatar_encoder_ms: f64,
+    /// CPU times of the render's threads in the two ([`crate::frame_loop::clock`]).
+    pub audio_encoder_cpu_ms: f64,
+    pub avatar_encoder_cpu_ms: f64,
     /// Time of the compositor's per-render tables and the background's NV12.
     pub compositor_setup_ms: f64,
     /// Time of the voice activity decisions of the whole clip.
@@ -102,8 +106,9 @@ pub fn video_frames(audio: &Audio, opts: &RenderOptions) -> usize {
 pub struct PreparedAvatar {
     pub avatar: Arc<Vec<AvatarLatents>>,
     pub compositors: Arc<Vec<Compositor>>,
-    /// Time of the image encoder (reference and rest latents, with the crop).
+    /// Time of the image encoder (reference and rest latents, with the crop), and its CPU time.
     pub avatar_encoder_ms: f64,
+    pub avatar_encoder_cpu_ms: f64,
     /// Time of the compositor's tables and the background's NV12.
     pub compositor_setup_ms: f64,
 }
@@ -142,6 +147,7 @@ fn empty_avatar() -> PreparedAvatar {
         avatar: Arc::new(Vec::new()),
         compositors: Arc::new(Vec::new()),
         avatar_encoder_ms: 0.0,
+        avatar_encoder_cpu_ms: 0.0,
         compositor_setup_ms: 0.0,
     }
 }
@@ -157,10 +163,10 @@ fn prepare_avatar_frame(
 ) -> Result<()> {
     let (w, h) = (img.width() as usize, img.height() as usize);
     ensure!(w % 2 == 0 && h % 2 == 0, "the avatar is {w}x{h}: its width and height must be even (see load_avatar)");
-    let t = Instant::now();
+    let t = Tick::now();
     let crop = cadence_media::crop_to_planar(img, &face, crate::musetalk::FACE_SIDE as u32)?;
     let latents = crate::musetalk::prepare_avatar(engines, &crop)?;
-    p.avatar_encoder_ms += t.elapsed().as_secs_f64() * 1e3;
+    t.add_to(&mut p.avatar_encoder_ms, &mut p.avatar_encoder_cpu_ms);
     let t = Instant::now();
     // The lower-face mask where the landmarks make one; else (no landmarks, or landmarks the
     // mask refuses, e.g. eyes outside a box cropped by a large bbox_shift) the feathered box.
@@ -209,6 +215,7 @@ pub fn prepare_with_new_avatar(
 ) -> Result<Prepared> {
     let mut prepared = prepare_with_avatar(engines, audio, avatar, opts)?;
     prepared.avatar_encoder_ms = avatar.avatar_encoder_ms;
+    prepared.avatar_encoder_cpu_ms = avatar.avatar_encoder_cpu_ms;
     prepared.compositor_setup_ms = avatar.compositor_setup_ms;
     prepared.prepare_other_ms = started.elapsed().as_secs_f64() * 1e3
         - prepared.audio_encoder_ms
@@ -231,13 +238,13 @@ pub fn prepare_with_avatar(
     let frames = audio.video_frames(opts.fps.hz());
     ensure!(frames > 0, "the audio is too short for one video frame");
     let t_all = Instant::now();
-    let t = Instant::now();
+    let t = Tick::now();
     let features = match (opts.window, audio.whole()) {
         (Some(_), _) => None,
         (None, Some(whole)) => Some(engines.audio.encode_audio(&whole.samples_16k, opts.fps.hz() as f32)?),
         (None, None) => bail!("audio read as a stream needs a windowed render (a --window above 0)"),
     };
-    let audio_encoder_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (audio_encoder_ms, audio_encoder_cpu_ms) = t.elapsed_ms();
     if let Some(f) = &features {
         ensure!(f.shape[0] == frames, "audio encoder gave {} frames, expected {frames}", f.shape[0]);
     }
@@ -254,6 +261,8 @@ pub fn prepare_with_avatar(
         compositors: avatar.compositors.clone(),
         audio_encoder_ms,
         avatar_encoder_ms: 0.0,
+        audio_encoder_cpu_ms,
+        avatar_encoder_cpu_ms: 0.0,
         compositor_setup_ms: 0.0,
         vad_ms,
         prepare_other_ms,
@@ -314,6 +323,8 @@ impl RenderReport {
             compositor_setup_ms: prepared.compositor_setup_ms,
             vad_ms: prepared.vad_ms,
             prepare_other_ms: prepared.prepare_other_ms,
+            audio_encoder_cpu_ms: Some(prepared.audio_encoder_cpu_ms),
+            avatar_encoder_cpu_ms: Some(prepared.avatar_encoder_cpu_ms),
         };
         Self::with_preparation(setup, &times, stats, video, fps, engine_load_ms)
     }

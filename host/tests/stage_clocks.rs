@@ -1,0 +1,129 @@
+//! The stages' CPU clocks (`cadence::frame_loop::clock`): the same work reports the same CPU time
+//! whatever runs beside it. A deliberately slow, CPU-bound fake encoder beside the frame loop
+//! (through the same `encode_beside` the MP4 output uses) takes a core from the render; the
+//! decoder's and the UNet's wall times grow with it, their CPU times must not.
+//!
+//! The tests of this file take a lock: each measures the whole process's CPU time, which
+//! another test running at the same time would add to.
+
+use cadence::frame_loop::clock::{ForeignThread, Tick};
+use cadence::frame_loop::video::{encode_beside, FrameEncoder};
+use cadence::frame_loop::{ClipPart, RenderStats, StageTimes};
+use cadence::measure::fixtures::CheckClip;
+use cadence::musetalk::{DecoderKind, Engines};
+use cadence::schedules::keyframes::speech_distance;
+use cadence::{Backend, KeyframeSchedule};
+use cadence_engines::{Device, Profile};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Burns the CPU for `d` (a busy encoder, not a sleeping one).
+fn spin(d: Duration) {
+    let t = Instant::now();
+    let mut x = 1u64;
+    while t.elapsed() < d {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407));
+    }
+}
+
+/// An encoder that spends `per_frame` of CPU on each frame.
+struct FakeEncoder {
+    per_frame: Duration,
+    frames: usize,
+}
+
+impl FrameEncoder for FakeEncoder {
+    type Done = usize;
+    fn push_nv12(&mut self, frame: &[u8]) -> anyhow::Result<()> {
+        assert!(!frame.is_empty());
+        spin(self.per_frame);
+        self.frames += 1;
+        Ok(())
+    }
+    fn finish(self) -> anyhow::Result<usize> {
+        Ok(self.frames)
+    }
+}
+
+/// A thread registered as foreign adds nothing to the render's CPU time; the same work on a
+/// thread of the render's does.
+#[test]
+fn foreign_threads_are_left_out_of_the_cpu_clock() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let t = Tick::now();
+    std::thread::spawn(|| {
+        let _me = ForeignThread::register();
+        spin(Duration::from_millis(300));
+    })
+    .join()
+    .unwrap();
+    let (wall, cpu) = t.elapsed_ms();
+    assert!(wall >= 300.0 && cpu < 100.0, "a foreign thread's 300 ms: wall {wall:.0} ms, cpu {cpu:.0} ms");
+
+    let t = Tick::now();
+    std::thread::spawn(|| spin(Duration::from_millis(300))).join().unwrap();
+    let (_, cpu) = t.elapsed_ms();
+    assert!(cpu > 250.0, "a render thread's 300 ms: cpu {cpu:.0} ms");
+}
+
+/// One render of `clip` with `encoder` beside the loop.
+fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration) -> RenderStats {
+    let compositor = clip.compositor(&Backend::Cpu).unwrap();
+    let CheckClip { opts, features, speech, schedule, avatar, .. } = clip;
+    let distance = speech_distance(speech);
+    let (stats, beside) = encode_beside(FakeEncoder { per_frame, frames: 0 }, |sink| {
+        cadence::musetalk::frames::render(
+            engines,
+            &Backend::Cpu,
+            opts,
+            features,
+            ClipPart::whole(&distance),
+            schedule,
+            std::slice::from_ref(avatar),
+            std::slice::from_ref(&compositor),
+            sink,
+            |_| {},
+        )
+    })
+    .unwrap();
+    assert_eq!(beside.video, stats.frames, "every frame reached the encoder");
+    stats
+}
+
+/// The decoder's and the UNet's CPU times with a slow encoder beside the loop are those with a
+/// fast one (within 15%, over the medians of three renders each).
+#[test]
+fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
+    let mut clip = CheckClip::new(&engines, 48, 5).unwrap();
+    clip.schedule = KeyframeSchedule::fixed_stride(48, 1).unwrap();
+    clip.speech = vec![true; 48];
+    render_beside(&engines, &clip, Duration::ZERO); // warm-up
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut fast = Vec::new();
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        fast.push(render_beside(&engines, &clip, Duration::ZERO).times);
+        // About a frame's neural work again, spun on the encoder's thread.
+        slow.push(render_beside(&engines, &clip, Duration::from_millis(30)).times);
+    }
+    type Get = fn(&StageTimes) -> f64;
+    let stages: [(&str, Get, Get); 2] =
+        [("decoder", |t| t.decoder_ms, |t| t.decoder_cpu_ms), ("unet", |t| t.unet_ms, |t| t.unet_cpu_ms)];
+    for (stage, wall, cpu) in stages {
+        let (cf, cs) = (median(fast.iter().map(cpu).collect()), median(slow.iter().map(cpu).collect()));
+        let (wf, ws) = (median(fast.iter().map(wall).collect()), median(slow.iter().map(wall).collect()));
+        eprintln!("{stage}: cpu {cf:.0} -> {cs:.0} ms with the slow encoder; wall {wf:.0} -> {ws:.0} ms");
+        assert!(cf > 0.0, "{stage}: no CPU time measured");
+        assert!(
+            (cs / cf - 1.0).abs() <= 0.15,
+            "{stage}: CPU time {cf:.0} ms beside a fast encoder, {cs:.0} ms beside a slow one"
+        );
+    }
+}
