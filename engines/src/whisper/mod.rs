@@ -176,8 +176,20 @@ pub fn segment_log_mel(segment: &[f32]) -> Result<Vec<f32>> {
         for (i, row) in rows.chunks_mut(N_MELS).enumerate() {
             let t = b * BLOCK + i;
             let start = (t * HOP) as isize - (N_FFT / 2) as isize;
-            for (i, x) in input.iter_mut().enumerate() {
-                *x = at(start + i as isize) * window[i];
+            let end = start + N_FFT as isize;
+            if start >= segment.len() as isize && end <= n {
+                // Only the zero padding: a zero spectrum, so every band is log10(1e-10) (what
+                // the FFT of zeros gives, exactly), without the FFT.
+                row.fill(-10.0);
+                continue;
+            }
+            if start >= 0 && end <= segment.len() as isize {
+                let samples = &segment[start as usize..end as usize];
+                input.iter_mut().zip(samples).zip(&window).for_each(|((x, s), w)| *x = s * w);
+            } else {
+                for (i, x) in input.iter_mut().enumerate() {
+                    *x = at(start + i as isize) * window[i];
+                }
             }
             fft.process(&mut input, &mut spectrum).map_err(|e| EngineError::BadInput(format!("log-mel FFT: {e}")))?;
             for (p, c) in power.iter_mut().zip(&spectrum) {
