@@ -150,7 +150,7 @@ pub struct EncodedBeside<D> {
 }
 
 /// Frames waiting for the encoder thread at most (3 MB each at 1080x1920).
-const ENCODER_QUEUE: usize = 4;
+pub const ENCODER_QUEUE: usize = 4;
 
 /// Runs the frame loop `frames` with a sink that hands each NV12 frame to `writer` on a thread of
 /// its own. The encoders take one frame at a time on one thread (OpenH264 without slices), so run
