@@ -233,7 +233,9 @@ fn main() -> Result<()> {
         prov.note(
             "full_projection",
             format!(
-                "projected, not measured: full-profile engines timed once in this run (ms per frame: UNet {:.1},                  decoder {:.1}, audio encoder {:.3}; avatar preparation {:.0} ms), with each row's counts and                  non-neural times, through calibrate's model",
+                "projected, not measured: full-profile engines timed once in this run (ms per frame: UNet {:.1}, \
+                 decoder {:.1}, audio encoder {:.3}; avatar preparation {:.0} ms), with each row's counts and \
+                 non-neural times, through calibrate's model",
                 full.unet_ms_per_frame, full.decoder_ms_per_frame, full.audio_ms_per_frame, full.avatar_ms
             ),
         );
