@@ -97,6 +97,31 @@ fn render_real_speech_to_mp4() {
     }
 }
 
+/// `--infill image`: the decoder runs on the UNet's keyframes only, and the summary says which
+/// infill ran; Ditto refuses MuseTalk's flag and names its own.
+#[test]
+fn image_infill_decodes_keyframes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let wav = speech_with_pause(dir.path());
+    let img = avatar(dir.path(), 256, 256);
+    let out = dir.path().join("image.mp4");
+    let args =
+        ["render", "--audio", s(&wav), "--avatar", s(&img), "--face-box", "center", "--stride", "3", "-o", s(&out)];
+    let o = cadence(&[&args[..], &["--backend", "cpu", "--infill", "image", "--json"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["infill"], "image");
+    let (decoded, evaluated, frames) =
+        (summary["decoded_frames"].as_u64(), summary["unet_evaluations"].as_u64(), summary["frames"].as_u64());
+    assert_eq!(decoded, evaluated, "{summary}");
+    assert!(decoded.unwrap() * 2 < frames.unwrap(), "{summary}");
+    assert_eq!(cadence_media::probe(&out).unwrap().frames, frames.unwrap());
+
+    let o = cadence(&[&args[..], &["--engine", "ditto", "--infill", "image", "--force"]].concat());
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--ditto-infill"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn frames_in_a_sustained_pause_are_bypassed_and_identical() {
     use cadence::frame_loop::RenderOptions;

@@ -9,6 +9,7 @@ use std::process::Command;
 #[derive(serde::Deserialize, Debug)]
 struct StrideRow {
     stride: usize,
+    infill: String,
     frames: usize,
     keyframes: usize,
     unet_evaluations: usize,
@@ -52,7 +53,9 @@ fn stride_table_and_cross_arch_on_a_tiny_clip() {
     run(env!("CARGO_BIN_EXE_stride_table"), &[&args[..], &["--out", out]].concat());
     let csv = dir.path().join("stride_table.csv");
     let rows: Vec<StrideRow> = experiments::read_rows(&csv).unwrap();
-    assert_eq!(rows.iter().map(|r| r.stride).collect::<Vec<_>>(), [1, 3]);
+    // Stride 1 once; stride 3 with each infill (--infill latent,image by default).
+    let runs: Vec<(usize, &str)> = rows.iter().map(|r| (r.stride, r.infill.as_str())).collect();
+    assert_eq!(runs, [(1, "latent"), (3, "latent"), (3, "image")]);
     for r in &rows {
         // 25 frames: every frame at stride 1; 0, 3, .., 24 at stride 3.
         assert_eq!((r.frames, r.keyframes), (25, if r.stride == 1 { 25 } else { 9 }), "{r:?}");
@@ -76,7 +79,11 @@ fn stride_table_and_cross_arch_on_a_tiny_clip() {
         let (unet_cpu, decoder_cpu, neural_cpu) =
             (r.unet_cpu_ms.unwrap(), r.decoder_cpu_ms.unwrap(), r.neural_cpu_ms.unwrap());
         assert!(unet_cpu > 0.0 && decoder_cpu > 0.0 && neural_cpu >= unet_cpu + decoder_cpu, "{r:?}");
-        assert_eq!(r.decoded_frames, r.frames - r.bypassed_frames, "every frame not bypassed is decoded: {r:?}");
+        if r.infill == "image" {
+            assert_eq!(r.decoded_frames, r.unet_evaluations, "image infill decodes the keyframes only: {r:?}");
+        } else {
+            assert_eq!(r.decoded_frames, r.frames - r.bypassed_frames, "every frame not bypassed is decoded: {r:?}");
+        }
         let (full_neural, full_e2e) = (r.full_projected_neural_ms.unwrap(), r.full_projected_end_to_end_ms.unwrap());
         assert!(full_neural > 5.0 * r.pure_neural_ms, "the published sizes cost more: {r:?}");
         assert!(full_e2e > full_neural, "{r:?}");
@@ -84,6 +91,8 @@ fn stride_table_and_cross_arch_on_a_tiny_clip() {
         assert!(close(r.full_projected_neural_gain.unwrap(), gain), "{r:?}");
     }
     assert!(rows[1].full_projected_neural_ms < rows[0].full_projected_neural_ms, "{rows:?}");
+    // Image infill projects the decoder on the keyframes only: below latent's at the same stride.
+    assert!(rows[2].full_projected_neural_ms < rows[1].full_projected_neural_ms, "{rows:?}");
     // The same bypassed frames at both strides (same audio); fewer UNet evaluations at stride 3.
     assert_eq!(rows[0].bypassed_frames, rows[1].bypassed_frames);
     assert!(0 < rows[1].unet_evaluations && rows[1].unet_evaluations < rows[0].unet_evaluations, "{rows:?}");
@@ -110,6 +119,12 @@ fn stride_table_and_cross_arch_on_a_tiny_clip() {
         assert!(close(cells[3].parse::<f64>().unwrap(), r.end_to_end_fps), "{line}");
         assert!(line.contains("missing"), "the Ditto column says what is missing: {line}");
     }
+    // MuseTalk's image infill: a column beside its stride's latent row (none at stride 1).
+    let header: Vec<&str> = data[0].split(',').collect();
+    let image_col = header.iter().position(|h| *h == "musetalk_image_end_to_end_fps").unwrap();
+    assert_eq!(data[1].split(',').nth(image_col), Some(""), "{cross}");
+    let image_fps: f64 = data[2].split(',').nth(image_col).unwrap().parse().unwrap();
+    assert!((image_fps - rows[2].end_to_end_fps).abs() < 0.006, "{cross}");
 
     // Ditto's stride table on the same tiny clip (two DDIM steps), then both in the cross table.
     let ditto_args = ["--engine", "ditto", "--ditto-steps", "2", "--ditto-infill", "image,motion"];

@@ -16,7 +16,7 @@ mod common;
 use cadence::backend::composite::Compositor;
 use cadence::backend::resident::{self, Residency};
 use cadence::measure::fixtures::CheckClip;
-use cadence::musetalk::{DecoderKind, Engines, FACE_SIDE, LATENT_DIM};
+use cadence::musetalk::{DecoderKind, Engines, MuseTalkInfill, FACE_SIDE, LATENT_DIM};
 use cadence::schedules::keyframes::speech_distance;
 use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::{Batch, Device, KeyframeModel, Profile, Tensor};
@@ -38,9 +38,15 @@ fn devices() -> Vec<(Device, Backend, Residency)> {
 
 /// The reference: every keyframe through `predict` alone, the host expansion and easing, every
 /// frame decoded alone (a bypassed frame's eased latent is the rest latent, so it decodes to the
-/// rest crop) and composited into a fresh copy of the background.
+/// rest crop) and composited into a fresh copy of the background. With `image` infill, every
+/// live keyframe's latent is decoded alone and the crops (the rest crop for bypassed keyframes)
+/// are expanded and eased toward the rest crop instead; nothing else is decoded.
 fn reference(engines: &Engines, clip: &CheckClip, compositor: &Compositor) -> Vec<Vec<u8>> {
     let CheckClip { features, speech, schedule, avatar, opts, .. } = clip;
+    let decode = |latent: &[f32]| {
+        engines.decoder.decode(&Batch::new(vec![1, 4, 32, 32], latent.to_vec()).unwrap()).unwrap().data
+    };
+    let image = opts.infill == MuseTalkInfill::Image;
     let ramp = opts.ramp;
     let distance = speech_distance(speech);
     let per_window = features.shape[1] * features.shape[2];
@@ -48,7 +54,7 @@ fn reference(engines: &Engines, clip: &CheckClip, compositor: &Compositor) -> Ve
     for &k in schedule.keyframes() {
         let k = k as usize;
         if cadence_kernels::math::easing_weight(distance[k], ramp) == 0.0 {
-            keys.extend_from_slice(&avatar.rest);
+            keys.extend_from_slice(if image { &avatar.rest_rgb } else { &avatar.rest });
             continue;
         }
         let latents = Batch::new(vec![1, 8, 32, 32], [avatar.masked.as_slice(), &avatar.reference].concat()).unwrap();
@@ -57,16 +63,18 @@ fn reference(engines: &Engines, clip: &CheckClip, compositor: &Compositor) -> Ve
             features.data[k * per_window..(k + 1) * per_window].to_vec(),
         )
         .unwrap();
-        keys.extend(engines.unet.predict(&latents, &audio).unwrap().data);
+        let latent = engines.unet.predict(&latents, &audio).unwrap().data;
+        keys.extend(if image { decode(&latent) } else { latent });
     }
-    let mut frames = Backend::Cpu.expand(&keys, schedule, LATENT_DIM, cadence::Method::Slerp).unwrap();
-    Backend::Cpu.ease(&mut frames, &avatar.rest, &distance, ramp).unwrap();
+    let (dim, rest) = if image { (3 * FACE_SIDE * FACE_SIDE, &avatar.rest_rgb) } else { (LATENT_DIM, &avatar.rest) };
+    let mut frames = Backend::Cpu.expand(&keys, schedule, dim, cadence::Method::Slerp).unwrap();
+    Backend::Cpu.ease(&mut frames, rest, &distance, ramp).unwrap();
     frames
-        .chunks(LATENT_DIM)
-        .map(|latent| {
-            let crop = engines.decoder.decode(&Batch::new(vec![1, 4, 32, 32], latent.to_vec()).unwrap()).unwrap();
+        .chunks(dim)
+        .map(|frame| {
+            let crop = if image { frame.to_vec() } else { decode(frame) };
             let mut nv12 = vec![0u8; compositor.frame_bytes()];
-            compositor.compose_frame(&crop.data, FACE_SIDE, FACE_SIDE, engines.decoder_range(), &mut nv12).unwrap();
+            compositor.compose_frame(&crop, FACE_SIDE, FACE_SIDE, engines.decoder_range(), &mut nv12).unwrap();
             nv12
         })
         .collect()
@@ -74,30 +82,79 @@ fn reference(engines: &Engines, clip: &CheckClip, compositor: &Compositor) -> Ve
 
 #[test]
 fn render_loop_matches_the_frame_by_frame_reference_on_every_device() {
-    let n = 30;
     for (device, backend, residency) in devices() {
         let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &device, None).unwrap();
-        let clip = CheckClip::new(&engines, n, 11).unwrap();
-        let (frames, stats) = clip.render(&engines, &backend).unwrap();
-        assert_eq!(stats.residency, residency, "{device:?}");
-        assert_eq!(frames.len(), n);
-        assert!(stats.bypassed_frames >= 4, "the pause must bypass frames: {stats:?}");
-        assert_eq!(stats.decoded_frames + stats.bypassed_frames, n);
-        assert!(stats.keyframes_evaluated < stats.keyframes_scheduled);
-
-        let want = reference(&engines, &clip, &clip.compositor(&Backend::Cpu).unwrap());
-        // On the CPU the batched loop gives the reference's bytes exactly (measured: every byte
-        // of every frame equal). On a GPU the reference runs the expansion and easing on the CPU
-        // and the engines at batch 1, so values differ in the last bits: 2 levels allowed (a
-        // bound not yet checked on a GPU).
-        let tolerance = if device.is_cpu() { 0 } else { 2 };
-        for (i, (got, want)) in frames.iter().zip(&want).enumerate() {
-            let worst = got.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
-            assert!(worst <= tolerance, "{device:?}: frame {i} differs from the reference by {worst} levels");
+        for infill in [MuseTalkInfill::Latent, MuseTalkInfill::Image] {
+            matches_the_reference(&engines, &device, &backend, residency, infill);
         }
-        // The frames are not all alike (the comparison above can fail).
-        assert!(frames[0] != frames[12] && frames[0] != frames[n - 1]);
     }
+}
+
+/// One infill's render of the check clip against [`reference`].
+fn matches_the_reference(
+    engines: &Engines,
+    device: &Device,
+    backend: &Backend,
+    residency: Residency,
+    infill: MuseTalkInfill,
+) {
+    let n = 30;
+    let mut clip = CheckClip::new(engines, n, 11).unwrap();
+    clip.opts.infill = infill;
+    let (frames, stats) = clip.render(engines, backend).unwrap();
+    assert_eq!(stats.residency, residency, "{device:?}");
+    assert_eq!(frames.len(), n);
+    assert!(stats.bypassed_frames >= 4, "the pause must bypass frames: {stats:?}");
+    match infill {
+        MuseTalkInfill::Latent => assert_eq!(stats.decoded_frames + stats.bypassed_frames, n),
+        // The decoder runs on the live keyframes only.
+        MuseTalkInfill::Image => assert_eq!(stats.decoded_frames, stats.keyframes_evaluated),
+    }
+    assert!(stats.keyframes_evaluated < stats.keyframes_scheduled);
+
+    let want = reference(engines, &clip, &clip.compositor(&Backend::Cpu).unwrap());
+    // On the CPU the batched loop gives the reference's bytes exactly (measured: every byte
+    // of every frame equal). On a GPU the reference runs the expansion and easing on the CPU
+    // and the engines at batch 1, so values differ in the last bits: 2 levels allowed (a
+    // bound not yet checked on a GPU).
+    let tolerance = if device.is_cpu() { 0 } else { 2 };
+    for (i, (got, want)) in frames.iter().zip(&want).enumerate() {
+        let worst = got.iter().zip(want).map(|(a, b)| a.abs_diff(*b)).max().unwrap();
+        assert!(worst <= tolerance, "{device:?}, {infill:?}: frame {i} differs from the reference by {worst} levels");
+    }
+    // The frames are not all alike (the comparison above can fail).
+    assert!(frames[0] != frames[12] && frames[0] != frames[n - 1]);
+}
+
+/// `image` infill against `latent` on the same clip: a live keyframe outside the easing ramp is
+/// the decoder's output of the UNet's latent either way (the same bytes), so are the bypassed
+/// frames (the rest crop); the frames between keyframes differ (blends of crops, not decoded
+/// blends of latents), and the decoder ran on the live keyframes only.
+#[test]
+fn image_infill_shares_the_keyframes_and_bypass_of_latent_infill() {
+    let n = 30;
+    let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
+    let mut clip = CheckClip::new(&engines, n, 11).unwrap();
+    let (latent, latent_stats) = clip.render(&engines, &Backend::Cpu).unwrap();
+    clip.opts.infill = MuseTalkInfill::Image;
+    let (image, image_stats) = clip.render(&engines, &Backend::Cpu).unwrap();
+    let distance = speech_distance(&clip.speech);
+    let weight = |f: usize| cadence_kernels::math::easing_weight(distance[f], clip.opts.ramp);
+    let keys: Vec<usize> = clip.schedule.keyframes().iter().map(|&k| k as usize).collect();
+    let (mut same, mut between) = (0, 0);
+    for f in 0..n {
+        if weight(f) == 0.0 || (keys.contains(&f) && weight(f) == 1.0) {
+            assert!(image[f] == latent[f], "frame {f} (keyframe or bypassed) differs between the infills");
+            same += 1;
+        } else if !keys.contains(&f) && weight(f) == 1.0 {
+            assert!(image[f] != latent[f], "frame {f} between keyframes is the same with both infills");
+            between += 1;
+        }
+    }
+    assert!(same >= 8 && between >= 8, "{same} shared frames, {between} frames between keyframes");
+    assert_eq!(image_stats.keyframes_evaluated, latent_stats.keyframes_evaluated);
+    assert_eq!(image_stats.decoded_frames, image_stats.keyframes_evaluated);
+    assert_eq!(latent_stats.decoded_frames, n - latent_stats.bypassed_frames);
 }
 
 #[test]
@@ -157,7 +214,7 @@ fn cpu_engines_keep_frames_in_host_memory() {
 /// The windowed render (`RenderOptions::window`) against the whole clip as one window: the
 /// same bytes in every frame, for strides 1, 2, 3 and an irregular keyframe list, with windows
 /// whose boundaries fall before, inside and after the pause (frames 9..21) and inside decoder
-/// and UNet batches.
+/// and UNet batches; and the same with `image` infill at stride 3 and on the irregular list.
 #[test]
 fn windowed_render_is_byte_identical_to_the_whole_clip_on_every_device() {
     let n = 41;
@@ -172,7 +229,9 @@ fn windowed_render_is_byte_identical_to_the_whole_clip_on_every_device() {
             // irregular gaps, ends before the last frame (the tail holds it).
             KeyframeSchedule::explicit(n, &[2, 3, 7, 12, 20, 22, 23, 31, 38]).unwrap(),
         ];
-        for schedule in schedules {
+        let image = [schedules[2].clone(), schedules[3].clone()].map(|s| (MuseTalkInfill::Image, s));
+        for (infill, schedule) in schedules.map(|s| (MuseTalkInfill::Latent, s)).into_iter().chain(image) {
+            clip.opts.infill = infill;
             clip.schedule = schedule;
             clip.opts.window = None;
             let (whole, whole_stats) = clip.render(&engines, &backend).unwrap();
@@ -182,7 +241,8 @@ fn windowed_render_is_byte_identical_to_the_whole_clip_on_every_device() {
                 let (frames, stats) = clip.render(&engines, &backend).unwrap();
                 assert_eq!(frames.len(), n, "window {window}");
                 for (i, (a, b)) in frames.iter().zip(&whole).enumerate() {
-                    assert!(a == b, "{device:?}, {:?}, window {window}: frame {i} differs", clip.schedule.keyframes());
+                    let keys = clip.schedule.keyframes();
+                    assert!(a == b, "{device:?}, {infill:?}, {keys:?}, window {window}: frame {i} differs");
                 }
                 assert_eq!(
                     (stats.keyframes_evaluated, stats.decoded_frames, stats.bypassed_frames),

@@ -7,7 +7,7 @@
 //! another test running at the same time would add to.
 
 use cadence::frame_loop::clock::{ForeignThread, Tick};
-use cadence::frame_loop::video::{encode_beside, FrameEncoder};
+use cadence::frame_loop::video::{encode_beside, encoder_queue_frames, FrameEncoder};
 use cadence::frame_loop::{ClipPart, RenderStats, StageTimes};
 use cadence::measure::fixtures::CheckClip;
 use cadence::musetalk::{DecoderKind, Engines};
@@ -73,21 +73,22 @@ fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration) -> Re
     let compositor = clip.compositor(&Backend::Cpu).unwrap();
     let CheckClip { opts, features, speech, schedule, avatar, .. } = clip;
     let distance = speech_distance(speech);
-    let (stats, beside) = encode_beside(FakeEncoder { per_frame, frames: 0 }, |sink| {
-        cadence::musetalk::frames::render(
-            engines,
-            &Backend::Cpu,
-            opts,
-            features,
-            ClipPart::whole(&distance),
-            schedule,
-            std::slice::from_ref(avatar),
-            std::slice::from_ref(&compositor),
-            sink,
-            |_| {},
-        )
-    })
-    .unwrap();
+    let (stats, beside) =
+        encode_beside(FakeEncoder { per_frame, frames: 0 }, encoder_queue_frames(compositor.frame_bytes()), |sink| {
+            cadence::musetalk::frames::render(
+                engines,
+                &Backend::Cpu,
+                opts,
+                features,
+                ClipPart::whole(&distance),
+                schedule,
+                std::slice::from_ref(avatar),
+                std::slice::from_ref(&compositor),
+                sink,
+                |_| {},
+            )
+        })
+        .unwrap();
     assert_eq!(beside.video, stats.frames, "every frame reached the encoder");
     stats
 }

@@ -34,7 +34,7 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
         .await
         .map_err(rejected(&state, "invalid"))?;
     let settings = up.options.settings().map_err(rejected(&state, "invalid"))?;
-    if let Some(extra) = ["stride", "keyframes", "method", "ramp", "fps", "encoder", "avatar_id", "vad"]
+    if let Some(extra) = ["stride", "keyframes", "method", "infill", "ramp", "fps", "encoder", "avatar_id", "vad"]
         .into_iter()
         .find(|f| up.options.get(f).is_some())
     {

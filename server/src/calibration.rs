@@ -14,7 +14,9 @@ use axum::http::Uri;
 use axum::Json;
 use cadence::frame_loop::RenderOptions;
 use cadence::measure::calibrate::{calibrate, CalibrateSetup};
+use cadence::musetalk::MuseTalkInfill;
 use cadence_media::EncoderKind;
+use clap::ValueEnum;
 use std::time::Instant;
 
 /// The clip the validating renders use: the experiments' 25.6 s newscast (speech with pauses).
@@ -28,18 +30,44 @@ const STRIDES: [usize; 3] = [1, 2, 3];
 /// Frames of the encoder benchmark: the experiment's 25, or fewer for a shorter run.
 const ENCODER_FRAMES: usize = 25;
 
-/// `frames` and `runs` from the query string, within their bounds (422 otherwise).
-pub fn parse_query(query: Option<&str>) -> Result<(usize, usize), ApiError> {
-    let (mut frames, mut runs) = (None, None);
+/// A calibration's parameters from the query string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Query {
+    pub frames: usize,
+    pub runs: usize,
+    /// The infill projected and rendered (`latent` by default).
+    pub infill: MuseTalkInfill,
+}
+
+/// `frames` and `runs` within their bounds, and `infill` (`latent` or `image`), from the query
+/// string (422 otherwise).
+pub fn parse_query(query: Option<&str>) -> Result<Query, ApiError> {
+    let (mut frames, mut runs, mut infill) = (None, None, None);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == "infill" {
+            if infill.is_some() {
+                return Err(ApiError::invalid(
+                    "duplicate_parameter",
+                    format!("the query parameter '{k}' is given twice"),
+                ));
+            }
+            let shown: String = v.chars().take(20).collect();
+            infill = Some(MuseTalkInfill::from_str(v, true).map_err(|_| {
+                ApiError::invalid("invalid_parameter", format!("infill: '{shown}': expected latent or image"))
+            })?);
+            continue;
+        }
         let (slot, bounds) = match k {
             "frames" => (&mut frames, &FRAMES.1),
             "runs" => (&mut runs, &RUNS.1),
             _ => {
                 return Err(ApiError::invalid(
                     "unknown_parameter",
-                    format!("unknown query parameter '{}' (frames, runs)", k.chars().take(40).collect::<String>()),
+                    format!(
+                        "unknown query parameter '{}' (frames, runs, infill)",
+                        k.chars().take(40).collect::<String>()
+                    ),
                 ))
             }
         };
@@ -57,7 +85,7 @@ pub fn parse_query(query: Option<&str>) -> Result<(usize, usize), ApiError> {
             }
         }
     }
-    Ok((frames.unwrap_or(FRAMES.0), runs.unwrap_or(RUNS.0)))
+    Ok(Query { frames: frames.unwrap_or(FRAMES.0), runs: runs.unwrap_or(RUNS.0), infill: infill.unwrap_or_default() })
 }
 
 /// Clears the calibrating flag when the calibration ends, however it ends.
@@ -70,7 +98,8 @@ impl Drop for Calibrating {
 }
 
 pub async fn post(State(state): State<AppState>, uri: Uri) -> Result<Json<serde_json::Value>, ApiError> {
-    let (frames, runs) = parse_query(uri.query()).inspect_err(|_| state.metrics.rejection("invalid"))?;
+    let query = parse_query(uri.query()).inspect_err(|_| state.metrics.rejection("invalid"))?;
+    let Query { frames, runs, infill } = query;
     let set = state.ready_engines()?;
     if !state.set_calibrating(true) {
         return Err(ApiError::unavailable("calibrating", "a calibration is running"));
@@ -80,13 +109,13 @@ pub async fn post(State(state): State<AppState>, uri: Uri) -> Result<Json<serde_
     // Every slot: the renders in flight finish first, new ones are refused meanwhile.
     let slots = state.admission.take_all().await;
     let waited_ms = t.elapsed().as_secs_f64() * 1e3;
-    tracing::info!(frames, runs, waited_ms = format!("{waited_ms:.0}"), "calibrating");
+    tracing::info!(frames, runs, infill = infill.name(), waited_ms = format!("{waited_ms:.0}"), "calibrating");
     let st = state.clone();
     // The thread owns the slots and the flag: a client that leaves does not end the calibration
     // early (its result is still cached), and the server stays unready until it ends.
     let json = tokio::task::spawn_blocking(move || {
         let _held = (slots, flag);
-        measure(&st, &set, frames, runs)
+        measure(&st, &set, query)
     })
     .await
     .map_err(|e| ApiError::internal(format!("the calibration thread failed: {e}")))?
@@ -108,14 +137,14 @@ pub async fn get(State(state): State<AppState>) -> Result<Json<serde_json::Value
 fn measure(
     state: &AppState,
     set: &crate::engines::EngineSet,
-    frames: usize,
-    runs: usize,
+    Query { frames, runs, infill }: Query,
 ) -> anyhow::Result<serde_json::Value> {
     let t = Instant::now();
     let engines = set.primary();
     let opts = RenderOptions {
         batch: state.config.engines.batch as usize,
         vad: state.config.vad.vad(),
+        infill,
         ..RenderOptions::default()
     };
     // The inputs go through the CLI's loaders, from files in a directory of the calibration's own.
@@ -156,6 +185,7 @@ fn measure(
         "calibration": {
             "frames": frames,
             "runs": runs,
+            "infill": infill.name(),
             "strides": STRIDES,
             "encoder": "openh264",
             "encoder_frames": frames.min(ENCODER_FRAMES),
@@ -176,9 +206,10 @@ mod tests {
 
     #[test]
     fn frames_and_runs_within_their_bounds() {
-        assert_eq!(parse_query(None).unwrap(), (50, 3));
-        assert_eq!(parse_query(Some("frames=10&runs=1")).unwrap(), (10, 1));
-        assert_eq!(parse_query(Some("frames=250")).unwrap(), (250, 3));
+        let q = |frames, runs| Query { frames, runs, infill: MuseTalkInfill::Latent };
+        assert_eq!(parse_query(None).unwrap(), q(50, 3));
+        assert_eq!(parse_query(Some("frames=10&runs=1")).unwrap(), q(10, 1));
+        assert_eq!(parse_query(Some("frames=250")).unwrap(), q(250, 3));
         for (q, code) in [
             ("frames=4", "invalid_parameter"),
             ("frames=251", "invalid_parameter"),
@@ -191,5 +222,23 @@ mod tests {
             let e = parse_query(Some(q)).unwrap_err();
             assert_eq!((e.status.as_u16(), e.code), (422, code), "{q}");
         }
+    }
+
+    #[test]
+    fn infill_is_latent_or_image() {
+        let q = parse_query(Some("frames=10&infill=image&runs=1")).unwrap();
+        assert_eq!(q, Query { frames: 10, runs: 1, infill: MuseTalkInfill::Image });
+        assert_eq!(parse_query(Some("infill=latent")).unwrap().infill, MuseTalkInfill::Latent);
+        assert_eq!(parse_query(None).unwrap().infill, MuseTalkInfill::Latent, "latent by default");
+        for (q, code) in [
+            ("infill=pixels", "invalid_parameter"),
+            ("infill=", "invalid_parameter"),
+            ("infill=image&infill=image", "duplicate_parameter"),
+        ] {
+            let e = parse_query(Some(q)).unwrap_err();
+            assert_eq!((e.status.as_u16(), e.code), (422, code), "{q}");
+        }
+        let e = parse_query(Some("infill=pixels")).unwrap_err();
+        assert_eq!(e.message, "infill: 'pixels': expected latent or image");
     }
 }

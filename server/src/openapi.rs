@@ -107,10 +107,10 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/calibrate",
-        summary: "Measure the engines (the source's JSON: benchmarks.musetalk.{unet, taesd, stride_projections.stride_1..3}), with a render per stride beside each projection, the hardware, backend, device, profile, weights and recommended_render_slots; holds every render slot while it runs. Query: frames (5..=250, default 50), runs (1..=5, default 3)",
+        summary: "Measure the engines (the source's JSON: benchmarks.musetalk.{unet, taesd, stride_projections.stride_1..3}), with a render per stride beside each projection, the hardware, backend, device, profile, weights and recommended_render_slots; holds every render slot while it runs. Query: frames (5..=250, default 50), runs (1..=5, default 3), infill (latent or image, default latent: the infill projected and rendered)",
         responses: &[
             (200, "the calibration (also GET /v1/calibration until the next)"),
-            (422, "frames or runs out of bounds, or another query parameter"),
+            (422, "frames or runs out of bounds, infill not latent or image, or another query parameter"),
             (503, "loading, draining, or a calibration already running (Retry-After)"),
         ],
     },
@@ -123,7 +123,7 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "get",
         path: "/",
-        summary: "A page for people: pick a WAV and a portrait (or an avatar id), stride and decoder, and watch the render play as it streams (no token needed for the page itself)",
+        summary: "A page for people: pick a WAV and a portrait (or an avatar id), stride, decoder and infill, and watch the render play as it streams (no token needed for the page itself)",
         responses: &[(200, "text/html")],
     },
     Route { method: "get", path: "/healthz", summary: "Liveness (no token needed)", responses: &[(200, "alive")] },
@@ -154,6 +154,7 @@ fn multipart_schema() -> Value {
             "decoder": {"type": "string", "enum": ["taesd", "full_vae", "sd-vae"], "default": "taesd"},
             "keyframes": {"type": "string", "description": "strictly increasing frame list, e.g. 0,3,7 (instead of stride)"},
             "method": {"type": "string", "enum": ["slerp", "lerp"], "default": "slerp"},
+            "infill": {"type": "string", "enum": ["latent", "image"], "default": "latent", "description": "what the frames between keyframes are blended from: latent (SLERP of the keyframes' latents, the decoder on every frame not bypassed) or image (the decoder on the evaluated keyframes only, the frames between blended from their decoded face crops: fewer decoder runs, more values per blended frame)"},
             "ramp": {"type": "integer", "minimum": 0, "maximum": 250, "default": 4},
             "fps": {"type": "string", "default": "25", "description": "25, 30, 29.97, 30000/1001, ..."},
             "encoder": {"type": "string", "enum": ["openh264", "x264", "nvenc"], "default": "openh264"},

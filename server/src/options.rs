@@ -5,17 +5,18 @@ use crate::error::ApiError;
 use cadence::args::{parse_frame_rate, EncoderArg, VadKind};
 use cadence::avatar::faces::{parse_face_box_arg, DetectOptions, FaceSpec};
 use cadence::avatar::FaceBoxArg;
-use cadence::musetalk::DecoderKind;
+use cadence::musetalk::{DecoderKind, MuseTalkInfill};
 use cadence::Method;
 use cadence_media::{EncoderKind, FrameRate};
 use clap::ValueEnum;
 
 /// The text fields `/generate` takes besides the files.
-pub const TEXT_FIELDS: [&str; 13] = [
+pub const TEXT_FIELDS: [&str; 14] = [
     "stride",
     "decoder",
     "keyframes",
     "method",
+    "infill",
     "ramp",
     "fps",
     "encoder",
@@ -42,6 +43,9 @@ pub struct Settings {
     pub decoder: DecoderKind,
     pub keyframes: Option<String>,
     pub method: Method,
+    /// What the frames between keyframes are blended from: latents (the decoder on every frame
+    /// not bypassed) or decoded keyframe crops (the decoder on keyframes only).
+    pub infill: MuseTalkInfill,
     pub ramp: u32,
     pub fps: FrameRate,
     pub encoder: EncoderKind,
@@ -98,6 +102,11 @@ impl RawOptions {
                 Method::from_str(s, true).map_err(|_| bad("method", format!("'{s}': expected slerp or lerp")))?
             }
         };
+        let infill = match self.get("infill") {
+            None => MuseTalkInfill::Latent,
+            Some(s) => MuseTalkInfill::from_str(s, true)
+                .map_err(|_| bad("infill", format!("'{s}': expected latent or image")))?,
+        };
         let ramp = match self.get("ramp") {
             None => 4,
             Some(s) => s
@@ -147,6 +156,7 @@ impl RawOptions {
             decoder,
             keyframes: self.get("keyframes").map(str::to_string),
             method,
+            infill,
             ramp,
             fps,
             encoder,
@@ -199,6 +209,7 @@ mod tests {
     fn defaults_are_the_sources() {
         let s = raw(&[]).settings().unwrap();
         assert_eq!((s.stride, s.decoder, s.ramp, s.method), (1, DecoderKind::Taesd, 4, Method::Slerp));
+        assert_eq!(s.infill, MuseTalkInfill::Latent);
         assert_eq!(s.fps, FrameRate::whole(25));
     }
 
@@ -219,5 +230,14 @@ mod tests {
         assert_eq!(r.set("strid", "1".into()).unwrap_err().code, "unknown_field");
         r.set("stride", "2".into()).unwrap();
         assert_eq!(r.set("stride", "2".into()).unwrap_err().code, "duplicate_field");
+    }
+
+    #[test]
+    fn infill_is_latent_or_image() {
+        assert_eq!(raw(&[("infill", "image")]).settings().unwrap().infill, MuseTalkInfill::Image);
+        assert_eq!(raw(&[("infill", " Latent ")]).settings().unwrap().infill, MuseTalkInfill::Latent);
+        let e = raw(&[("infill", "pixels")]).settings().unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code), (422, "invalid_option"));
+        assert_eq!(e.message, "infill: 'pixels': expected latent or image");
     }
 }

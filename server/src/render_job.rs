@@ -148,6 +148,7 @@ fn render(set: &EngineSet, metrics: &Metrics, job: Job) -> anyhow::Result<Render
         ramp: s.ramp,
         batch: job.batch,
         method: s.method,
+        infill: s.infill,
         window: cadence::frame_loop::window_frames(job.window_seconds, s.fps),
         vad: job.vad,
         cancel: Some(job.cancel.clone()),

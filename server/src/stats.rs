@@ -19,6 +19,9 @@ pub struct FinalStats {
     pub frames: usize,
     pub keyframes_evaluated: usize,
     pub bypassed_frames: usize,
+    /// Frames the decoder ran on: every frame not bypassed with `latent` infill, the evaluated
+    /// keyframes only with `image` infill.
+    pub decoded_frames: usize,
     pub weights: String,
     /// Milliseconds from the start of the render to the first frame encoded, and to the first
     /// whole fragment (streamed renders).
@@ -55,6 +58,7 @@ impl FinalStats {
             frames: rep.frames,
             keyframes_evaluated: rep.unet_evaluations,
             bypassed_frames: rep.bypassed_frames,
+            decoded_frames: rep.decoded_frames,
             weights: rep.setup.weights.clone(),
             first_frame_ms: r.first_frame_ms,
             first_fragment_ms: r.first_fragment_ms,
@@ -64,7 +68,7 @@ impl FinalStats {
     }
 
     /// `/generate`'s headers: the source's (`%.2f`, `%.2fx`) and cadence's.
-    pub fn headers(&self) -> [(HeaderName, HeaderValue); 8] {
+    pub fn headers(&self) -> [(HeaderName, HeaderValue); 9] {
         let h = |name: &'static str| HeaderName::from_static(name);
         [
             (h("x-inference-fps"), header_text(&format!("{:.2}", self.inference_fps))),
@@ -73,6 +77,7 @@ impl FinalStats {
             (h("x-frames"), HeaderValue::from(self.frames)),
             (h("x-keyframes-evaluated"), HeaderValue::from(self.keyframes_evaluated)),
             (h("x-bypassed-frames"), HeaderValue::from(self.bypassed_frames)),
+            (h("x-decoded-frames"), HeaderValue::from(self.decoded_frames)),
             (h("x-weights"), header_text(&self.weights)),
             (h("server-timing"), header_text(&self.server_timing)),
         ]

@@ -13,7 +13,7 @@ fn calibrate_answers_the_sources_shape_with_the_extras_and_caches_it() {
     let r = get(&s, "/v1/calibration");
     assert_eq!((r.status().as_u16(), error_code(r).as_str()), (404, "no_calibration"));
     let c = client();
-    for bad in ["frames=4", "frames=251", "runs=0", "runs=6", "strides=1,2"] {
+    for bad in ["frames=4", "frames=251", "runs=0", "runs=6", "strides=1,2", "infill=pixels"] {
         let r = c.post(s.url(&format!("/calibrate?{bad}"))).send().unwrap();
         assert_eq!(r.status(), 422, "{bad}");
     }
@@ -65,9 +65,40 @@ fn calibrate_answers_the_sources_shape_with_the_extras_and_caches_it() {
     assert!(v["weights"].as_str().unwrap().starts_with("synthetic"));
     assert_eq!(v["recommended_render_slots"], 1);
     assert_eq!((v["calibration"]["frames"].as_u64(), v["calibration"]["runs"].as_u64()), (Some(10), Some(1)));
+    assert_eq!(v["calibration"]["infill"], "latent", "the default");
+    assert_eq!(m["components"]["infill"], "latent");
+    assert_eq!(v["calibration"]["count_mismatch"], serde_json::json!([]), "{}", v["calibration"]);
 
     // Cached.
     let cached: serde_json::Value = get(&s, "/v1/calibration").json().unwrap();
     assert_eq!(cached, v);
     assert!(s.temp_entries().is_empty(), "{:?}", s.temp_entries());
+}
+
+#[test]
+fn calibrate_projects_and_renders_image_infill() {
+    let _r = render_lock();
+    let s = start(&[]);
+    let r = client().post(s.url("/calibrate?frames=50&runs=1&infill=image")).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().unwrap();
+    let cal = &v["calibration"];
+    assert_eq!(cal["infill"], "image");
+    // The projected counts are the render's: the decoder ran on the evaluated keyframes only.
+    assert_eq!(cal["count_mismatch"], serde_json::json!([]), "{cal}");
+    let m = &v["benchmarks"]["musetalk"];
+    assert_eq!(m["components"]["infill"], "image");
+    for k in 1..=3 {
+        let p = &m["stride_projections"][format!("stride_{k}")];
+        assert_eq!(p["infill"], "image", "{p}");
+        assert_eq!(p["decoded_frames"], p["unet_evaluations"], "{p}");
+    }
+    // 50 frames: the clip opens in silence, then speech. At stride 1 every frame not
+    // bypassed is evaluated (and decoded, whatever the infill); at stride 3 image infill decodes
+    // fewer.
+    let (p1, p3) = (&m["stride_projections"]["stride_1"], &m["stride_projections"]["stride_3"]);
+    let n = |p: &serde_json::Value, k: &str| p[k].as_u64().unwrap();
+    assert!(n(p3, "unet_evaluations") > 0, "{p3}");
+    assert!(n(p3, "decoded_frames") < n(p1, "decoded_frames"), "{p1} {p3}");
+    assert!(p3["description"].as_str().unwrap().contains("image infill"), "{p3}");
 }

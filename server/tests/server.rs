@@ -69,6 +69,51 @@ fn generate_json_variant_renders_the_bundled_avatar() {
 }
 
 #[test]
+fn generate_with_image_infill_decodes_the_keyframes_only() {
+    let _r = render_lock();
+    let s = start(&[]);
+    let c = client();
+    let audio = std::fs::read(fixture("goodnight")).unwrap();
+    let render = |infill: &str| {
+        let f = form(audio.clone(), &[("stride", "3"), ("face_box", "center"), ("infill", infill)])
+            .part("video", part(png(192, 160), "a.png", "image/png"));
+        let r = c.post(s.url("/generate")).multipart(f).send().unwrap();
+        assert_eq!(r.status(), 200, "{infill}: {:?}", r.text());
+        let n = |name: &str| header(&r, name).parse::<u64>().unwrap();
+        let counts = (n("x-frames"), n("x-keyframes-evaluated"), n("x-bypassed-frames"), n("x-decoded-frames"));
+        assert_eq!(probe(&r.bytes().unwrap()).frames, counts.0, "{infill}");
+        counts
+    };
+    let (frames, evaluated, bypassed, decoded_latent) = render("latent");
+    let image = render("image");
+    // The same schedule and silence; latent decodes every frame not bypassed, image the UNet's
+    // keyframes only.
+    assert_eq!((image.0, image.1, image.2), (frames, evaluated, bypassed));
+    assert_eq!(decoded_latent, frames - bypassed);
+    assert_eq!(image.3, evaluated);
+    assert!(image.3 < decoded_latent, "image {image:?}, latent decoded {decoded_latent}");
+
+    // The JSON variant takes it too; a bad value is refused, and an avatar takes none.
+    let b64 = base64::engine::general_purpose::STANDARD.encode(tone_wav(0.4));
+    let body = serde_json::json!({"audio_b64": b64, "stride": 2, "infill": "image"});
+    let r =
+        c.post(s.url("/generate")).header("content-type", "application/json").body(body.to_string()).send().unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text());
+    assert_eq!(header(&r, "x-decoded-frames"), header(&r, "x-keyframes-evaluated"));
+    let r = c.post(s.url("/generate")).multipart(form(tone_wav(0.3), &[("infill", "pixels")])).send().unwrap();
+    assert_eq!(r.status(), 422);
+    let e: serde_json::Value = r.json().unwrap();
+    assert_eq!(e["error"]["code"], "invalid_option");
+    assert_eq!(e["error"]["message"], "infill: 'pixels': expected latent or image");
+    let f = reqwest::blocking::multipart::Form::new()
+        .part("image", part(png(160, 128), "me.png", "image/png"))
+        .text("face_box", "center")
+        .text("infill", "image");
+    let r = c.post(s.url("/v1/avatars")).multipart(f).send().unwrap();
+    assert_eq!((r.status().as_u16(), error_code(r).as_str()), (422, "unknown_field"));
+}
+
+#[test]
 fn limits_refuse_before_any_engine_work() {
     let s = start(&["--max-body-mb", "1", "--max-seconds", "3", "--max-pixels", "100000"]);
     let c = client();

@@ -11,6 +11,7 @@ use cadence::frame_loop::report::{RenderReport, RenderSetup};
 use cadence::frame_loop::RenderOptions;
 use cadence::io::output::{OutputPath, Overwrite};
 use cadence::musetalk::schedule_args::{self, ScheduleArgs, DEFAULT_STRIDE};
+use cadence::musetalk::MuseTalkInfill;
 use cadence::{Backend, BackendChoice, Method};
 use cadence_media::FrameRate;
 use clap::Args;
@@ -81,9 +82,17 @@ pub struct RenderArgs {
     /// H.264 encoder.
     #[arg(long, value_enum, default_value = "openh264")]
     pub encoder: EncoderArg,
-    /// How in-between latents are made from the keyframes.
+    /// How in-between frames are blended from the keyframes (latents, or crops with --infill
+    /// image).
     #[arg(long, value_enum, default_value = "slerp")]
     pub method: Method,
+    /// MuseTalk: what the frames between keyframes are made from. latent: the blend of the
+    /// UNet's keyframe latents, decoded on every frame (the source's method); image: the decoder
+    /// runs on keyframes only and the frames between are blends of the decoded keyframe crops
+    /// (faster by the decoder's share; docs/infill.md says what it costs in quality). Ditto's
+    /// infill is --ditto-infill.
+    #[arg(long, value_enum, default_value = "latent")]
+    pub infill: MuseTalkInfill,
     /// Refuse audio longer than this (seconds). A live stream (`--audio -`) runs until its input
     /// closes.
     #[arg(long, default_value = "600", value_parser = parse_seconds)]
@@ -163,6 +172,10 @@ pub fn run(a: RenderArgs) -> Result<()> {
     let encoder = a.encoder.available()?;
     let (engine_device, profile) = a.engines.device()?;
     if a.engine == EngineFamily::Ditto {
+        ensure!(
+            a.infill == MuseTalkInfill::Latent,
+            "--infill is MuseTalk's; Ditto's infill is --ditto-infill (feature, image or motion)"
+        );
         return ditto::run(&a, live, out.as_ref(), fragmented, encoder, engine_device, profile);
     }
     ensure!(
@@ -172,15 +185,7 @@ pub fn run(a: RenderArgs) -> Result<()> {
     if live {
         return run_live(a, out.as_ref(), encoder, engine_device, profile);
     }
-    let opts = RenderOptions {
-        fps: a.fps,
-        ramp: a.ramp,
-        batch: a.engines.batch as usize,
-        method: a.method,
-        window: cadence::frame_loop::window_frames(a.window, a.fps),
-        vad: a.vad.vad(),
-        cancel: None,
-    };
+    let opts = render_options(&a, cadence::frame_loop::window_frames(a.window, a.fps));
     // The --audio WAV, or the --text speech (libespeak-ng), and the phoneme alignment. A
     // windowed render to a fragmented MP4 reads the WAV as it goes (memory flat in the clip's
     // length) unless the options analyse the whole clip first.
@@ -239,11 +244,16 @@ pub fn run(a: RenderArgs) -> Result<()> {
     bar.finish_and_clear();
     let setup = RenderSetup::new(&backend, &engine_device, &engines);
     let report = RenderReport::new(setup, &prepared, &result.stats, result.video.as_ref(), a.fps, load_ms);
-    let mut fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented, "vad": opts.vad.name()});
+    let mut fields = serde_json::json!({"audio": source, "schedule": schedule_summary, "fragmented": fragmented, "vad": opts.vad.name(), "infill": opts.infill});
     if let Some(s) = &avatar_source {
         fields["face"] = cadence::avatar::faces::report(s);
     }
-    print_summary(&a, &report, &result, fields, &schedule_args::summary_line(planned.as_ref(), &schedule, &legacy))
+    let line = format!(
+        "  infill {}\n{}",
+        opts.infill.name(),
+        schedule_args::summary_line(planned.as_ref(), &schedule, &legacy)
+    );
+    print_summary(&a, &report, &result, fields, &line)
 }
 
 /// The render's progress bar over `frames` (hidden with --json, whose standard output is data).
@@ -395,6 +405,20 @@ pub(crate) fn stdin_stream() -> Result<cadence_media::AudioStream<std::io::Stdin
     Ok(cadence_media::AudioStream::new(reader, name)?)
 }
 
+/// The MuseTalk render's options from the flags, with the render window `window`.
+fn render_options(a: &RenderArgs, window: Option<usize>) -> RenderOptions {
+    RenderOptions {
+        fps: a.fps,
+        ramp: a.ramp,
+        batch: a.engines.batch as usize,
+        method: a.method,
+        infill: a.infill,
+        window,
+        vad: a.vad.vad(),
+        cancel: None,
+    }
+}
+
 /// `--audio -`: the WAV stream on standard input rendered as it arrives ([`cadence::musetalk::live`]).
 fn run_live(
     a: RenderArgs,
@@ -403,15 +427,8 @@ fn run_live(
     engine_device: cadence_engines::EngineDevice,
     profile: cadence_engines::Profile,
 ) -> Result<()> {
-    let opts = RenderOptions {
-        fps: a.fps,
-        ramp: a.ramp,
-        batch: a.engines.batch as usize,
-        method: a.method,
-        window: None,
-        vad: a.vad.vad(),
-        cancel: None,
-    };
+    // A live stream's parts are windowed by the live loop (`LiveOptions`), not by the renders.
+    let opts = render_options(&a, None);
     let stride = a.stride.map_or(DEFAULT_STRIDE, |k| k as usize);
     let live = cadence::frame_loop::live::LiveOptions::new(
         stride,
@@ -456,13 +473,16 @@ fn run_live(
         "live": {"stride": stride, "part_frames": live.part_frames, "lookahead_frames": live.lookahead_frames},
         "fragmented": true,
         "vad": opts.vad.name(),
+        "infill": opts.infill,
     });
     if let Some(s) = &avatar_source {
         fields["face"] = cadence::avatar::faces::report(s);
     }
     let line = format!(
-        "  live: parts of {} frames (stride {stride}), {} frames of lookahead",
-        live.part_frames, live.lookahead_frames
+        "  live: parts of {} frames (stride {stride}), {} frames of lookahead; infill {}",
+        live.part_frames,
+        live.lookahead_frames,
+        opts.infill.name()
     );
     print_summary(&a, &report, &result, fields, &line)
 }

@@ -8,6 +8,7 @@
 
 use anyhow::{Context, Result};
 use cadence::measure::calibrate::{calibrate, check_parameters, CalibrateSetup, Step};
+use cadence::musetalk::MuseTalkInfill;
 use clap::Parser;
 use experiments::session::{Inputs, Session, SessionArgs};
 use experiments::OutDir;
@@ -31,6 +32,10 @@ struct Args {
     /// Frames the encoder benchmark encodes.
     #[arg(long, default_value_t = 25)]
     encoder_frames: usize,
+    /// MuseTalk's infill to project and render: latent (the decoder on every frame not bypassed)
+    /// or image (the decoder on the evaluated keyframes only).
+    #[arg(long, value_enum, default_value = "latent")]
+    infill: MuseTalkInfill,
     #[command(flatten)]
     session: SessionArgs,
     #[command(flatten)]
@@ -53,6 +58,7 @@ fn run(mut a: Args) -> Result<()> {
     eprintln!("calibrate: loading engines and inputs ...");
     let session = Session::open(&a.session)?;
     let Session { inputs: Inputs { backend, opts, audio, img, face, encoder, .. }, engines } = &session;
+    let opts = &cadence::frame_loop::RenderOptions { infill: a.infill, ..opts.clone() };
     let scratch = std::env::temp_dir().join(format!("cadence-calibrate-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
     let setup = CalibrateSetup {
@@ -108,6 +114,7 @@ fn run(mut a: Args) -> Result<()> {
             cal.expand_ms
         ),
     );
+    prov.note("infill", a.infill.name());
     if !cal.count_mismatch.is_empty() {
         prov.note("count_mismatch", cal.count_mismatch.join("; "));
     }

@@ -43,6 +43,9 @@ struct Row {
     musetalk_neural_rtf: f64,
     musetalk_end_to_end_fps: f64,
     musetalk_end_to_end_rtf: f64,
+    /// MuseTalk with `--infill image` (the decoder on keyframes only), where the stride table
+    /// measured it; empty at stride 1 (no frames between keyframes).
+    musetalk_image_end_to_end_fps: String,
     ditto_feature_end_to_end_fps: String,
     ditto_image_end_to_end_fps: String,
     ditto_motion_end_to_end_fps: String,
@@ -85,14 +88,21 @@ fn main() -> Result<()> {
         (Some(v), Some(dense)) => format!("{:.2}", v / dense),
         _ => missing(),
     };
+    // MuseTalk's image-infill rows go in a column of their own, beside the latent row of their stride.
+    let musetalk_image = |k: usize| -> String {
+        let image = rows.iter().find(|r| r.stride == k && k > 1 && r.infill == "image");
+        image.map_or_else(String::new, |r| format!("{:.2}", r.end_to_end_fps))
+    };
     let out: Vec<Row> = rows
         .iter()
+        .filter(|r| r.infill != "image")
         .map(|r| Row {
             stride: r.stride,
             musetalk_neural_fps: r.neural_fps,
             musetalk_neural_rtf: r.neural_rtf,
             musetalk_end_to_end_fps: r.end_to_end_fps,
             musetalk_end_to_end_rtf: r.end_to_end_rtf,
+            musetalk_image_end_to_end_fps: musetalk_image(r.stride),
             ditto_feature_end_to_end_fps: cell(r.stride, 0),
             ditto_image_end_to_end_fps: cell(r.stride, 1),
             ditto_motion_end_to_end_fps: cell(r.stride, 2),
@@ -106,7 +116,10 @@ fn main() -> Result<()> {
         get("hardware"),
         get(experiments::provenance::ENGINE_DEVICE_KEY)
     );
-    println!("{:<8} {:>18} {:>22} {:>22} {:>22}", "stride", "MuseTalk", "Ditto feature", "Ditto image", "Ditto motion");
+    println!(
+        "{:<8} {:>18} {:>18} {:>22} {:>22} {:>22}",
+        "stride", "MuseTalk", "MuseTalk image", "Ditto feature", "Ditto image", "Ditto motion"
+    );
     for r in &out {
         let d = |fps: &str, x: &str| {
             if fps.starts_with("missing") {
@@ -116,9 +129,14 @@ fn main() -> Result<()> {
             }
         };
         println!(
-            "{:<8} {:>18} {:>22} {:>22} {:>22}",
+            "{:<8} {:>18} {:>18} {:>22} {:>22} {:>22}",
             r.stride,
             format!("{:.1} FPS", r.musetalk_end_to_end_fps),
+            if r.musetalk_image_end_to_end_fps.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{} FPS", r.musetalk_image_end_to_end_fps)
+            },
             d(&r.ditto_feature_end_to_end_fps, &r.ditto_feature_speedup),
             d(&r.ditto_image_end_to_end_fps, &r.ditto_image_speedup),
             d(&r.ditto_motion_end_to_end_fps, &r.ditto_motion_speedup),

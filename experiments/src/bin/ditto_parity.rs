@@ -1,9 +1,11 @@
-//! Ditto's strides against its dense render (the source's sections 5.2-5.3): for each stride and
-//! infill, PSNR and SSIM of the face box's luma against the dense render, and the flicker index
+//! Strides against the dense render (the source's sections 5.2-5.3), for both engines: for each
+//! engine, stride and infill (Ditto: feature, image, motion; MuseTalk: latent, image), PSNR and
+//! SSIM of the face box's luma against the same engine's dense render, and the flicker index
 //! (mean absolute difference between consecutive frames in the mouth region) beside the dense
 //! render's own; plus a picture grid of the face box at the source's frames 17, 22, 25, 50, 62:
-//! Ditto dense, stride 2 and stride 3 (image infill), stride 3 (motion infill), MuseTalk dense.
-//! Writes results/ditto_parity.csv and results/ditto_parity_grid.png.
+//! Ditto dense, stride 2 and stride 3 (image infill), stride 3 (motion infill), MuseTalk dense,
+//! MuseTalk stride 3 (image infill). Writes results/ditto_parity.csv and
+//! results/ditto_parity_grid.png.
 //!
 //! With synthetic weights these numbers measure the method on this network, not a trained face:
 //! the files say so.
@@ -11,6 +13,7 @@
 use anyhow::{ensure, Result};
 use cadence::backend::composite::FaceBox;
 use cadence::ditto::{self, DittoEngines, DittoInfill};
+use cadence::musetalk::MuseTalkInfill;
 use cadence::{Backend, KeyframeSchedule, Method};
 use clap::Parser;
 use experiments::metrics::{psnr, ssim_gray};
@@ -38,6 +41,7 @@ const DEFAULT_FRAMES: usize = 125;
 
 #[derive(serde::Serialize)]
 struct Row {
+    engine: &'static str,
     stride: usize,
     infill: String,
     frames: usize,
@@ -78,13 +82,71 @@ struct Captured {
     grid: Vec<Vec<u8>>,
 }
 
+impl Captured {
+    fn new(frames: usize) -> Captured {
+        Captured { luma: Vec::with_capacity(frames), grid: Vec::new() }
+    }
+
+    /// A sink for a render's frames.
+    fn add(&mut self, i: usize, nv12: &[u8], width: usize, face: FaceBox, grid_frames: &[usize]) {
+        self.luma.push(face_luma(nv12, width, face));
+        if grid_frames.contains(&i) {
+            self.grid.push(nv12.to_vec());
+        }
+    }
+}
+
+/// One render at stride `k` against its engine's dense render: `bypassed[f]`, frame f skipped every
+/// network (it is the rest frame in both).
+struct Compared<'a> {
+    engine: &'static str,
+    dense: &'a Captured,
+    dense_flicker: f64,
+    bypassed: &'a [bool],
+    /// The face box's size.
+    fw: usize,
+    fh: usize,
+}
+
+impl Compared<'_> {
+    fn row(&self, k: usize, infill: &str, r: &Captured) -> Result<Row> {
+        let n = self.dense.luma.len();
+        ensure!(r.luma.len() == n, "{} frames against a dense render of {n}", r.luma.len());
+        let schedule = KeyframeSchedule::fixed_stride(n, k)?;
+        let keys: Vec<usize> = schedule.keyframes().iter().map(|&f| f as usize).collect();
+        let infilled: Vec<usize> = (0..n).filter(|f| !keys.contains(f) && !self.bypassed[*f]).collect();
+        let all_a: Vec<f32> = r.luma.concat();
+        let all_b: Vec<f32> = self.dense.luma.concat();
+        let inf_a: Vec<f32> = infilled.iter().flat_map(|&f| r.luma[f].iter().copied()).collect();
+        let inf_b: Vec<f32> = infilled.iter().flat_map(|&f| self.dense.luma[f].iter().copied()).collect();
+        let to64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let ssim_sum: f64 = infilled
+            .iter()
+            .map(|&f| ssim_gray(&to64(&r.luma[f]), &to64(&self.dense.luma[f]), self.fw, self.fh, 255.0))
+            .sum::<Result<f64>>()?;
+        Ok(Row {
+            engine: self.engine,
+            stride: k,
+            infill: infill.into(),
+            frames: n,
+            keyframes: keys.len(),
+            infilled_frames: infilled.len(),
+            psnr_db: psnr(&all_a, &all_b, 255.0)?,
+            psnr_infilled_db: if infilled.is_empty() { f64::INFINITY } else { psnr(&inf_a, &inf_b, 255.0)? },
+            ssim_infilled: if infilled.is_empty() { 1.0 } else { ssim_sum / infilled.len() as f64 },
+            flicker_mouth: flicker(&r.luma, self.fw, self.fh),
+            flicker_mouth_dense: self.dense_flicker,
+        })
+    }
+}
+
 fn main() -> Result<()> {
     let a = Args::parse();
     ensure!(a.strides.iter().all(|&k| k > 1), "--strides: the dense render is stride 1; give strides above 1");
     let out_dir = a.out.dir()?;
     let mut session_args = a.session.clone();
     session_args.frames = Some(session_args.frames.unwrap_or(DEFAULT_FRAMES));
-    eprintln!("ditto_parity: loading the engines (Ditto's and, for the grid, MuseTalk's) and the inputs ...");
+    eprintln!("ditto_parity: loading both engines and the inputs ...");
     let session = Session::open(&session_args)?;
     let Session { inputs: Inputs { backend, opts, audio, img, face, .. }, engines } = &session;
     let (width, (_, _, fw, fh)) = (img.width() as usize, face.as_usize());
@@ -96,7 +158,7 @@ fn main() -> Result<()> {
     let grid_frames: Vec<usize> = GRID_FRAMES.iter().copied().filter(|&f| f < n).collect();
 
     let render = |schedule: &KeyframeSchedule, infill: DittoInfill| -> Result<Captured> {
-        let mut c = Captured { luma: Vec::with_capacity(n), grid: Vec::new() };
+        let mut c = Captured::new(n);
         ditto::frames::render(
             &dengines,
             &avatar,
@@ -107,10 +169,7 @@ fn main() -> Result<()> {
             infill,
             Method::Slerp,
             |i, f| {
-                c.luma.push(face_luma(f, width, *face));
-                if grid_frames.contains(&i) {
-                    c.grid.push(f.to_vec());
-                }
+                c.add(i, f, width, *face, &grid_frames);
                 Ok(())
             },
             |_| {},
@@ -119,68 +178,82 @@ fn main() -> Result<()> {
     };
     eprintln!("ditto_parity: dense render ({n} frames)");
     let dense = render(&KeyframeSchedule::fixed_stride(n, 1)?, DittoInfill::Feature)?;
-    let dense_flicker = flicker(&dense.luma, fw, fh);
     let bypassed = cadence::schedules::keyframes::bypassed_frames(&clip.distance, opts.ramp);
+    let ditto_vs = Compared {
+        engine: "ditto",
+        dense: &dense,
+        dense_flicker: flicker(&dense.luma, fw, fh),
+        bypassed: &bypassed,
+        fw,
+        fh,
+    };
 
     let mut rows = Vec::new();
     let mut grid_rows: Vec<(String, Vec<Vec<u8>>)> = vec![("ditto dense".into(), dense.grid.clone())];
     for &k in &a.strides {
         let schedule = KeyframeSchedule::fixed_stride(n, k)?;
-        let keys: Vec<usize> = schedule.keyframes().iter().map(|&f| f as usize).collect();
-        let infilled: Vec<usize> = (0..n).filter(|f| !keys.contains(f) && !bypassed[*f]).collect();
         for infill in [DittoInfill::Feature, DittoInfill::Image, DittoInfill::Motion] {
-            eprintln!("ditto_parity: stride {k}, {} infill", infill.name());
+            eprintln!("ditto_parity: Ditto stride {k}, {} infill", infill.name());
             let r = render(&schedule, infill)?;
-            let all_a: Vec<f32> = r.luma.concat();
-            let all_b: Vec<f32> = dense.luma.concat();
-            let inf_a: Vec<f32> = infilled.iter().flat_map(|&f| r.luma[f].iter().copied()).collect();
-            let inf_b: Vec<f32> = infilled.iter().flat_map(|&f| dense.luma[f].iter().copied()).collect();
-            let to64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
-            let ssim_sum: f64 = infilled
-                .iter()
-                .map(|&f| ssim_gray(&to64(&r.luma[f]), &to64(&dense.luma[f]), fw, fh, 255.0))
-                .sum::<Result<f64>>()?;
-            rows.push(Row {
-                stride: k,
-                infill: infill.name().into(),
-                frames: n,
-                keyframes: keys.len(),
-                infilled_frames: infilled.len(),
-                psnr_db: psnr(&all_a, &all_b, 255.0)?,
-                psnr_infilled_db: if infilled.is_empty() { f64::INFINITY } else { psnr(&inf_a, &inf_b, 255.0)? },
-                ssim_infilled: if infilled.is_empty() { 1.0 } else { ssim_sum / infilled.len() as f64 },
-                flicker_mouth: flicker(&r.luma, fw, fh),
-                flicker_mouth_dense: dense_flicker,
-            });
+            rows.push(ditto_vs.row(k, infill.name(), &r)?);
             if infill == DittoInfill::Image || (infill == DittoInfill::Motion && k == 3) {
                 grid_rows.push((format!("ditto stride {k} {}", infill.name()), r.grid));
             }
         }
     }
 
-    eprintln!("ditto_parity: MuseTalk dense render for the grid");
+    // MuseTalk on the same clip: its latent infill (the source's) and its image infill (the
+    // decoder on keyframes only) against its own dense render.
     let prepared = cadence::musetalk::render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
-    let mut musetalk = Vec::new();
-    prepared.render_frames(
-        engines,
-        backend,
-        opts,
-        &KeyframeSchedule::fixed_stride(prepared.frames, 1)?,
-        |i, f| {
-            if grid_frames.contains(&i) {
-                musetalk.push(f.to_vec());
+    let mn = prepared.frames;
+    let musetalk = |k: usize, infill: MuseTalkInfill| -> Result<Captured> {
+        let mut c = Captured::new(mn);
+        let o = cadence::frame_loop::RenderOptions { infill, ..opts.clone() };
+        prepared.render_frames(
+            engines,
+            backend,
+            &o,
+            &KeyframeSchedule::fixed_stride(mn, k)?,
+            |i, f| {
+                c.add(i, f, width, *face, &grid_frames);
+                Ok(())
+            },
+            |_| {},
+        )?;
+        Ok(c)
+    };
+    eprintln!("ditto_parity: MuseTalk dense render ({mn} frames)");
+    let mdense = musetalk(1, MuseTalkInfill::Latent)?;
+    let mdistance = cadence::schedules::keyframes::speech_distance(&prepared.speech);
+    let mbypassed = cadence::schedules::keyframes::bypassed_frames(&mdistance, opts.ramp);
+    let musetalk_vs = Compared {
+        engine: "musetalk",
+        dense: &mdense,
+        dense_flicker: flicker(&mdense.luma, fw, fh),
+        bypassed: &mbypassed,
+        fw,
+        fh,
+    };
+    grid_rows.push(("musetalk dense".into(), mdense.grid.clone()));
+    for &k in &a.strides {
+        for infill in [MuseTalkInfill::Latent, MuseTalkInfill::Image] {
+            eprintln!("ditto_parity: MuseTalk stride {k}, {} infill", infill.name());
+            let r = musetalk(k, infill)?;
+            rows.push(musetalk_vs.row(k, infill.name(), &r)?);
+            if infill == MuseTalkInfill::Image && k == 3 {
+                grid_rows.push((format!("musetalk stride {k} {}", infill.name()), r.grid));
             }
-            Ok(())
-        },
-        |_| {},
-    )?;
-    grid_rows.push(("musetalk dense".into(), musetalk));
+        }
+    }
 
     let mut prov = session.provenance();
     prov.note("ditto_engines", dengines.describe());
     prov.note("ditto_weights", dengines.weights.clone());
     prov.note("ditto_ddim_steps", a.ditto_steps.to_string());
-    prov.note("reference", "each stride is compared with Ditto's dense render (stride 1) of the same clip and motion");
+    prov.note(
+        "reference",
+        "each stride is compared with its engine's dense render (stride 1) of the same clip (Ditto: and motion)",
+    );
     prov.note("caveat", "synthetic weights: these numbers measure the method on this network, not a trained face");
     prov.note("metrics", "luma (NV12 Y) of the face box; flicker over rows 60-85% and columns 30-70% of the box");
     let grid_desc: Vec<String> = grid_rows.iter().map(|(name, _)| name.clone()).collect();
@@ -196,13 +269,20 @@ fn main() -> Result<()> {
 
 fn print_rows(rows: &[Row]) {
     println!(
-        "{:<8} {:<8} {:>10} {:>14} {:>10} {:>10} {:>10}",
-        "stride", "infill", "PSNR dB", "PSNR infill", "SSIM", "flicker", "dense"
+        "{:<10} {:<8} {:<8} {:>10} {:>14} {:>10} {:>10} {:>10}",
+        "engine", "stride", "infill", "PSNR dB", "PSNR infill", "SSIM", "flicker", "dense"
     );
     for r in rows {
         println!(
-            "{:<8} {:<8} {:>10.2} {:>14.2} {:>10.4} {:>10.3} {:>10.3}",
-            r.stride, r.infill, r.psnr_db, r.psnr_infilled_db, r.ssim_infilled, r.flicker_mouth, r.flicker_mouth_dense
+            "{:<10} {:<8} {:<8} {:>10.2} {:>14.2} {:>10.4} {:>10.3} {:>10.3}",
+            r.engine,
+            r.stride,
+            r.infill,
+            r.psnr_db,
+            r.psnr_infilled_db,
+            r.ssim_infilled,
+            r.flicker_mouth,
+            r.flicker_mouth_dense
         );
     }
 }

@@ -9,6 +9,7 @@ use cadence::ditto::{self, DittoEngines, DittoInfill};
 use cadence::frame_loop::report::{RenderReport, RenderSetup};
 use cadence::frame_loop::video::Output;
 use cadence::io::output::{OutputPath, Overwrite};
+use cadence::musetalk::MuseTalkInfill;
 use cadence::{Backend, KeyframeSchedule};
 use cadence_engines::Engine;
 use clap::Parser;
@@ -32,6 +33,10 @@ struct Args {
     /// results/stride_table_ditto.csv (docs/ditto.md).
     #[arg(long, value_enum, default_value = "musetalk")]
     engine: EngineFamily,
+    /// MuseTalk: the infills to measure at each stride above 1 (stride 1 decodes every frame and
+    /// is measured once, with latent infill). image decodes keyframes only (docs/infill.md).
+    #[arg(long, value_enum, default_value = "latent,image", value_delimiter = ',')]
+    infill: Vec<MuseTalkInfill>,
     /// Ditto: the infills to measure at each stride above 1 (stride 1 has no frames between
     /// keyframes and is measured once).
     #[arg(long, value_enum, default_value = "feature,image,motion", value_delimiter = ',')]
@@ -44,6 +49,12 @@ struct Args {
     /// machine whose speed drifts, a single pass in row order biases the ratios between rows.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
+    /// MuseTalk: render in windows of this many seconds, as `cadence render --window` does (its
+    /// default too): the video encoder works on one window's frames while the UNet works on the
+    /// next. 0 renders the clip as one window (every keyframe through the UNet before the first
+    /// frame reaches the encoder).
+    #[arg(long, default_value_t = cadence::frame_loop::DEFAULT_WINDOW_SECONDS, value_parser = cadence::args::parse_window_seconds)]
+    window: f64,
     /// MuseTalk at the reduced profile: skip the full-profile projection (which loads the
     /// published-size engines and times them once, about 40 s on 2 cores).
     #[arg(long)]
@@ -192,17 +203,29 @@ fn main() -> Result<()> {
     let scratch = experiments::paths::workspace_root().join("target/stride_table");
     std::fs::create_dir_all(&scratch)?;
 
+    ensure!(!a.infill.is_empty(), "--infill: name at least one infill (latent, image)");
+    let runs: Vec<(usize, MuseTalkInfill)> = a
+        .strides
+        .iter()
+        .flat_map(|&k| {
+            let infills = if k == 1 { vec![MuseTalkInfill::Latent] } else { a.infill.clone() };
+            infills.into_iter().map(move |i| (k, i))
+        })
+        .collect();
     let mut total_bar_len = 0u64;
     let bar = experiments::progress::progress_bar(0, "stride_table");
-    let rows = in_rounds(&a.strides, a.rounds, |&k| {
-        bar.set_message(format!("stride {k}: audio encoder + avatar"));
+    let rows = in_rounds(&runs, a.rounds, |&(k, infill)| {
+        bar.set_message(format!("stride {k}, {} infill: audio encoder + avatar", infill.name()));
+        let window = cadence::frame_loop::window_frames(a.window, opts.fps);
+        let opts = &cadence::frame_loop::RenderOptions { infill, window, ..opts.clone() };
         let prepared = cadence::musetalk::render::prepare(engines, backend, audio.clone(), img, *face, opts)?;
         let n = prepared.frames;
         total_bar_len += n as u64;
         bar.set_length(total_bar_len);
         let schedule = KeyframeSchedule::fixed_stride(n, k)?;
-        bar.set_message(format!("stride {k}: {} keyframes", schedule.count()));
-        let out = OutputPath::check(&scratch.join(format!("stride_{k}.mp4")), Overwrite::Replace, &[])?;
+        bar.set_message(format!("stride {k}, {} infill: {} keyframes", infill.name(), schedule.count()));
+        let out =
+            OutputPath::check(&scratch.join(format!("stride_{k}_{}.mp4", infill.name())), Overwrite::Replace, &[])?;
         let output = match encoder {
             Some(e) => Output::Mp4 { out: &out, encoder: *e },
             None => Output::Discard,
@@ -210,12 +233,12 @@ fn main() -> Result<()> {
         let r = cadence::musetalk::render::render_clip(engines, backend, opts, &prepared, &schedule, output, |d| {
             bar.inc(d as u64)
         })
-        .with_context(|| format!("render at stride {k}"))?;
+        .with_context(|| format!("render at stride {k}, {} infill", infill.name()))?;
         let setup = RenderSetup::new(backend, &session.engine_device, engines);
         let rep = RenderReport::new(setup, &prepared, &r.stats, r.video.as_ref(), opts.fps, 0.0);
         let names = Names {
             engine: "musetalk",
-            infill: "latent slerp".into(),
+            infill: infill.name().into(),
             keyframe_net: engines.unet.describe(),
             decoder: engines.decoder.describe(),
         };
@@ -225,6 +248,9 @@ fn main() -> Result<()> {
 
     let mut prov = session.provenance();
     prov.note("rounds", a.rounds.to_string());
+    prov.note("infills", a.infill.iter().map(|i| i.name()).collect::<Vec<_>>().join(","));
+    prov.note("window_s", a.window.to_string());
+    prov.note("method", format!("{:?}", opts.method).to_lowercase());
     let mut rows = rows;
     if engines.profile != cadence_engines::Profile::Full && !a.no_projection {
         eprintln!("stride_table: timing the full profile's engines for the projection ...");
@@ -244,9 +270,10 @@ fn main() -> Result<()> {
 }
 
 impl Row {
-    /// The stride, with the infill where the engine has more than one (Ditto).
+    /// The stride, with the infill where it is not the engine's default (Ditto: every stride
+    /// above 1; MuseTalk: image).
     fn label(&self) -> String {
-        if self.engine == "ditto" && self.stride > 1 {
+        if (self.engine == "ditto" && self.stride > 1) || self.infill == MuseTalkInfill::Image.name() {
             format!("{} {}", self.stride, self.infill)
         } else {
             self.stride.to_string()

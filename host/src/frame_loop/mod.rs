@@ -48,6 +48,9 @@ pub struct RenderOptions {
     /// Engine batch size.
     pub batch: usize,
     pub method: Method,
+    /// MuseTalk's infill: on latents (the decoder on every frame) or on the decoded keyframe
+    /// crops (the decoder on keyframes only). Ditto's infills are given to its render.
+    pub infill: crate::musetalk::MuseTalkInfill,
     /// Frames per render window ([`run`]); `None` renders the clip as one window.
     /// The output is the same whatever the window; memory and the time to the first frame
     /// grow with it.
@@ -66,6 +69,7 @@ impl Default for RenderOptions {
             ramp: 4,
             batch: 8,
             method: Method::Slerp,
+            infill: crate::musetalk::MuseTalkInfill::Latent,
             window: None,
             vad: audio::Vad::default(),
             cancel: None,

@@ -92,8 +92,9 @@ pub fn write_video(
             let whole = audio.whole().context("a progressive MP4 needs the audio decoded whole")?;
             let writer = VideoWriter::create(partial.path(), w, h, fps, encoder, Some(whole))
                 .map_err(|e| partial.user_error(e.into()))?;
+            let queue = encoder_queue_frames(writer.frame_len());
             let (mut stats, beside) =
-                encode_beside(writer, |sink| go(sink, Box::new(progress))).map_err(|e| partial.user_error(e))?;
+                encode_beside(writer, queue, |sink| go(sink, Box::new(progress))).map_err(|e| partial.user_error(e))?;
             stats.times.encoder_ms += beside.flush_wait_ms;
             stats.times.total_ms += beside.flush_wait_ms;
             stats.times.encoder_busy_ms = beside.busy_ms;
@@ -149,22 +150,35 @@ pub struct EncodedBeside<D> {
     pub flush_wait_ms: f64,
 }
 
-/// Frames waiting for the encoder thread at most (3 MB each at 1080x1920).
-pub const ENCODER_QUEUE: usize = 4;
+/// Bytes of frames waiting for the encoder thread at most: about one default render window (4 s
+/// at 25 fps) of 1080x1920 NV12 frames (3.1 MB each). A windowed frame loop hands out a window's
+/// frames in a burst after the window's keyframe work (with `--infill image` in little more time
+/// than the compositing takes); a queue that holds them lets the encoder work through them while
+/// the loop runs the next window's UNet. A queue of 4 frames made the loop wait for the encoder
+/// instead: the main job's stride 3 lost 8 s of 25 to it (docs/infill.md).
+pub const ENCODER_QUEUE_BYTES: usize = 320 << 20;
+
+/// Frames the encoder's queue holds for frames of `frame_bytes` bytes: [`ENCODER_QUEUE_BYTES`]
+/// of them, at least 4.
+pub fn encoder_queue_frames(frame_bytes: usize) -> usize {
+    (ENCODER_QUEUE_BYTES / frame_bytes.max(1)).max(4)
+}
 
 /// Runs the frame loop `frames` with a sink that hands each NV12 frame to `writer` on a thread of
 /// its own. The encoders take one frame at a time on one thread (OpenH264 without slices), so run
 /// inline they left the other cores idle for each frame's encode; beside the loop they overlap the
-/// next frames' neural stages. At most [`ENCODER_QUEUE`] frames wait (the loop blocks beyond
-/// that, and the sink's time, which the loop records as the encoder's, is then the wait). An
+/// next frames' neural stages. At most `queue_frames` frames wait ([`encoder_queue_frames`]; the
+/// loop blocks beyond that, and the sink's time, which the loop records as the encoder's, is then
+/// the wait). An
 /// encoder error ends the loop at its next frame and is the error returned.
 /// The encoder's thread is not the render's: its CPU time stays out of the stages' CPU times
 /// ([`crate::frame_loop::clock`]).
 pub fn encode_beside<T, E: FrameEncoder>(
     mut writer: E,
+    queue_frames: usize,
     frames: impl FnOnce(&mut dyn FnMut(usize, &[u8]) -> Result<()>) -> Result<T>,
 ) -> Result<(T, EncodedBeside<E::Done>)> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(ENCODER_QUEUE);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(queue_frames.max(1));
     // Buffers come back for reuse, so the loop does not allocate a frame per frame.
     let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|scope| {

@@ -191,6 +191,20 @@ pub fn bench_expand<T: Elem>(
     method: Method,
     reps: usize,
 ) -> Result<ExpandBench> {
+    bench_expand_of::<T>(backend, frames, stride, dim, method, reps, |x| x)
+}
+
+/// [`bench_expand`] with the keyframes' values mapped by `value` from the test data (e.g. into a
+/// decoder's RGB range, for the expansion of decoded face crops).
+pub fn bench_expand_of<T: Elem>(
+    backend: &Backend,
+    frames: usize,
+    stride: usize,
+    dim: usize,
+    method: Method,
+    reps: usize,
+    value: impl Fn(f32) -> f32,
+) -> Result<ExpandBench> {
     anyhow::ensure!(reps > 0, "at least one timed run is needed");
     anyhow::ensure!(
         !matches!(backend, Backend::Emulated),
@@ -198,7 +212,8 @@ pub fn bench_expand<T: Elem>(
     );
     let schedule = KeyframeSchedule::fixed_stride(frames, stride)?;
     let mut placed_keys = Placed::<T>::new(schedule.count() * dim, 0);
-    T::narrow(&test_data(schedule.count() * dim, 7), placed_keys.as_mut_slice());
+    let key_values: Vec<f32> = test_data(schedule.count() * dim, 7).into_iter().map(value).collect();
+    T::narrow(&key_values, placed_keys.as_mut_slice());
     let keys = placed_keys.as_slice();
     let bytes = ((schedule.count() + frames) * dim * std::mem::size_of::<T>()) as f64;
     let (times, copy_times, ratios) = match backend {

@@ -14,16 +14,19 @@
 //! throughput (what the source's projections describe), `*_end_to_end` adds the once-per-render
 //! audio encoder + avatar preparation. The evaluation counts come from the keyframe schedule and
 //! the clip's voice activity before rendering (silence far enough from speech bypasses the UNet
-//! and the decoder). The source does not say how it projects; its example numbers (UNet 472.7
-//! fps, TAESD 2216.8 fps -> 351.6, 510.0, 620.0 fps at strides 1, 2, 3) match no serial or
-//! pipelined model of those two throughputs alone (serial gives 389.6, 662.8, 864.9), so its
-//! exact formula cannot be reproduced; the JSON keeps its shape.
+//! and the decoder). With `image` infill ([`MuseTalkInfill::Image`]) the decoder runs only on the
+//! keyframes the UNet evaluates, so the projection counts decoded frames = UNet evaluations, and
+//! the expansion is measured on decoded face crops (3 x FACE_SIDE x FACE_SIDE values per frame, in
+//! the decoder's range) instead of 4 x 32 x 32 latents. The source does not say how it projects;
+//! its example numbers (UNet 472.7 fps, TAESD 2216.8 fps -> 351.6, 510.0, 620.0 fps at strides
+//! 1, 2, 3) match no serial or pipelined model of those two throughputs alone (serial gives
+//! 389.6, 662.8, 864.9), so its exact formula cannot be reproduced; the JSON keeps its shape.
 
 use crate::backend::composite::FaceBox;
 use crate::frame_loop::video::Output;
 use crate::frame_loop::RenderOptions;
 use crate::io::output::{OutputPath, Overwrite};
-use crate::musetalk::Engines;
+use crate::musetalk::{Engines, MuseTalkInfill};
 use crate::schedules::keyframes::{bypassed_frames, speech_distance};
 use crate::{Backend, KeyframeSchedule, RgbRange};
 use anyhow::{ensure, Context, Result};
@@ -50,8 +53,9 @@ pub struct ComponentCosts {
     pub loop_threads: usize,
 }
 
-/// What one render at a given stride evaluates: known before rendering from the schedule and the
-/// voice activity (bypassed silence runs skip the UNet and the decoder).
+/// What one render at a given stride evaluates: known before rendering from the schedule, the
+/// voice activity (bypassed silence runs skip the UNet and the decoder) and the infill (`image`
+/// decodes the evaluated keyframes only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RenderCounts {
     pub frames: usize,
@@ -60,20 +64,28 @@ pub struct RenderCounts {
 }
 
 impl RenderCounts {
-    /// Counts from the keyframe list and the per-frame bypass flags (`bypassed[f]`: frame f is
-    /// deep enough in silence that the pipeline skips every network for it).
+    /// Counts of a `latent` infill render ([`RenderCounts::from_schedule_infill`]).
     pub fn from_schedule(keys: &[u32], bypassed: &[bool]) -> Result<RenderCounts> {
+        RenderCounts::from_schedule_infill(keys, bypassed, MuseTalkInfill::Latent)
+    }
+
+    /// Counts from the keyframe list, the per-frame bypass flags (`bypassed[f]`: frame f is deep
+    /// enough in silence that the pipeline skips every network for it) and the infill: `latent`
+    /// decodes every frame not bypassed, `image` only the keyframes the UNet evaluates (the frames
+    /// between are blends of their decoded crops).
+    pub fn from_schedule_infill(keys: &[u32], bypassed: &[bool], infill: MuseTalkInfill) -> Result<RenderCounts> {
         ensure!(!bypassed.is_empty(), "a render has at least one frame");
         ensure!(
             keys.iter().all(|&k| (k as usize) < bypassed.len()),
             "a keyframe lies outside the {} frames",
             bypassed.len()
         );
-        Ok(RenderCounts {
-            frames: bypassed.len(),
-            unet_evaluations: keys.iter().filter(|&&k| !bypassed[k as usize]).count(),
-            decoded_frames: bypassed.iter().filter(|&&b| !b).count(),
-        })
+        let unet_evaluations = keys.iter().filter(|&&k| !bypassed[k as usize]).count();
+        let decoded_frames = match infill {
+            MuseTalkInfill::Latent => bypassed.iter().filter(|&&b| !b).count(),
+            MuseTalkInfill::Image => unet_evaluations,
+        };
+        Ok(RenderCounts { frames: bypassed.len(), unet_evaluations, decoded_frames })
     }
 
     /// Dense speech (no bypass), as the source's /calibrate assumes.
@@ -183,6 +195,8 @@ pub struct StrideRow {
     pub measured_prepare_ms: f64,
     /// Easing and bookkeeping: measured, not projected (no component benchmark).
     pub measured_other_ms: f64,
+    /// The infill projected and rendered: `latent` or `image` (the decoder on keyframes only).
+    pub infill: MuseTalkInfill,
 }
 
 /// A calibration's measurements.
@@ -190,8 +204,11 @@ pub struct Calibration {
     pub unet_fps: f64,
     pub decoder_fps: f64,
     pub costs: ComponentCosts,
-    /// Keyframe expansion per render, per stride (0 at stride 1).
+    /// Keyframe expansion per render, per stride (0 at stride 1): of latents, or (`image` infill)
+    /// of decoded face crops.
     pub expand_ms: Vec<f64>,
+    /// The infill projected and rendered.
+    pub infill: MuseTalkInfill,
     pub prepare_ms: f64,
     pub audio_encoder_ms: f64,
     pub avatar_encoder_ms: f64,
@@ -230,21 +247,28 @@ pub fn calibrate(c: &CalibrateSetup, progress: &mut dyn FnMut(Step)) -> Result<C
     let prepare_ms = t.elapsed().as_secs_f64() * 1e3;
     let n = prepared.frames;
     progress(Step::Component("keyframe expansion"));
+    let side = crate::musetalk::FACE_SIDE;
+    // What the expansion blends: latents, or (image infill) decoded crops in the decoder's range.
+    let (expand_dim, expand_range) = match opts.infill {
+        MuseTalkInfill::Latent => (crate::musetalk::LATENT_DIM, None),
+        MuseTalkInfill::Image => (3 * side * side, Some(engines.decoder_range())),
+    };
     let mut expand_ms = Vec::new();
     for &k in c.strides {
         let ms = if k > 1 {
-            crate::measure::bench::bench_expand::<f32>(backend, n, k, crate::musetalk::LATENT_DIM, opts.method, 11)?
-                .median_ms
+            crate::measure::bench::bench_expand_of::<f32>(backend, n, k, expand_dim, opts.method, 11, |x| {
+                expand_range.map_or(x, |r| crop_value(r, x))
+            })?
+            .median_ms
         } else {
             0.0 // stride 1: every frame is a keyframe; the copy is part of "other"
         };
         expand_ms.push(ms);
     }
     progress(Step::Component("composite + NV12"));
-    let side = crate::musetalk::FACE_SIDE;
     let crop = crate::measure::fixtures::test_data(3 * side * side, 5)
         .iter()
-        .map(|x| (0.5 + 0.2 * x).clamp(0.0, 1.0))
+        .map(|&x| crop_value(RgbRange::Unit, x))
         .collect::<Vec<f32>>();
     let mut frame = vec![0u8; prepared.compositors[0].frame_bytes()];
     let comp_ms = crate::measure::bench::median(&crate::measure::bench::time_host(2, 9, || {
@@ -272,9 +296,9 @@ pub fn calibrate(c: &CalibrateSetup, progress: &mut dyn FnMut(Step)) -> Result<C
     let mut count_mismatch = Vec::new();
     for (&k, &exp_ms) in c.strides.iter().zip(&expand_ms) {
         let schedule = KeyframeSchedule::fixed_stride(n, k)?;
-        let counts = RenderCounts::from_schedule(schedule.keyframes(), &bypassed)?;
+        let counts = RenderCounts::from_schedule_infill(schedule.keyframes(), &bypassed, opts.infill)?;
         let projected_ms = projected_render_ms(&costs, &counts, exp_ms); // frame loop
-        let dense = RenderCounts::without_bypass(n, schedule.count());
+        let dense = RenderCounts::from_schedule_infill(schedule.keyframes(), &vec![false; n], opts.infill)?;
         let projected_no_bypass = fps(n, projected_render_ms(&costs, &dense, exp_ms));
 
         progress(Step::Render { stride: k, keyframes: schedule.count() });
@@ -335,6 +359,7 @@ pub fn calibrate(c: &CalibrateSetup, progress: &mut dyn FnMut(Step)) -> Result<C
             projected_prepare_ms: prepare_ms,
             measured_prepare_ms,
             measured_other_ms: s.times.ease_ms + s.times.other_ms,
+            infill: opts.infill,
         };
         projections.insert(format!("stride_{k}"), projection_json(&row, duty, opts));
         rows.push(row);
@@ -344,6 +369,7 @@ pub fn calibrate(c: &CalibrateSetup, progress: &mut dyn FnMut(Step)) -> Result<C
         decoder_fps: dec.frames_per_s,
         costs,
         expand_ms,
+        infill: opts.infill,
         prepare_ms,
         audio_encoder_ms: prepared.audio_encoder_ms,
         avatar_encoder_ms: prepared.avatar_encoder_ms,
@@ -368,11 +394,13 @@ fn projection_json(r: &StrideRow, duty: f64, opts: &RenderOptions) -> serde_json
         )
     } else {
         format!(
-            "Stride {k} cadence, {} infill: UNet on {} of {n} frames ({}% skipped), {} evaluated after silence bypass",
+            "Stride {k} cadence, {} {} infill: UNet on {} of {n} frames ({}% skipped), {} evaluated after silence bypass, {} decoded",
             format!("{:?}", opts.method).to_uppercase(),
+            r.infill.name(),
             r.keyframes,
             duty_cycle_label(1.0 - duty).trim_end_matches('%'),
-            r.unet_evaluations
+            r.unet_evaluations,
+            r.decoded_frames
         )
     };
     serde_json::json!({
@@ -389,6 +417,7 @@ fn projection_json(r: &StrideRow, duty: f64, opts: &RenderOptions) -> serde_json
         "unet_evaluations": r.unet_evaluations,
         "decoded_frames": r.decoded_frames,
         "frames": n,
+        "infill": r.infill.name(),
     })
 }
 
@@ -428,6 +457,7 @@ impl Calibration {
         musetalk.insert(
             "components".into(),
             serde_json::json!({
+                "infill": self.infill.name(),
                 "expansion_ms_per_render": expansion,
                 "composite_nv12_ms_per_frame": self.costs.composite_nv12_ms_per_frame,
                 "encoder": encoder,
@@ -440,6 +470,15 @@ impl Calibration {
         );
         musetalk.insert("stride_projections".into(), serde_json::Value::Object(self.projections.clone()));
         serde_json::Value::Object(musetalk)
+    }
+}
+
+/// A face crop value in `range` from test data (roughly normal around 0): the middle of the range
+/// with some spread, clamped into it.
+fn crop_value(range: RgbRange, x: f32) -> f32 {
+    match range {
+        RgbRange::Unit => (0.5 + 0.2 * x).clamp(0.0, 1.0),
+        RgbRange::Signed => (0.4 * x).clamp(-1.0, 1.0),
     }
 }
 
@@ -485,5 +524,40 @@ mod tests {
         assert_eq!(duty_cycle_label(1.0), "100%");
         assert_eq!(duty_cycle_label(0.5), "50%");
         assert_eq!(duty_cycle_label(1.0 / 3.0), "33.3%");
+    }
+
+    #[test]
+    fn image_infill_decodes_the_evaluated_keyframes_only() {
+        // Six frames, 3 and 4 deep in silence; keyframe 4 is bypassed, so the UNet runs on 0, 2, 5.
+        let (keys, bypassed) = ([0, 2, 4, 5], [false, false, false, true, true, false]);
+        let latent = RenderCounts::from_schedule_infill(&keys, &bypassed, MuseTalkInfill::Latent).unwrap();
+        assert_eq!(latent, RenderCounts { frames: 6, unet_evaluations: 3, decoded_frames: 4 });
+        assert_eq!(RenderCounts::from_schedule(&keys, &bypassed).unwrap(), latent, "latent is the default");
+        let image = RenderCounts::from_schedule_infill(&keys, &bypassed, MuseTalkInfill::Image).unwrap();
+        assert_eq!(image, RenderCounts { frames: 6, unet_evaluations: 3, decoded_frames: 3 });
+        // Dense speech at stride 3 over 10 frames (keyframes 0, 3, 6, 9): 4 decoded instead of 10.
+        let dense = RenderCounts::from_schedule_infill(&[0, 3, 6, 9], &[false; 10], MuseTalkInfill::Image).unwrap();
+        assert_eq!(dense, RenderCounts { frames: 10, unet_evaluations: 4, decoded_frames: 4 });
+        assert!(RenderCounts::from_schedule_infill(&[0, 6], &[false; 6], MuseTalkInfill::Image).is_err());
+        // Fewer decoder runs, so a shorter projection with the same costs and expansion.
+        let c = ComponentCosts {
+            unet_ms_per_frame: 10.0,
+            decoder_ms_per_frame: 5.0,
+            composite_nv12_ms_per_frame: 1.0,
+            encoder_ms_per_frame: 0.0,
+            fixed_ms_per_render: 0.0,
+            loop_threads: 1,
+        };
+        assert_eq!(projected_render_ms(&c, &latent, 0.0) - projected_render_ms(&c, &image, 0.0), 5.0);
+    }
+
+    #[test]
+    fn crop_values_lie_in_the_decoders_range() {
+        let data = crate::measure::fixtures::test_data(4096, 3);
+        for (range, lo, hi) in [(RgbRange::Unit, 0.0, 1.0), (RgbRange::Signed, -1.0, 1.0)] {
+            let v: Vec<f32> = data.iter().map(|&x| crop_value(range, x)).collect();
+            assert!(v.iter().all(|&x| (lo..=hi).contains(&x)), "{range:?}");
+            assert!(v.iter().filter(|&&x| x > lo && x < hi).count() > 4000, "{range:?}: mostly inside, not clamped");
+        }
     }
 }

@@ -1,9 +1,14 @@
 //! MuseTalk in the frame loop ([`crate::frame_loop::run`]): at a keyframe the UNet predicts the
-//! face's latent from the avatar's masked and reference latents and the audio features; the frames
-//! between are filled by one-launch SLERP (or LERP) expansion of the window's keyframe latents,
-//! eased toward the rest latent by the distance to speech (one easing launch); the decoder (TAESD
-//! or the SD VAE) turns runs of latents into face crops; bypassed frames show the decoded rest
-//! frame.
+//! face's latent from the avatar's masked and reference latents and the audio features. The
+//! frames between are made by the [`MuseTalkInfill`]:
+//! - `latent`: one-launch SLERP (or LERP) expansion of the window's keyframe latents, eased
+//!   toward the rest latent by the distance to speech (one easing launch); the decoder (TAESD or
+//!   the SD VAE) turns runs of those latents into face crops;
+//! - `image`: the decoder runs on the keyframes' latents as the UNet makes them, and the same two
+//!   launches expand and ease the decoded crops (toward the decoded rest crop) instead of latents;
+//!   no network runs between keyframes.
+//!
+//! Bypassed frames show the decoded rest frame.
 //!
 //! Between the stages the frames are candle tensors on the engines' device
 //! ([`crate::backend::resident`]): with candle's CUDA engines they stay on the GPU from the UNet to
@@ -16,7 +21,7 @@ use crate::backend::resident::{self, Residency};
 use crate::frame_loop::clock::Tick;
 use crate::frame_loop::{self, ms, ClipPart, FrameEngine, RenderOptions, RenderStats, StageTimes, Window};
 use crate::musetalk::features::FrameFeatures;
-use crate::musetalk::{unet_input, AvatarLatents, Engines, FACE_SIDE, LATENT_DIM};
+use crate::musetalk::{unet_input, AvatarLatents, Engines, MuseTalkInfill, FACE_SIDE, LATENT_DIM};
 use crate::schedules::keyframes::KeyframeSchedule;
 use crate::Backend;
 use anyhow::{ensure, Result};
@@ -33,12 +38,14 @@ pub struct MuseTalkFrames<'a> {
     /// The stream's index of this render's frame 0 (the avatar's cycle goes on from it).
     first_frame: usize,
     batch: usize,
+    infill: MuseTalkInfill,
     residency: Residency,
     /// A still avatar's UNet input is the same for every keyframe: made once, narrowed per batch.
     still_latents: Option<Tensor>,
     rest_latents: Vec<Tensor>,
     rest_rgb: Vec<Tensor>,
-    /// Expanded, eased latents of frames `pending_from..` not decoded yet.
+    /// Expanded, eased latents (`image` infill: crops) of frames `pending_from..` not decoded
+    /// (handed out) yet.
     pending: Option<Tensor>,
     pending_from: usize,
     decoded: usize,
@@ -81,6 +88,7 @@ impl<'a> MuseTalkFrames<'a> {
             avatar,
             first_frame,
             batch: opts.batch,
+            infill: opts.infill,
             residency: resident::residency(backend, dev),
             still_latents,
             rest_latents,
@@ -91,9 +99,29 @@ impl<'a> MuseTalkFrames<'a> {
         })
     }
 
+    /// The decoder on (b, 4, 32, 32) latents: (b, 3, FACE_SIDE, FACE_SIDE) crops, timed and counted.
+    fn decode_latents(&mut self, latents: &Tensor, times: &mut StageTimes) -> Result<Tensor> {
+        let t = Tick::now();
+        let b = latents.dims()[0];
+        let out = self.engines.decoder.decode_tensor(latents)?;
+        ensure!(out.dims() == [b, 3, FACE_SIDE, FACE_SIDE], "the decoder returned shape {:?}", out.dims());
+        self.engines.device.synchronize()?;
+        t.add_to(&mut times.decoder_ms, &mut times.decoder_cpu_ms);
+        self.decoded += b;
+        Ok(out)
+    }
+
     /// The avatar frame output frame `k` shows.
     fn of(&self, k: usize) -> usize {
         cycle_index(self.first_frame + k, self.avatar.len())
+    }
+}
+
+/// The rest state the easing blends toward: the rest latent, or (`image` infill) it decoded.
+fn rest_state(infill: MuseTalkInfill, a: &AvatarLatents) -> &[f32] {
+    match infill {
+        MuseTalkInfill::Latent => &a.rest,
+        MuseTalkInfill::Image => &a.rest_rgb,
     }
 }
 
@@ -136,11 +164,20 @@ impl FrameEngine for MuseTalkFrames<'_> {
         // Wait for the device so that stage times are the stages' and not their launches'.
         dev.synchronize()?;
         t.add_to(&mut times.unet_ms, &mut times.unet_cpu_ms);
+        let out = match self.infill {
+            MuseTalkInfill::Latent => out,
+            // The keyframes' crops, decoded in the UNet's batches: the only decoder calls.
+            MuseTalkInfill::Image => self.decode_latents(&out, times)?,
+        };
         (0..b).map(|i| Ok(out.narrow(0, i, 1)?)).collect()
     }
 
     fn rest_key(&self, frame: usize) -> Result<Tensor> {
-        Ok(self.rest_latents[self.of(frame)].clone())
+        Ok(match self.infill {
+            MuseTalkInfill::Latent => &self.rest_latents,
+            MuseTalkInfill::Image => &self.rest_rgb,
+        }[self.of(frame)]
+        .clone())
     }
 
     fn infill(&mut self, window: &Window<'_, Tensor>, times: &mut StageTimes) -> Result<()> {
@@ -155,13 +192,17 @@ impl FrameEngine for MuseTalkFrames<'_> {
         let sub_keys: Vec<usize> =
             (window.first_key..window.first_key + window.keys.len()).map(|j| all[j] as usize - base).collect();
         let sub = KeyframeSchedule::explicit(span, &sub_keys)?;
-        // The easing target: the still avatar's rest latent, or each frame's avatar frame's.
+        // The easing target: the still avatar's rest latent (or decoded rest crop), or each
+        // frame's avatar frame's.
         let rest_per_frame: Vec<f32>;
         let rest: &[f32] = match self.avatar {
-            [a] => &a.rest,
+            [a] => rest_state(self.infill, a),
             _ => {
-                rest_per_frame =
-                    window.frames.clone().flat_map(|f| self.avatar[self.of(f)].rest.iter().copied()).collect();
+                rest_per_frame = window
+                    .frames
+                    .clone()
+                    .flat_map(|f| rest_state(self.infill, &self.avatar[self.of(f)]).iter().copied())
+                    .collect();
                 &rest_per_frame
             }
         };
@@ -187,16 +228,13 @@ impl FrameEngine for MuseTalkFrames<'_> {
     }
 
     fn decode(&mut self, run: Range<usize>, times: &mut StageTimes) -> Result<Tensor> {
-        let t = Tick::now();
-        let b = run.len();
         let pending = self.pending.as_ref().expect("frames were infilled");
-        let batch = pending.narrow(0, run.start - self.pending_from, b)?;
-        let out = self.engines.decoder.decode_tensor(&batch)?;
-        ensure!(out.dims() == [b, 3, FACE_SIDE, FACE_SIDE], "the decoder returned shape {:?}", out.dims());
-        self.engines.device.synchronize()?;
-        t.add_to(&mut times.decoder_ms, &mut times.decoder_cpu_ms);
-        self.decoded += b;
-        Ok(out)
+        let batch = pending.narrow(0, run.start - self.pending_from, run.len())?;
+        match self.infill {
+            MuseTalkInfill::Latent => self.decode_latents(&batch, times),
+            // Already crops: the keyframes were decoded as the UNet made them.
+            MuseTalkInfill::Image => Ok(batch),
+        }
     }
 
     fn release(&mut self, frame: usize) -> Result<()> {

@@ -35,6 +35,29 @@ impl DecoderKind {
     }
 }
 
+/// How MuseTalk makes the frames between keyframes (`--infill`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MuseTalkInfill {
+    /// SLERP of the keyframes' latents, eased toward the rest latent; the decoder runs on every
+    /// frame that is not bypassed (the source's method).
+    #[default]
+    Latent,
+    /// The decoder runs on keyframes only; the frames between are the SLERP of the decoded
+    /// keyframe crops, eased toward the decoded rest crop (docs/infill.md).
+    Image,
+}
+
+impl MuseTalkInfill {
+    /// The name `--infill` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            MuseTalkInfill::Latent => "latent",
+            MuseTalkInfill::Image => "image",
+        }
+    }
+}
+
 /// The engines a render loads with `decoder` (what `cadence models check` checks by default).
 pub fn render_models(decoder: DecoderKind) -> [ModelKind; 4] {
     let [dec, enc] = decoder.models();
