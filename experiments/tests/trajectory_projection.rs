@@ -2,6 +2,7 @@
 //! summaries) and calibrate's projection (bypass rule, evaluation counts, projected time, error,
 //! duty-cycle label), against hand-computed cases and the project's own expansion.
 
+use cadence::musetalk::MuseTalkInfill;
 use cadence::{Backend, KeyframeSchedule, Method};
 use experiments::metrics::*;
 use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, PI};
@@ -147,12 +148,15 @@ fn bypass_rule_matches_the_easing_weights() {
 fn render_counts_from_schedule_and_bypass() {
     // Keyframes 0, 2, 4, 5 of 6 frames; frames 2..=4 bypassed.
     let bypassed = [false, false, true, true, true, false];
-    let c = RenderCounts::from_schedule(&[0, 2, 4, 5], &bypassed).unwrap();
+    let c = RenderCounts::from_schedule(&[0, 2, 4, 5], &bypassed, MuseTalkInfill::Latent).unwrap();
     assert_eq!(c, RenderCounts { frames: 6, unet_evaluations: 2, decoded_frames: 3 });
-    let none = RenderCounts::from_schedule(&[0, 1, 2, 3, 4, 5], &[false; 6]).unwrap();
-    assert_eq!(none, RenderCounts::without_bypass(6, 6));
-    assert!(RenderCounts::from_schedule(&[0, 6], &[false; 6]).is_err(), "keyframe outside the frames");
-    assert!(RenderCounts::from_schedule(&[], &[]).is_err());
+    let none = RenderCounts::from_schedule(&[0, 1, 2, 3, 4, 5], &[false; 6], MuseTalkInfill::Latent).unwrap();
+    assert_eq!(none, RenderCounts { frames: 6, unet_evaluations: 6, decoded_frames: 6 });
+    assert!(
+        RenderCounts::from_schedule(&[0, 6], &[false; 6], MuseTalkInfill::Latent).is_err(),
+        "keyframe outside the frames"
+    );
+    assert!(RenderCounts::from_schedule(&[], &[], MuseTalkInfill::Latent).is_err());
 }
 
 #[test]

@@ -193,8 +193,9 @@ impl<'a> ClipPart<'a> {
 ///
 /// Frames are counted from the render's frame 0 ([`ClipPart`] says where that sits in a stream).
 pub trait FrameEngine {
-    /// A keyframe's result (MuseTalk: its latent; Ditto: the warped feature, with the decoded
-    /// crop where the infill works on pixels). Cloned when a window reuses it (keep it cheap).
+    /// A keyframe's result (MuseTalk: its latent, or its decoded crop with `image` infill; Ditto:
+    /// the warped feature, with the decoded crop where the infill works on pixels). Cloned when a
+    /// window reuses it (keep it cheap).
     type Key: Clone;
 
     /// Keyframes per call of [`Self::evaluate`] at most.

@@ -154,8 +154,8 @@ pub struct EncodedBeside<D> {
 /// at 25 fps) of 1080x1920 NV12 frames (3.1 MB each). A windowed frame loop hands out a window's
 /// frames in a burst after the window's keyframe work (with `--infill image` in little more time
 /// than the compositing takes); a queue that holds them lets the encoder work through them while
-/// the loop runs the next window's UNet. A queue of 4 frames made the loop wait for the encoder
-/// instead: the main job's stride 3 lost 8 s of 25 to it (docs/infill.md).
+/// the loop runs the next window's UNet. A queue of a few frames made the loop wait for the
+/// encoder instead, for most of each window's frames.
 pub const ENCODER_QUEUE_BYTES: usize = 320 << 20;
 
 /// Frames the encoder's queue holds for frames of `frame_bytes` bytes: [`ENCODER_QUEUE_BYTES`]

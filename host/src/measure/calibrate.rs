@@ -64,16 +64,11 @@ pub struct RenderCounts {
 }
 
 impl RenderCounts {
-    /// Counts of a `latent` infill render ([`RenderCounts::from_schedule_infill`]).
-    pub fn from_schedule(keys: &[u32], bypassed: &[bool]) -> Result<RenderCounts> {
-        RenderCounts::from_schedule_infill(keys, bypassed, MuseTalkInfill::Latent)
-    }
-
     /// Counts from the keyframe list, the per-frame bypass flags (`bypassed[f]`: frame f is deep
     /// enough in silence that the pipeline skips every network for it) and the infill: `latent`
     /// decodes every frame not bypassed, `image` only the keyframes the UNet evaluates (the frames
     /// between are blends of their decoded crops).
-    pub fn from_schedule_infill(keys: &[u32], bypassed: &[bool], infill: MuseTalkInfill) -> Result<RenderCounts> {
+    pub fn from_schedule(keys: &[u32], bypassed: &[bool], infill: MuseTalkInfill) -> Result<RenderCounts> {
         ensure!(!bypassed.is_empty(), "a render has at least one frame");
         ensure!(
             keys.iter().all(|&k| (k as usize) < bypassed.len()),
@@ -86,11 +81,6 @@ impl RenderCounts {
             MuseTalkInfill::Image => unet_evaluations,
         };
         Ok(RenderCounts { frames: bypassed.len(), unet_evaluations, decoded_frames })
-    }
-
-    /// Dense speech (no bypass), as the source's /calibrate assumes.
-    pub fn without_bypass(frames: usize, keyframes: usize) -> RenderCounts {
-        RenderCounts { frames, unet_evaluations: keyframes, decoded_frames: frames }
     }
 }
 
@@ -296,9 +286,9 @@ pub fn calibrate(c: &CalibrateSetup, progress: &mut dyn FnMut(Step)) -> Result<C
     let mut count_mismatch = Vec::new();
     for (&k, &exp_ms) in c.strides.iter().zip(&expand_ms) {
         let schedule = KeyframeSchedule::fixed_stride(n, k)?;
-        let counts = RenderCounts::from_schedule_infill(schedule.keyframes(), &bypassed, opts.infill)?;
+        let counts = RenderCounts::from_schedule(schedule.keyframes(), &bypassed, opts.infill)?;
         let projected_ms = projected_render_ms(&costs, &counts, exp_ms); // frame loop
-        let dense = RenderCounts::from_schedule_infill(schedule.keyframes(), &vec![false; n], opts.infill)?;
+        let dense = RenderCounts::from_schedule(schedule.keyframes(), &vec![false; n], opts.infill)?;
         let projected_no_bypass = fps(n, projected_render_ms(&costs, &dense, exp_ms));
 
         progress(Step::Render { stride: k, keyframes: schedule.count() });
@@ -530,15 +520,14 @@ mod tests {
     fn image_infill_decodes_the_evaluated_keyframes_only() {
         // Six frames, 3 and 4 deep in silence; keyframe 4 is bypassed, so the UNet runs on 0, 2, 5.
         let (keys, bypassed) = ([0, 2, 4, 5], [false, false, false, true, true, false]);
-        let latent = RenderCounts::from_schedule_infill(&keys, &bypassed, MuseTalkInfill::Latent).unwrap();
+        let latent = RenderCounts::from_schedule(&keys, &bypassed, MuseTalkInfill::Latent).unwrap();
         assert_eq!(latent, RenderCounts { frames: 6, unet_evaluations: 3, decoded_frames: 4 });
-        assert_eq!(RenderCounts::from_schedule(&keys, &bypassed).unwrap(), latent, "latent is the default");
-        let image = RenderCounts::from_schedule_infill(&keys, &bypassed, MuseTalkInfill::Image).unwrap();
+        let image = RenderCounts::from_schedule(&keys, &bypassed, MuseTalkInfill::Image).unwrap();
         assert_eq!(image, RenderCounts { frames: 6, unet_evaluations: 3, decoded_frames: 3 });
         // Dense speech at stride 3 over 10 frames (keyframes 0, 3, 6, 9): 4 decoded instead of 10.
-        let dense = RenderCounts::from_schedule_infill(&[0, 3, 6, 9], &[false; 10], MuseTalkInfill::Image).unwrap();
+        let dense = RenderCounts::from_schedule(&[0, 3, 6, 9], &[false; 10], MuseTalkInfill::Image).unwrap();
         assert_eq!(dense, RenderCounts { frames: 10, unet_evaluations: 4, decoded_frames: 4 });
-        assert!(RenderCounts::from_schedule_infill(&[0, 6], &[false; 6], MuseTalkInfill::Image).is_err());
+        assert!(RenderCounts::from_schedule(&[0, 6], &[false; 6], MuseTalkInfill::Image).is_err());
         // Fewer decoder runs, so a shorter projection with the same costs and expansion.
         let c = ComponentCosts {
             unet_ms_per_frame: 10.0,

@@ -36,7 +36,7 @@ impl DecoderKind {
 }
 
 /// How MuseTalk makes the frames between keyframes (`--infill`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MuseTalkInfill {
     /// SLERP of the keyframes' latents, eased toward the rest latent; the decoder runs on every
