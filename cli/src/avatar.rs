@@ -26,7 +26,7 @@ enum AvatarCommand {
 
 #[derive(Args)]
 struct PrepareArgs {
-    /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height), or a video
+    /// Portrait as PNG or JPEG (even sides of at least 64 pixels, at most 3840x2160 or 2160x3840), or a video
     /// avatar: an H.264 MP4 or a directory of numbered PNG/JPEG frames (as `render --avatar`).
     image: PathBuf,
     /// The prepared avatar (its name must end in .cadence-avatar). Not replaced without --force.

@@ -10,7 +10,7 @@ use mp4_atom::Codec;
 
 use crate::demux::Mp4Reader;
 use crate::error::{MediaError, Result};
-use crate::image::{RgbImage, MAX_SIDE, MIN_SIDE};
+use crate::image::{RgbImage, MIN_SIDE};
 
 /// What the container says about an avatar video, checked.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,6 +43,7 @@ pub fn avatar_video_info(path: impl AsRef<Path>) -> Result<AvatarVideoInfo> {
         None => return Err(err("the video track has no sample description".into())),
     };
     check_sides(width, height).map_err(err)?;
+    reader.check_h264_decodable(trak).map_err(err)?;
     let samples = reader.track_samples(trak)?;
     let durations: Vec<u32> = samples.samples.iter().map(|s| s.duration).collect();
     let fps = constant_rate(&durations, samples.timescale).map_err(err)?;
@@ -55,10 +56,10 @@ fn check_sides(w: u32, h: u32) -> std::result::Result<(), String> {
             "the video is {w}x{h}: H.264 in 4:2:0 needs an even width and height (crop or pad it by one pixel)"
         ));
     }
-    if !(MIN_SIDE..=MAX_SIDE).contains(&w) || !(MIN_SIDE..=MAX_SIDE).contains(&h) {
-        return Err(format!("the video is {w}x{h}: each side must be {MIN_SIDE}..={MAX_SIDE} pixels"));
+    if w < MIN_SIDE || h < MIN_SIDE {
+        return Err(format!("the video is {w}x{h}: each side must be at least {MIN_SIDE} pixels"));
     }
-    Ok(())
+    crate::video::check_frame_size(w, h).map_err(|e| format!("the video is {e}"))
 }
 
 /// The frame rate of samples of `durations` (in units of 1/`timescale` s): there must be at

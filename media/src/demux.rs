@@ -59,6 +59,8 @@ struct FragmentRun {
     base_time: Option<u64>,
     /// (offset, size, duration, flags)
     samples: Vec<(u64, u32, u32, u32)>,
+    /// The samples' composition time offsets (`trun`), where the run gives them.
+    composition_offsets: Vec<i64>,
 }
 
 /// An open MP4 file with its `moov` parsed, and its fragments' sample references when it is
@@ -213,6 +215,43 @@ impl Mp4Reader {
         Ok(TrackSamples { timescale: trak.mdia.mdhd.timescale, samples })
     }
 
+    /// Whether OpenH264's decoder can decode `trak`'s H.264, judged from the container before
+    /// any frame is decoded: the profile must be 8-bit 4:2:0 (Baseline, Main, Extended or High;
+    /// not High 10, High 4:2:2 or High 4:4:4) and the frames stored in display order. B-frames
+    /// (x264's and ffmpeg's default) store frames out of order, which shows as composition
+    /// offsets (`ctts`, or a fragment's `trun`) that differ from frame to frame; OpenH264 hands
+    /// frames back in decode order and fails on such streams. The error names what was found
+    /// and how to re-encode.
+    pub fn check_h264_decodable(&self, trak: &Trak) -> std::result::Result<(), String> {
+        let avcc = match trak.mdia.minf.stbl.stsd.codecs.first() {
+            Some(Codec::Avc1(a)) => &a.avcc,
+            _ => return Ok(()),
+        };
+        let profile = h264_profile_name(avcc.avc_profile_indication);
+        const REENCODE: &str = "re-encode it, e.g. `ffmpeg -i IN -c:v libx264 -bf 0 -pix_fmt yuv420p OUT.mp4`";
+        if !matches!(avcc.avc_profile_indication, 66 | 77 | 88 | 100) {
+            return Err(format!(
+                "the video is H.264 {profile} profile; cadence's decoder (OpenH264) decodes 8-bit 4:2:0 \
+                 H.264 only (Baseline, Main or High): {REENCODE}"
+            ));
+        }
+        let stbl = &trak.mdia.minf.stbl;
+        let from_table =
+            stbl.ctts.iter().flat_map(|c| &c.entries).filter(|e| e.sample_count > 0).map(|e| e.sample_offset);
+        let id = trak.tkhd.track_id;
+        let from_runs =
+            self.runs.iter().filter(|r| r.track_id == id).flat_map(|r| r.composition_offsets.iter().copied());
+        let mut offsets = from_table.chain(from_runs);
+        let reordered = offsets.next().is_some_and(|first| offsets.any(|o| o != first));
+        if reordered {
+            return Err(format!(
+                "the video is H.264 {profile} profile with B-frames (frames stored out of display order), \
+                 which cadence's decoder (OpenH264) does not decode: {REENCODE}"
+            ));
+        }
+        Ok(())
+    }
+
     /// The first video track's samples.
     pub fn video_samples(&self) -> Result<TrackSamples> {
         let trak = self.track(b"vide").ok_or_else(|| self.err("no video track"))?;
@@ -253,8 +292,9 @@ impl Mp4Reader {
         if !matches!(length_size, 1 | 2 | 4) {
             return Err(self.err(format!("avcC NAL length size {length_size} (1, 2 or 4 expected)")));
         }
+        self.check_h264_decodable(&trak).map_err(|d| self.err(d))?;
         let samples = self.track_samples(&trak)?.samples;
-        let mut decoder = Decoder::new().map_err(|e| self.err(format!("OpenH264 decoder: {e}")))?;
+        let mut decoder = Decoder::new().map_err(|e| self.err(format!("OpenH264 decoder: {}", openh264_error(&e))))?;
         let mut annexb = Vec::new();
         for ps in avcc.sequence_parameter_sets.iter().chain(&avcc.picture_parameter_sets) {
             annexb.extend_from_slice(&[0, 0, 0, 1]);
@@ -267,14 +307,16 @@ impl Mp4Reader {
             self.read_sample(s, &mut sample)?;
             length_prefixed_to_annexb(&sample, length_size, &mut annexb)
                 .map_err(|d| self.err(format!("video sample {i}: {d}")))?;
-            let decoded = decoder.decode(&annexb).map_err(|e| self.err(format!("video sample {i}: H.264: {e}")))?;
+            let decoded = decoder
+                .decode(&annexb)
+                .map_err(|e| self.err(format!("video sample {i}: H.264: {}", openh264_error(&e))))?;
             annexb.clear();
             if let Some(yuv) = decoded {
                 size = Some(to_nv12(&yuv, &mut nv12));
                 f(&nv12)?;
             }
         }
-        for yuv in decoder.flush_remaining().map_err(|e| self.err(format!("H.264 flush: {e}")))? {
+        for yuv in decoder.flush_remaining().map_err(|e| self.err(format!("H.264 flush: {}", openh264_error(&e))))? {
             size = Some(to_nv12(&yuv, &mut nv12));
             f(&nv12)?;
         }
@@ -355,6 +397,33 @@ fn to_nv12(yuv: &impl YUVSource, out: &mut Vec<u8>) -> (usize, usize) {
         }
     }
     (w, h)
+}
+
+/// An H.264 `profile_idc`'s name (ITU-T H.264 Annex A).
+fn h264_profile_name(profile_idc: u8) -> String {
+    match profile_idc {
+        66 => "Baseline".into(),
+        77 => "Main".into(),
+        88 => "Extended".into(),
+        100 => "High".into(),
+        110 => "High 10".into(),
+        122 => "High 4:2:2".into(),
+        244 => "High 4:4:4 Predictive".into(),
+        44 => "CAVLC 4:4:4 Intra".into(),
+        other => format!("profile_idc {other}"),
+    }
+}
+
+/// An OpenH264 error as a user reads it: the library's own message where it gives one, else its
+/// native code, without the debugging text its `Display` adds (the decoding-state bits,
+/// "User Message:None", "Backtraces enabled.").
+pub(crate) fn openh264_error(e: &openh264::Error) -> String {
+    let text = e.to_string();
+    let message = text.split(". User Message:").nth(1).map(|m| m.trim_end_matches(". Backtraces enabled."));
+    match message {
+        Some(m) if m != "None" => m.trim_start_matches("Some(").trim_end_matches(')').trim_matches('"').to_string(),
+        _ => format!("OpenH264 error {}", e.native_code()),
+    }
 }
 
 /// Appends the NAL units of one length-prefixed (avcC) sample to `out` with Annex B start codes.
@@ -468,6 +537,7 @@ fn resolve_moof(
         };
         let mut pos = base;
         let mut samples = Vec::new();
+        let mut composition_offsets = Vec::new();
         for trun in &traf.trun {
             if let Some(off) = trun.data_offset {
                 pos = base
@@ -485,6 +555,7 @@ fn resolve_moof(
                 let size = e.size.or(tfhd.default_sample_size).unwrap_or(trex.default_sample_size);
                 let duration = e.duration.or(tfhd.default_sample_duration).unwrap_or(trex.default_sample_duration);
                 let flags = e.flags.or(tfhd.default_sample_flags).unwrap_or(trex.default_sample_flags);
+                composition_offsets.extend(e.cts);
                 match pos.checked_add(size as u64).filter(|&end| end <= file_len) {
                     Some(end) if size > 0 => {
                         samples.push((pos, size, duration, flags));
@@ -505,6 +576,7 @@ fn resolve_moof(
             fragment,
             base_time: traf.tfdt.as_ref().map(|t| t.base_media_decode_time),
             samples,
+            composition_offsets,
         });
     }
     Ok(())

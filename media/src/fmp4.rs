@@ -58,7 +58,7 @@ pub struct FragmentedWriter<W: Write> {
 
 impl<W: Write> FragmentedWriter<W> {
     /// A writer to `out`; `name` names it in error messages (a file name, `standard output`).
-    /// `width` and `height` must be even, 16..=3840; `fps` in (0, 240]; `audio`, if any, is the
+    /// `width` and `height` even, at least 16, in a size [`crate::check_frame_size`] passes; `fps` in (0, 240]; `audio`, if any, is the
     /// format of what [`push_audio`](Self::push_audio) will be given (an AAC rate, 1 or 2
     /// channels). Nothing is written yet.
     pub fn new(

@@ -20,7 +20,8 @@ pub const MAX_FILE_BYTES: u64 = 256 << 20;
 
 /// Loads a PNG or JPEG as 8-bit RGB (alpha dropped, 16-bit scaled down).
 ///
-/// Both sides must lie in `MIN_SIDE..=MAX_SIDE` (64..=3840); the size is checked from the
+/// Both sides at least `MIN_SIDE` (64), and a size the encoder takes
+/// ([`crate::video::check_frame_size`]: at most 3840x2160 or 2160x3840); the size is checked from the
 /// header before the pixels are decoded.
 pub fn load_image(path: impl AsRef<Path>) -> Result<RgbImage> {
     let path = path.as_ref();
@@ -82,10 +83,7 @@ fn check_size(w: u32, h: u32) -> std::result::Result<(), String> {
     if w < MIN_SIDE || h < MIN_SIDE {
         return Err(format!("image is {w}x{h}, smaller than the minimum {MIN_SIDE}x{MIN_SIDE}"));
     }
-    if w > MAX_SIDE || h > MAX_SIDE {
-        return Err(format!("image is {w}x{h}, larger than the maximum {MAX_SIDE}x{MAX_SIDE}"));
-    }
-    Ok(())
+    crate::video::check_frame_size(w, h).map_err(|e| format!("image is {e}"))
 }
 
 /// A face box in image pixels: top-left corner and size.

@@ -29,7 +29,8 @@
 //!   [`vad::silero::speech_timestamps`] for a whole clip (Silero's `get_speech_timestamps`).
 //!
 //! ## Avatar image ([`image`])
-//! - [`load_image`]`(path) -> Result<RgbImage>`: PNG/JPEG, each side 64..=3840 (the encoder's limit).
+//! - [`load_image`]`(path) -> Result<RgbImage>`: PNG/JPEG, each side at least 64 and a size the
+//!   encoder takes ([`check_frame_size`]: at most 3840x2160 or 2160x3840).
 //! - [`FaceBox`] `{x, y, w, h}`: [`FaceBox::centered`], [`FaceBox::validate`].
 //! - [`crop_to_planar`]`(img, face, 256) -> Result<Vec<f32>>`: CHW f32 in [0, 1] for the
 //!   image encoder; [`paste_region`]`(decoded, 256, face, frame_w, frame_h) ->
@@ -61,8 +62,9 @@
 //!
 //! ## Avatar videos ([`avatar_video`])
 //! - [`avatar_video_info`]`(path) -> Result<AvatarVideoInfo>`: the container checked before any
-//!   decoding (a video track in H.264, even sides in 64..=3840, a constant frame rate; a
-//!   variable rate is refused with the rates found), with the frame count.
+//!   decoding (a video track in H.264 that OpenH264 decodes: 8-bit 4:2:0, no B-frames; even
+//!   sides of at least 64 in a size the encoder takes; a constant frame rate: a variable rate is
+//!   refused with the rates found), with the frame count.
 //! - [`for_each_avatar_frame`]`(path, &info, f)`: every frame decoded and converted to RGB
 //!   (BT.709 limited range), one frame in memory at a time.
 
@@ -100,4 +102,6 @@ pub use vad::{
     frame_count, frames_from_hops, hop_activity_above, hop_context, voice_activity, voice_activity_from_levels,
     voice_activity_with, HopLevels, LevelReference, VadConfig,
 };
-pub use video::{idr_period, EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SIDE};
+pub use video::{
+    check_frame_size, idr_period, EncoderKind, FrameRate, VideoStats, VideoWriter, MAX_FRAME_SHORT_SIDE, MAX_FRAME_SIDE,
+};

@@ -20,6 +20,26 @@ use crate::mux::{AccessUnitSink, Mp4Muxer};
 
 /// Largest accepted frame side (portrait 1080x1920 fits; OpenH264 stops at 3840x2160).
 pub const MAX_FRAME_SIDE: u32 = 3840;
+/// Largest accepted shorter side: OpenH264 (H.264 up to level 5.2) encodes at most 3840x2160
+/// landscape or 2160x3840 portrait, so a 2880x2880 frame, each side under 3840, is refused.
+pub const MAX_FRAME_SHORT_SIDE: u32 = 2160;
+
+/// Whether the encoder takes a `w`x`h` frame: the longer side at most [`MAX_FRAME_SIDE`], the
+/// shorter at most [`MAX_FRAME_SHORT_SIDE`]. The one rule every avatar (image or video) and
+/// every writer is checked against, so a frame the encoder would refuse is refused before any
+/// engine runs. The error is the detail, naming the limit.
+pub fn check_frame_size(w: u32, h: u32) -> std::result::Result<(), String> {
+    if w > MAX_FRAME_SIDE || h > MAX_FRAME_SIDE {
+        return Err(format!("{w}x{h}, larger than the maximum {MAX_FRAME_SIDE}x{MAX_FRAME_SIDE}"));
+    }
+    if w.min(h) > MAX_FRAME_SHORT_SIDE {
+        return Err(format!(
+            "{w}x{h}, larger than the H.264 encoder takes (OpenH264: at most {MAX_FRAME_SIDE}x{MAX_FRAME_SHORT_SIDE} \
+             or {MAX_FRAME_SHORT_SIDE}x{MAX_FRAME_SIDE}); scale it down so that its shorter side is at most {MAX_FRAME_SHORT_SIDE}"
+        ));
+    }
+    Ok(())
+}
 
 /// A video frame rate as a fraction, so that broadcast rates are exact: 25 is 25/1, NTSC's
 /// "29.97" is 30000/1001 (as are 59.94 and 23.976 with 60000 and 24000).
@@ -213,7 +233,7 @@ impl OpenH264Enc {
             // NV12 of this project is BT.709 limited range (docs/design.md, the kernels' mathematics).
             .vui(VuiConfig::bt709());
         let enc = Encoder::with_api_config(OpenH264API::from_source(), config)
-            .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: e.to_string() })?;
+            .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: crate::demux::openh264_error(&e) })?;
         let (w, h) = (width as usize, height as usize);
         Ok(OpenH264Enc { enc, width: w, height: h, u: vec![0; w * h / 4], v: vec![0; w * h / 4] })
     }
@@ -230,7 +250,7 @@ impl OpenH264Enc {
         let bs = self
             .enc
             .encode(&src)
-            .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: e.to_string() })?;
+            .map_err(|e| MediaError::Encode { encoder: "openh264".into(), detail: crate::demux::openh264_error(&e) })?;
         let keyframe = matches!(bs.frame_type(), FrameType::IDR);
         let layers: Vec<_> = (0..bs.num_layers()).filter_map(|l| bs.layer(l)).collect();
         let mut nals: Vec<&[u8]> = Vec::new();
@@ -326,18 +346,19 @@ impl VideoEncoder {
         }
     }
 
-    /// `width` and `height` must be even, 16..=3840; `fps` in (0, 240].
+    /// `width` and `height` must be even, at least 16, and pass [`check_frame_size`]; `fps` in (0, 240].
     pub fn new(width: u32, height: u32, fps: FrameRate, encoder: EncoderKind) -> Result<Self> {
         if !width.is_multiple_of(2) || !height.is_multiple_of(2) {
             return Err(MediaError::InvalidInput(format!(
                 "frame size {width}x{height}: width and height must be even (NV12 / 4:2:0)"
             )));
         }
-        if !(16..=MAX_FRAME_SIDE).contains(&width) || !(16..=MAX_FRAME_SIDE).contains(&height) {
+        if width < 16 || height < 16 {
             return Err(MediaError::InvalidInput(format!(
-                "frame size {width}x{height}: each side must be 16..={MAX_FRAME_SIDE}"
+                "frame size {width}x{height}: each side must be at least 16"
             )));
         }
+        check_frame_size(width, height).map_err(|e| MediaError::InvalidInput(format!("frame size {e}")))?;
         if fps.num == 0 || fps.den == 0 || fps.hz() > 240.0 {
             return Err(MediaError::InvalidInput(format!("frame rate {fps}: must be above 0 and at most 240")));
         }
@@ -417,7 +438,8 @@ pub struct VideoWriter {
 }
 
 impl VideoWriter {
-    /// Creates `path` and the encoder. `width` and `height` must be even, 16..=3840;
+    /// Creates `path` and the encoder. `width` and `height` even, at least 16, in a size
+    /// [`check_frame_size`] passes;
     /// `fps` in (0, 240]. The audio (if any) is AAC-encoded here and written first.
     pub fn create(
         path: impl AsRef<Path>,

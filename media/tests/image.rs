@@ -53,6 +53,11 @@ fn too_small_too_big_not_an_image() {
     let big = dir.join("big.png");
     RgbImage::new(3842, 64).save(&big).unwrap();
     assert!(image_err(&big).contains("larger than the maximum 3840x3840"));
+    // Each side under 3840, but both over 2160: more than the H.264 encoder takes.
+    let square = dir.join("square.png");
+    RgbImage::new(2162, 2162).save(&square).unwrap();
+    assert!(image_err(&square).contains("at most 3840x2160 or 2160x3840"), "{}", image_err(&square));
+    assert!(cadence_media::image_size(&square).unwrap_err().to_string().contains("at most 3840x2160"));
 
     let text = dir.join("face.png");
     std::fs::write(&text, "hello, not an image").unwrap();

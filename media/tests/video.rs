@@ -53,10 +53,16 @@ fn stereo_44k1_wav_track() {
 fn bad_sizes_and_buffers_rejected() {
     let dir = tmp_dir("mp4-bad");
     let p = dir.join("x.mp4");
-    for (w, h) in [(255, 256), (256, 255), (0, 256), (8, 8), (4000, 256)] {
+    for (w, h) in [(255, 256), (256, 255), (0, 256), (8, 8), (4000, 256), (2880, 2880), (2162, 2162)] {
         let e = VideoWriter::create(&p, w, h, FrameRate::whole(25), EncoderKind::OpenH264, None).err().unwrap();
         assert!(matches!(e, MediaError::InvalidInput(_)), "{w}x{h}: {e:?}");
     }
+    // The encoder's largest frames, landscape and portrait.
+    for (w, h) in [(3840, 2160), (2160, 3840)] {
+        assert!(VideoWriter::create(&p, w, h, FrameRate::whole(25), EncoderKind::OpenH264, None).is_ok(), "{w}x{h}");
+    }
+    let e = cadence_media::check_frame_size(2880, 2880).unwrap_err();
+    assert!(e.contains("at most 3840x2160 or 2160x3840"), "{e}");
     let e = VideoWriter::create(&p, 256, 256, FrameRate::whole(0), EncoderKind::OpenH264, None).err().unwrap();
     assert!(matches!(e, MediaError::InvalidInput(_)));
     let mut vw = VideoWriter::create(&p, 256, 256, FrameRate::whole(25), EncoderKind::OpenH264, None).unwrap();
@@ -270,4 +276,29 @@ fn frame_rates_parse_exactly_or_not_at_all() {
     for bad in ["0", "-5", "NaN", "inf", "25fps", "1/0", "241", "29.9701", "", "4294967296", ".5"] {
         assert!(FrameRate::parse(bad).is_err(), "{bad} accepted");
     }
+}
+
+/// The H.264 streams OpenH264 cannot decode are refused from the container, before any frame is
+/// decoded, naming the profile and how to re-encode: B-frames (libx264's default, in a
+/// progressive and in a fragmented MP4) and a 10-bit profile. The same profile without
+/// B-frames decodes.
+#[test]
+fn h264_that_openh264_cannot_decode_is_refused_by_name() {
+    let fixture = |name: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/h264").join(name);
+    for (name, says) in [
+        ("high_bframes.mp4", "High profile with B-frames"),
+        ("high_bframes_fragmented.mp4", "High profile with B-frames"),
+        ("high10.mp4", "High 10 profile"),
+    ] {
+        let e = cadence_media::avatar_video_info(fixture(name)).unwrap_err().to_string();
+        assert!(e.contains(says) && e.contains("-bf 0 -pix_fmt yuv420p"), "{name}: {e}");
+        let e = Mp4Reader::open(fixture(name)).unwrap().decode_video().unwrap_err().to_string();
+        assert!(e.contains(says), "{name}: {e}");
+        // The library's debugging text stays out of the message.
+        assert!(!e.contains("Backtraces") && !e.contains("Native:"), "{name}: {e}");
+    }
+    let info = cadence_media::avatar_video_info(fixture("high_no_bframes.mp4")).unwrap();
+    assert_eq!((info.width, info.height, info.frames), (96, 64, 12));
+    let video = Mp4Reader::open(fixture("high_no_bframes.mp4")).unwrap().decode_video().unwrap();
+    assert_eq!(video.frames.len(), 12);
 }

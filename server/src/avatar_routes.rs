@@ -29,7 +29,7 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     }
     let guard = state.track();
     let dir = tempdirs::request_dir(&state.config.temp_root)
-        .map_err(|e| ApiError::internal(format!("creating the request's directory: {e}")))?;
+        .map_err(|e| ApiError::internal("creating the request's directory", e))?;
     let up = upload::read_multipart(req, dir.path(), &["image", "video"], state.config.max_body_bytes)
         .await
         .map_err(rejected(&state, "invalid"))?;
@@ -64,7 +64,7 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     let face_settings = settings.clone();
     let (media, bytes) = tokio::task::spawn_blocking(move || {
         let checked = validate::avatar(&path, field, st.config.avatar_limits(), &face_settings, &scratch)?;
-        let bytes = std::fs::read(&path).map_err(|e| ApiError::internal(format!("reading the upload: {e}")))?;
+        let bytes = std::fs::read(&path).map_err(|e| ApiError::internal("reading the upload", e))?;
         let media = match checked {
             validate::AvatarFile::Image { image, face, landmarks, report } => {
                 (AvatarMedia::Image { image, face, landmarks }, report)
@@ -84,7 +84,7 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
         Ok::<_, ApiError>((media, bytes))
     })
     .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal("a worker thread failed", e))?
     .map_err(rejected(&state, "invalid"))?;
 
     let (media, face_report) = media;
@@ -111,8 +111,8 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
         })
     })
     .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(format!("preparing the avatar: {e:#}")))?;
+    .map_err(|e| ApiError::internal("a worker thread failed", e))?
+    .map_err(|e| ApiError::internal("preparing the avatar", format!("{e:#}")))?;
     drop((guard, dir));
     let cached = state.avatars.lock().unwrap().insert_arc(entry);
     Ok(answer(if created { StatusCode::CREATED } else { StatusCode::OK }, &cached))

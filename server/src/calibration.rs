@@ -118,8 +118,8 @@ pub async fn post(State(state): State<AppState>, uri: Uri) -> Result<Json<serde_
         measure(&st, &set, query)
     })
     .await
-    .map_err(|e| ApiError::internal(format!("the calibration thread failed: {e}")))?
-    .map_err(|e| ApiError::internal(format!("the calibration failed: {e:#}")))?;
+    .map_err(|e| ApiError::internal("the calibration thread failed", e))?
+    .map_err(|e| ApiError::internal("the calibration failed", format!("{e:#}")))?;
     *state.calibration.lock().unwrap() = Some(json.clone());
     Ok(Json(json))
 }

@@ -65,6 +65,23 @@ pub struct ServeArgs {
     /// Records the job table holds (jobs and streamed renders, until they expire); beyond: 429.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_jobs: u32,
+    /// Seconds a connection has to send a whole request head (request line and headers) once it
+    /// opens or its previous answer is sent; past it the connection is closed (a client sending
+    /// its headers a line a second held one for as long as it liked). Also the keep-alive idle
+    /// time.
+    #[arg(long, default_value = "30", value_parser = parse_seconds)]
+    pub header_timeout_seconds: f64,
+    /// Seconds a request body has at first; each --body-min-rate bytes received give it one
+    /// more (Apache mod_reqtimeout's rule), up to --body-max-seconds. A body slower than that
+    /// is answered 408 and its connection closed.
+    #[arg(long, default_value = "30", value_parser = parse_seconds)]
+    pub body_timeout_seconds: f64,
+    /// Bytes per second a request body must keep up (see --body-timeout-seconds).
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_min_rate: u64,
+    /// Longest a request body may take, however fast it comes.
+    #[arg(long, default_value = "600", value_parser = parse_seconds)]
+    pub body_max_seconds: f64,
     /// On SIGTERM/SIGINT, how long in-flight renders may finish before they are cancelled.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     pub drain_seconds: f64,
@@ -107,6 +124,10 @@ pub struct Config {
     pub jobs_dir: Option<PathBuf>,
     pub job_ttl: Duration,
     pub max_jobs: usize,
+    /// `--header-timeout-seconds`.
+    pub header_timeout: Duration,
+    /// `--body-timeout-seconds`, `--body-min-rate`, `--body-max-seconds`.
+    pub body_timeout: BodyTimeout,
     /// Render window in seconds (0: the whole clip).
     pub window_seconds: f64,
     pub backend: BackendChoice,
@@ -145,6 +166,12 @@ impl ServeArgs {
             jobs_dir: self.jobs_dir,
             job_ttl: Duration::from_secs_f64(self.job_ttl_seconds),
             max_jobs: self.max_jobs as usize,
+            header_timeout: Duration::from_secs_f64(self.header_timeout_seconds),
+            body_timeout: BodyTimeout {
+                initial: Duration::from_secs_f64(self.body_timeout_seconds),
+                min_rate: self.body_min_rate,
+                max: Duration::from_secs_f64(self.body_max_seconds.max(self.body_timeout_seconds)),
+            },
             window_seconds: self.window,
             backend: self.backend,
             engines: self.engines,
@@ -153,9 +180,41 @@ impl ServeArgs {
     }
 }
 
+/// How long a request body may take to arrive: `initial`, plus a second for every `min_rate`
+/// bytes received, at most `max` (Apache mod_reqtimeout's `body=initial-max,MinRate=min_rate`).
+/// A body that keeps coming at `min_rate` is never cut short before `max`; one that trickles
+/// (a byte a second) is, after about `initial`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BodyTimeout {
+    pub initial: Duration,
+    pub min_rate: u64,
+    pub max: Duration,
+}
+
+impl BodyTimeout {
+    /// The time a body has once `received` bytes of it came.
+    pub fn allowed(&self, received: u64) -> Duration {
+        (self.initial + Duration::from_secs_f64(received as f64 / self.min_rate as f64)).min(self.max)
+    }
+}
+
 impl Config {
     /// The bounds on an avatar a client sends.
     pub fn avatar_limits(&self) -> crate::validate::AvatarLimits {
         crate::validate::AvatarLimits { max_pixels: self.max_pixels, max_decoded_bytes: self.max_avatar_bytes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BodyTimeout;
+    use std::time::Duration;
+
+    #[test]
+    fn a_body_earns_a_second_per_min_rate_bytes_up_to_the_maximum() {
+        let t = BodyTimeout { initial: Duration::from_secs(20), min_rate: 500, max: Duration::from_secs(60) };
+        assert_eq!(t.allowed(0), Duration::from_secs(20));
+        assert_eq!(t.allowed(5_000), Duration::from_secs(30));
+        assert_eq!(t.allowed(10_000_000), Duration::from_secs(60));
     }
 }

@@ -40,8 +40,17 @@ impl ApiError {
         Self { retry_after: Some(5), ..Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message) }
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    /// A 500: the client reads that `what` failed; the `detail` (an error chain, a library's native
+    /// codes and debugging text) goes to the log only, here, inside the request's span where
+    /// there is one: it says nothing a client can act on, and may say what a client should not
+    /// know (paths, versions).
+    pub fn internal(what: &str, detail: impl std::fmt::Display) -> Self {
+        tracing::error!(detail = %detail, "{what}");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("{what}: an error inside the server (its log has the details)"),
+        )
     }
 
     pub fn with_retry_after(mut self, seconds: u64) -> Self {
@@ -72,5 +81,23 @@ impl IntoResponse for ApiError {
             r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 500 tells the client what failed, never the error's detail: a library's native codes
+    /// and debugging text, paths on the server.
+    #[test]
+    fn an_internal_error_keeps_its_detail_out_of_the_answer() {
+        let detail = "MP4: /srv/tmp/req-1/out.mp4: OpenH264 encountered an error. Native:16384. Backtraces enabled.";
+        let e = ApiError::internal("the render failed", detail);
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(e.message.starts_with("the render failed"), "{}", e.message);
+        for leak in ["Native", "Backtraces", "/srv/tmp", "OpenH264"] {
+            assert!(!e.message.contains(leak), "{leak} in {}", e.message);
+        }
     }
 }

@@ -63,7 +63,7 @@ pub async fn intake(state: &AppState, req: Request) -> Result<Intake, ApiError> 
     // From here a dropped future (the client went away) cancels whatever runs for it.
     let guard = state.track();
     let dir = tempdirs::request_dir(&state.config.temp_root)
-        .map_err(|e| ApiError::internal(format!("creating the request's directory: {e}")))?;
+        .map_err(|e| ApiError::internal("creating the request's directory", e))?;
     let t = Instant::now();
     let up = match kind {
         BodyKind::Multipart => {
@@ -78,7 +78,7 @@ pub async fn intake(state: &AppState, req: Request) -> Result<Intake, ApiError> 
     let (st, dir_path) = (state.clone(), dir.path().to_path_buf());
     let checked = tokio::task::spawn_blocking(move || check(&st, up, &dir_path))
         .await
-        .map_err(|e| ApiError::internal(format!("checking the request: {e}")))?
+        .map_err(|e| ApiError::internal("checking the request", e))?
         .map_err(|e| count_invalid(state, e))?;
     timing.push(("validate", ms(t), None));
     Ok(Intake { checked, dir, guard, timing })
@@ -129,7 +129,7 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
         .await
         .map_err(|e| {
         state.metrics.render_outcome("failed");
-        ApiError::internal(format!("the render thread failed: {e}"))
+        ApiError::internal("the render thread failed", e)
     })??;
     drop(guard);
     Ok(response(rendered, stride, fps.hz(), timing, ms(t_all)))
@@ -172,7 +172,7 @@ async fn streamed(
         drop(slot);
         rec.finish(match &result {
             Ok(r) => Ok(FinalStats::new(r, stride, clip_fps, pre_render, ms(t_all))),
-            Err(e) => Err(JobError { code: e.code, message: e.message.clone() }),
+            Err(e) => Err(JobError::from(e.clone())),
         });
         let first_byte_s = first_sent.get().map(|t| t.duration_since(t_all).as_secs_f64());
         if let Some(s) = first_byte_s {
@@ -216,13 +216,15 @@ async fn streamed(
         _ => {
             return Err(match render.await {
                 Ok(Err(e)) => e,
-                Ok(Ok(())) => ApiError::internal("the render ended without writing a stream"),
+                Ok(Ok(())) => {
+                    ApiError::internal("the render ended without writing a stream", "no segment and no error")
+                }
                 Err(e) => {
                     state.metrics.render_outcome("failed");
                     state.metrics.streamed("failed");
-                    record
-                        .finish(Err(JobError { code: "internal", message: format!("the render thread failed: {e}") }));
-                    ApiError::internal(format!("the render thread failed: {e}"))
+                    let e = ApiError::internal("the render thread failed", e);
+                    record.finish(Err(JobError::from(e.clone())));
+                    e
                 }
             });
         }
@@ -234,8 +236,7 @@ async fn streamed(
         if let Err(e) = render.await {
             st.metrics.render_outcome("failed");
             st.metrics.streamed("failed");
-            rec.finish(Err(JobError { code: "internal", message: format!("the render thread failed: {e}") }));
-            tracing::error!("the streamed render's thread failed: {e}");
+            rec.finish(Err(JobError::from(ApiError::internal("the streamed render's thread failed", e))));
         }
     });
     let content_type = match stream::codecs(&first) {
@@ -333,7 +334,7 @@ fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> 
                 None => {
                     let p = dir.join("default_avatar");
                     std::fs::write(&p, &state.config.default_avatar)
-                        .map_err(|e| ApiError::internal(format!("writing the default avatar: {e}")))?;
+                        .map_err(|e| ApiError::internal("writing the default avatar", e))?;
                     (p, validate::AvatarLimits::NONE)
                 }
             };

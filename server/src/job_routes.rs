@@ -78,10 +78,10 @@ async fn run(
     let rendered = tokio::task::spawn_blocking(move || slot.run(|| render_job::run(&set, &st.metrics, job))).await;
     let outcome = match rendered {
         Ok(Ok(r)) => Ok(FinalStats::new(&r, stride, clip_fps, timing, t_all.elapsed().as_secs_f64() * 1e3)),
-        Ok(Err(e)) => Err(JobError { code: e.code, message: e.message }),
+        Ok(Err(e)) => Err(JobError::from(e)),
         Err(e) => {
             state.metrics.render_outcome("failed");
-            Err(JobError { code: "internal", message: format!("the render thread failed: {e}") })
+            Err(JobError::from(ApiError::internal("the render thread failed", e)))
         }
     };
     record.finish(outcome);

@@ -68,6 +68,12 @@ pub struct JobError {
     pub message: String,
 }
 
+impl From<ApiError> for JobError {
+    fn from(e: ApiError) -> Self {
+        JobError { code: e.code, message: e.message }
+    }
+}
+
 /// The changing part of a record.
 #[derive(Clone, Debug)]
 pub struct Status {

@@ -16,6 +16,7 @@ pub mod generate;
 pub mod job_routes;
 pub mod jobs;
 pub mod linger;
+pub mod listen;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;

@@ -1,7 +1,7 @@
 //! Around every request: a request id (the client's `X-Request-Id` when it is a plain token,
 //! else a fresh one) on the response and on every log line of the request, the request counted
-//! by route and status, the body read to its end even when it is refused ([`crate::linger`]),
-//! and the bearer token checked.
+//! by route and status, the body read on a task of its own that cuts off a body too slow (408)
+//! and reads a refused one to its end ([`crate::linger`]), and the bearer token checked.
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -9,6 +9,8 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::Instrument;
 
@@ -64,8 +66,27 @@ pub async fn context(State(state): State<AppState>, req: Request, next: Next) ->
     resp
 }
 
+/// The body read on a task of its own ([`crate::linger`]); a body cut off as too slow is
+/// answered 408 (whatever the handler made of the error it read), and its connection closed.
 pub async fn linger(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    next.run(crate::linger::wrap(req, state.config.max_body_bytes.saturating_mul(2))).await
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let timeout = state.config.body_timeout;
+    let req = crate::linger::wrap(req, state.config.max_body_bytes.saturating_mul(2), timeout, timed_out.clone());
+    let resp = next.run(req).await;
+    if !timed_out.load(Ordering::SeqCst) {
+        return resp;
+    }
+    state.metrics.rejection("body_timeout");
+    let message = format!(
+        "the request body arrived too slowly: it had {:.0} s, and a second more for every {} bytes, up to {:.0} s \
+         (--body-timeout-seconds, --body-min-rate, --body-max-seconds)",
+        timeout.initial.as_secs_f64(),
+        timeout.min_rate,
+        timeout.max.as_secs_f64()
+    );
+    let mut resp = ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", message).into_response();
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -73,8 +94,7 @@ pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Re
     if OPEN_ROUTES.contains(&req.uri().path()) {
         return next.run(req).await;
     }
-    let given =
-        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
     match given {
         Some(g) if constant_time_eq(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
         _ => {
@@ -89,6 +109,13 @@ pub async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Re
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` value. The scheme's name is case-insensitive
+/// (RFC 9110 11.1): `bearer` and `BEARER` are `Bearer`.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
+
 /// Compares without stopping at the first difference, so timing does not reveal the token.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -96,6 +123,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR s3cret"] {
+            assert_eq!(super::bearer_token(v), Some("s3cret"), "{v}");
+        }
+        for v in ["Basic s3cret", "Bearers3cret", "Bearer", "s3cret"] {
+            assert_eq!(super::bearer_token(v), None, "{v}");
+        }
+    }
+
     #[test]
     fn token_comparison() {
         assert!(super::constant_time_eq(b"secret", b"secret"));

@@ -16,9 +16,10 @@ const RENDER_ERRORS: &[(u16, &str)] = &[
     (200, "the MP4 (video/mp4) with X-Inference-FPS, X-Stride, X-Realtime-Factor, X-Frames, X-Keyframes-Evaluated, X-Bypassed-Frames, X-Weights, X-Request-Id and Server-Timing; with stream=fmp4, a fragmented MP4 (video/mp4; codecs=...) in chunked transfer, sent segment by segment while it renders, with X-Stride, X-Frames, X-Weights, X-Request-Id, X-Job-Id and Server-Timing up to the first byte (a render that fails after the first byte cuts the body off)"),
     (400, "malformed body"),
     (404, "unknown avatar_id"),
+    (408, "the body arrived too slowly (--body-timeout-seconds, --body-min-rate, --body-max-seconds)"),
     (413, "body or field over --max-body-mb"),
     (415, "not multipart/form-data or application/json"),
-    (422, "a field that cannot be rendered (or a stream value other than fmp4): corrupt or NaN audio, audio over --max-seconds, an image or video frame over --max-pixels, a video avatar that is not H.264, corrupt, odd-sided, of variable frame rate, over 1000 frames or over --max-avatar-mb decoded, stride 0, a bad keyframe list, ..."),
+    (422, "a field that cannot be rendered (or a stream value other than fmp4): corrupt or NaN audio, audio over --max-seconds, an image or video frame over --max-pixels or larger than the H.264 encoder takes (3840x2160 or 2160x3840), a video avatar that is not H.264, is H.264 with B-frames or in a 10-bit or 4:2:2/4:4:4 profile, corrupt, odd-sided, of variable frame rate, over 1000 frames or over --max-avatar-mb decoded, stride 0, a bad keyframe list, ..."),
     (429, "render slots and queue full, or (stream=fmp4) the job table full (Retry-After)"),
     (503, "loading, draining or cancelled at shutdown (Retry-After)"),
 ];
@@ -39,6 +40,7 @@ pub const ROUTES: &[Route] = &[
         responses: &[
             (200, "already registered"),
             (201, "prepared"),
+            (408, "the body arrived too slowly"),
             (413, "too large"),
             (415, "not multipart"),
             (422, "not an image or video avatar cadence renders (see /generate's 422)"),
@@ -66,6 +68,7 @@ pub const ROUTES: &[Route] = &[
             (202, "the job, queued"),
             (400, "malformed body"),
             (404, "unknown avatar_id"),
+            (408, "the body arrived too slowly"),
             (413, "body or field over --max-body-mb"),
             (415, "not multipart/form-data or application/json"),
             (422, "a field that cannot be rendered, or a query parameter"),

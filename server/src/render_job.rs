@@ -131,7 +131,7 @@ pub fn run(set: &EngineSet, metrics: &Metrics, job: Job) -> Result<Rendered, Api
         }
         Err(e) => {
             metrics.render_outcome("failed");
-            Err(ApiError::internal(format!("the render failed: {e:#}")))
+            Err(ApiError::internal("the render failed", format!("{e:#}")))
         }
     }
 }

@@ -40,7 +40,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
-            ApiError::internal("the request handler panicked").into_response()
+            ApiError::internal("the request handler panicked", "see the panic message above").into_response()
         }))
         .layer(body_limit)
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::auth))

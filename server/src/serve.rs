@@ -116,7 +116,7 @@ pub async fn run(
         drain(&st).await;
         let _ = closing_tx.send(());
     };
-    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(graceful);
+    let server = crate::listen::serve(listener, router(state.clone()), state.clone(), graceful);
     let hard_stop = async move {
         if closing_rx.await.is_ok() {
             tokio::time::sleep(CLOSE_GRACE).await;
@@ -125,7 +125,7 @@ pub async fn run(
         }
     };
     tokio::select! {
-        r = server => r.context("serving")?,
+        _ = server => {}
         _ = hard_stop => tracing::warn!("connections still open {CLOSE_GRACE:?} after the drain: closing them"),
     }
     tracing::info!("stopped");

@@ -64,7 +64,7 @@ fn multipart_error(e: MultipartError) -> ApiError {
 }
 
 fn io_error(e: std::io::Error) -> ApiError {
-    ApiError::internal(format!("writing the upload: {e}"))
+    ApiError::internal("writing the upload", e)
 }
 
 /// Streams a multipart body: the fields named in `files` go to `dir/<name>` (each at most

@@ -105,7 +105,7 @@ pub fn avatar(
         return Ok(AvatarFile::Image { image, face, landmarks, report });
     }
     if let Some(text) = &settings.face_boxes {
-        std::fs::write(&boxes_path, text).map_err(|e| ApiError::internal(format!("writing the face boxes: {e}")))?;
+        std::fs::write(&boxes_path, text).map_err(|e| ApiError::internal("writing the face boxes", e))?;
     }
     video(path, field, limits, &spec, &boxes_path).map(AvatarFile::Video)
 }

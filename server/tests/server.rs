@@ -6,6 +6,7 @@ mod common;
 
 use base64::Engine as _;
 use common::*;
+use std::io::Cursor;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -113,6 +114,25 @@ fn generate_with_image_infill_decodes_the_keyframes_only() {
     assert_eq!((r.status().as_u16(), error_code(r).as_str()), (422, "unknown_field"));
 }
 
+/// An image within --max-pixels whose sides the H.264 encoder cannot take (2880x2880: both
+/// over 2160) is a 422 that names the encoder's limit, before any engine runs (it was a 500
+/// from the encoder after the render's work).
+#[test]
+fn an_avatar_larger_than_the_encoder_takes_is_422_before_any_engine_work() {
+    let s = start(&[]);
+    let mut big = Cursor::new(Vec::new());
+    image::RgbImage::new(2880, 2880).write_to(&mut big, image::ImageFormat::Png).unwrap();
+    let f = form(tone_wav(0.3), &[]).part("video", part(big.into_inner(), "big.png", "image/png"));
+    let r = client().post(s.url("/generate")).multipart(f).send().unwrap();
+    assert_eq!(r.status(), 422);
+    let v: serde_json::Value = r.json().unwrap();
+    assert_eq!(v["error"]["code"], "invalid_image");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("2880x2880") && message.contains("at most 3840x2160 or 2160x3840"), "{message}");
+    assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 0.0);
+    assert_eq!(metric(&s, "cadence_rendered_frames_total"), 0.0);
+}
+
 #[test]
 fn limits_refuse_before_any_engine_work() {
     let s = start(&["--max-body-mb", "1", "--max-seconds", "3", "--max-pixels", "100000"]);
@@ -190,6 +210,13 @@ fn a_token_guards_every_route_but_the_probes_and_stale_temp_dirs_are_swept() {
         assert_eq!(c.get(s.url(path)).bearer_auth("wrong").send().unwrap().status(), 401, "{path}");
     }
     let r = c.post(s.url("/generate")).multipart(form(tone_wav(0.2), &[])).send().unwrap();
+    assert_eq!(r.status(), 401);
+    // The scheme's name is case-insensitive (RFC 9110); the token is not.
+    for scheme in ["bearer", "BEARER"] {
+        let r = c.get(s.url("/v1/info")).header("authorization", format!("{scheme} s3cret")).send().unwrap();
+        assert_eq!(r.status(), 200, "{scheme}");
+    }
+    let r = c.get(s.url("/v1/info")).header("authorization", "Bearer S3CRET").send().unwrap();
     assert_eq!(r.status(), 401);
     let r = c.get(s.url("/v1/info")).bearer_auth("s3cret").send().unwrap();
     assert_eq!(r.status(), 200);
@@ -478,8 +505,9 @@ fn shutdown_cancels_renders_that_outlive_the_drain_deadline() {
     assert_eq!(std::fs::read_dir(temp.path()).unwrap().count(), 0);
 }
 
-/// The curl examples of server/README.md, run as written (with `--fail-with-body` added) against
-/// a server, in a directory holding the files they name.
+/// The curl examples of server/README.md, run as written against a server, in a directory
+/// holding the files they name; then the video avatar's registration against a refusal, which
+/// stops the script with the answer shown instead of going on with the error's JSON as the id.
 #[test]
 fn the_readme_curl_examples_work() {
     if std::process::Command::new("curl").arg("--version").output().is_err() {
@@ -501,10 +529,8 @@ fn the_readme_curl_examples_work() {
     // server finds.
     std::fs::write(dir.path().join("portrait.png"), face_png()).unwrap();
     std::fs::write(dir.path().join("avatar.mp4"), face_video(3)).unwrap();
-    let script = format!(
-        "set -euo pipefail\ncurl() {{ command curl --fail-with-body \"$@\"; }}\n{}",
-        block.replace("http://127.0.0.1:8080", &s.url(""))
-    );
+    assert!(block.starts_with("set -euo pipefail"), "{block}");
+    let script = block.replace("http://127.0.0.1:8080", &s.url(""));
     let out = std::process::Command::new("bash")
         .arg("-c")
         .arg(&script)
@@ -533,6 +559,21 @@ fn the_readme_curl_examples_work() {
     // avatar was prepared twice (sent, then registered) and used once by id.
     assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 8.0);
     assert_eq!(metric(&s, "cadence_avatars"), 1.0);
+
+    // The README's preamble and its video avatar registration, with a file that is no video.
+    let preamble: Vec<&str> = block.lines().take_while(|l| !l.starts_with("curl ")).collect();
+    let register = block.lines().find(|l| l.starts_with("vid=$(")).unwrap();
+    let script = format!("{}\n{register}\necho \"registered $vid\"\n", preamble.join("\n"));
+    std::fs::write(dir.path().join("avatar.mp4"), b"not a video").unwrap();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script.replace("http://127.0.0.1:8080", &s.url("")))
+        .current_dir(dir.path())
+        .output()
+        .expect("bash and curl");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && !stdout.contains("registered"), "went on after a refusal: {stdout}");
+    assert!(stderr.contains("\"code\":\"invalid_"), "the refusal is not shown: {stderr}");
 }
 
 #[test]
@@ -729,4 +770,99 @@ fn an_unknown_stream_value_is_refused_before_any_work() {
     assert_eq!(metric(&s, "cadence_rejections_total{reason=\"invalid\"}"), 3.0);
     assert_eq!(metric(&s, "cadence_avatar_preparations_total"), 0.0);
     assert!(s.temp_entries().is_empty());
+}
+
+/// Slow clients are cut off, and the server answers others meanwhile: a request head sent a
+/// line at a time closes its connection past --header-timeout-seconds; a body trickling below
+/// --body-min-rate is answered 408 past its time. Without the timeouts both held their
+/// connections for as long as they kept sending (a byte a second was enough).
+#[test]
+fn slow_clients_are_cut_off() {
+    use std::io::{Read, Write};
+    let s = start(&[
+        "--header-timeout-seconds",
+        "1",
+        "--body-timeout-seconds",
+        "1",
+        "--body-min-rate",
+        "1000",
+        "--body-max-seconds",
+        "3",
+    ]);
+    let connect = || {
+        let c = std::net::TcpStream::connect(s.server.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        c
+    };
+    // Reads what has come; `None` once the server closed the connection.
+    let poll = |c: &mut std::net::TcpStream, got: &mut Vec<u8>| -> Option<()> {
+        let mut buf = [0u8; 4096];
+        match c.read(&mut buf) {
+            Ok(0) => None,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                Some(())
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Some(()),
+            Err(_) => None,
+        }
+    };
+
+    // The head, a header line every 200 ms.
+    let mut c = connect();
+    let t = Instant::now();
+    c.write_all(b"GET /v1/info HTTP/1.1\r\nHost: cadence\r\n").unwrap();
+    let mut got = Vec::new();
+    while t.elapsed() < Duration::from_secs(8) {
+        if c.write_all(b"X-Slow: 1\r\n").is_err() || poll(&mut c, &mut got).is_none() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let held = t.elapsed();
+    assert!(held > Duration::from_millis(900) && held < Duration::from_secs(4), "the slow head held {held:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    wait_for(Duration::from_secs(5), || metric(&s, "cadence_rejections_total{reason=\"header_timeout\"}") == 1.0);
+
+    // The body, a byte every 200 ms: 1 s, and 1 ms more per byte.
+    let mut c = connect();
+    let t = Instant::now();
+    c.write_all(
+        b"POST /generate HTTP/1.1\r\nHost: cadence\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut others_answered = false;
+    while t.elapsed() < Duration::from_secs(8) && !got.ends_with(b"}}") {
+        if c.write_all(b" ").is_err() || poll(&mut c, &mut got).is_none() {
+            break;
+        }
+        others_answered |= get(&s, "/healthz").status() == 200;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let held = t.elapsed();
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"request_timeout\"") && answer.contains("--body-min-rate"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+    assert!(held > Duration::from_millis(900) && held < Duration::from_secs(4), "the slow body held {held:?}");
+    assert!(others_answered, "the server answered no one else meanwhile");
+    assert_eq!(metric(&s, "cadence_rejections_total{reason=\"body_timeout\"}"), 1.0);
+
+    // A body that keeps up with --body-min-rate is read whole: 2000 bytes in 1.6 s at 1250 B/s,
+    // past the first second; refused only for what it holds (not JSON), never as too slow.
+    let mut c = connect();
+    c.write_all(
+        b"POST /generate HTTP/1.1\r\nHost: cadence\r\nContent-Type: application/json\r\nContent-Length: 2000\r\n\r\n",
+    )
+    .unwrap();
+    for _ in 0..8 {
+        c.write_all(&[b' '; 250]).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) && !got.ends_with(b"}}") && poll(&mut c, &mut got).is_some() {}
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 4") && !answer.starts_with("HTTP/1.1 408"), "{answer}");
 }

@@ -179,7 +179,21 @@ fn bad_video_avatars_are_422_before_any_engine_work() {
     let mdat = corrupt.windows(4).position(|w| w == b"mdat").unwrap() + 12;
     let moov = corrupt.windows(4).rposition(|w| w == b"moov").unwrap() - 4;
     corrupt[mdat..moov].fill(0);
-    expect(generate(corrupt.clone(), &[]), "invalid_video", "video: ");
+    let (code, message) = generate(corrupt.clone(), &[]);
+    // OpenH264's debugging text (native codes, "Backtraces enabled.") stays out of the answer.
+    assert!(!message.contains("Backtraces") && !message.contains("Native:"), "{message}");
+    expect((code, message), "invalid_video", "video: ");
+    // libx264's default output (High profile with B-frames), which OpenH264 does not decode:
+    // named, with how to re-encode it.
+    let bframes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/h264/high_bframes.mp4")).unwrap();
+    expect(generate(bframes, &[]), "invalid_video", "High profile with B-frames");
+    // Frames within --max-pixels (2880x2880 is exactly 3840x2160 pixels) that the encoder cannot take.
+    let square = rewrite_moov(&clip, |m| {
+        if let Some(mp4_atom::Codec::Avc1(a)) = video_trak(m).mdia.minf.stbl.stsd.codecs.first_mut() {
+            (a.visual.width, a.visual.height) = (2880, 2880);
+        }
+    });
+    expect(generate(square, &[]), "invalid_video", "at most 3840x2160 or 2160x3840");
     // Cut short: half the file.
     expect(generate(clip[..clip.len() / 2].to_vec(), &[]), "invalid_video", "video: ");
     // An ftyp box and then nothing of an MP4.
@@ -237,5 +251,5 @@ fn bad_video_avatars_are_422_before_any_engine_work() {
         assert_eq!(metric(server, "cadence_rendered_frames_total"), 0.0);
         assert!(server.temp_entries().is_empty(), "{:?}", server.temp_entries());
     }
-    assert_eq!(metric(&s, "cadence_rejections_total{reason=\"invalid\"}"), 11.0);
+    assert_eq!(metric(&s, "cadence_rejections_total{reason=\"invalid\"}"), 13.0);
 }

@@ -27,8 +27,9 @@ pub struct RenderArgs {
     /// differently from a file's).
     #[arg(long, required_unless_present_any = ["text", "text_file"])]
     pub audio: Option<PathBuf>,
-    /// Portrait as PNG or JPEG (64 to 3840 pixels a side, even width and height): it is the
-    /// video frame. Or a video avatar: an H.264 MP4 (constant frame rate), or a directory of
+    /// Portrait as PNG or JPEG (even width and height, each at least 64 pixels, at most 3840x2160
+    /// or 2160x3840: the H.264 encoder's limit): it is the video frame. Or a video avatar: an H.264
+    /// MP4 (constant frame rate, no B-frames, 8-bit 4:2:0), or a directory of
     /// numbered PNG/JPEG frames (sorted by name, one size), shown forward then backward, one
     /// avatar frame per output frame. Or a prepared avatar (`cadence avatar prepare`, a
     /// .cadence-avatar file), which skips the avatar's preparation.
