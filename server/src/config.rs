@@ -82,6 +82,22 @@ pub struct ServeArgs {
     /// Longest a request body may take, however fast it comes.
     #[arg(long, default_value = "600", value_parser = parse_seconds)]
     pub body_max_seconds: f64,
+    /// A fleet's NATS server (else $CADENCE_NATS), e.g. nats://127.0.0.1:4222: `/v1/jobs` go to
+    /// its JetStream work queue, any replica's worker renders them when it has a free slot, and
+    /// every replica answers for every job (server/README.md, the fleet). Needs nats-server 2.10
+    /// or later with JetStream (`-js`). Without it, jobs stay in this process.
+    #[arg(long)]
+    pub nats: Option<String>,
+    /// This replica's name in the fleet, shown in its jobs [default: host name and process id].
+    #[arg(long)]
+    pub replica_name: Option<String>,
+    /// Seconds without a heartbeat after which a fleet job is taken for lost (its replica died)
+    /// and delivered to another replica. A running render beats every third of it.
+    #[arg(long, default_value = "30", value_parser = parse_seconds)]
+    pub fleet_ack_wait_seconds: f64,
+    /// Deliveries of a fleet job before it is given up.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i64).range(1..=100))]
+    pub fleet_max_deliver: i64,
     /// On SIGTERM/SIGINT, how long in-flight renders may finish before they are cancelled.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     pub drain_seconds: f64,
@@ -128,6 +144,8 @@ pub struct Config {
     pub header_timeout: Duration,
     /// `--body-timeout-seconds`, `--body-min-rate`, `--body-max-seconds`.
     pub body_timeout: BodyTimeout,
+    /// `--nats` and the fleet's settings; `None`: a single replica.
+    pub fleet: Option<crate::fleet::FleetConfig>,
     /// Render window in seconds (0: the whole clip).
     pub window_seconds: f64,
     pub backend: BackendChoice,
@@ -149,6 +167,14 @@ impl ServeArgs {
             None => BUNDLED_AVATAR.to_vec(),
         };
         let max_body_bytes = usize::try_from(self.max_body_mb << 20)?;
+        let nats = self.nats.or_else(|| std::env::var(NATS_ENV).ok()).filter(|u| !u.is_empty());
+        let fleet = nats.map(|url| crate::fleet::FleetConfig {
+            url,
+            replica: self.replica_name.clone().unwrap_or_else(default_replica_name),
+            ack_wait: Duration::from_secs_f64(self.fleet_ack_wait_seconds),
+            max_deliver: self.fleet_max_deliver,
+            ttl: Duration::from_secs_f64(self.job_ttl_seconds),
+        });
         Ok(Config {
             listen: self.listen,
             token,
@@ -172,12 +198,23 @@ impl ServeArgs {
                 min_rate: self.body_min_rate,
                 max: Duration::from_secs_f64(self.body_max_seconds.max(self.body_timeout_seconds)),
             },
+            fleet,
             window_seconds: self.window,
             backend: self.backend,
             engines: self.engines,
             vad: self.vad,
         })
     }
+}
+
+/// The environment variable that names the fleet's NATS server when `--nats` does not.
+pub const NATS_ENV: &str = "CADENCE_NATS";
+
+/// The host's name and this process's id.
+fn default_replica_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let host = if host.is_empty() { "cadence".to_string() } else { host };
+    format!("{host}-{}", std::process::id())
 }
 
 /// How long a request body may take to arrive: `initial`, plus a second for every `min_rate`

@@ -52,6 +52,8 @@ pub struct Intake {
     pub dir: TempDir,
     pub guard: CancelGuard,
     pub timing: Timing,
+    /// The body's fields and files as sent (a fleet hands them to another replica).
+    pub upload: Upload,
 }
 
 /// The body of a render request (`/generate`, `/v1/jobs`), multipart or JSON: streamed into a
@@ -75,13 +77,13 @@ pub async fn intake(state: &AppState, req: Request) -> Result<Intake, ApiError> 
     let mut timing: Timing = vec![("upload", ms(t), None)];
 
     let t = Instant::now();
-    let (st, dir_path) = (state.clone(), dir.path().to_path_buf());
+    let (st, dir_path, upload) = (state.clone(), dir.path().to_path_buf(), up.clone());
     let checked = tokio::task::spawn_blocking(move || check(&st, up, &dir_path))
         .await
         .map_err(|e| ApiError::internal("checking the request", e))?
         .map_err(|e| count_invalid(state, e))?;
     timing.push(("validate", ms(t), None));
-    Ok(Intake { checked, dir, guard, timing })
+    Ok(Intake { checked, dir, guard, timing, upload })
 }
 
 pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
@@ -92,7 +94,7 @@ pub async fn generate(State(state): State<AppState>, req: Request) -> Result<Res
         // A streamed render's statistics go to a job record.
         state.jobs.check_room().map_err(rejected(&state, "too_many_jobs"))?;
     }
-    let Intake { checked, dir, guard, mut timing } = intake(&state, req).await?;
+    let Intake { checked, dir, guard, mut timing, .. } = intake(&state, req).await?;
 
     let t = Instant::now();
     let slot = state.admission.admit().await.map_err(|q| {
@@ -311,7 +313,7 @@ impl Checked {
     }
 }
 
-fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> {
+pub(crate) fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked, ApiError> {
     let settings = up.options.settings()?;
     let audio_path = up
         .file("audio")

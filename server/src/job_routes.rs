@@ -32,8 +32,11 @@ pub async fn create(State(state): State<AppState>, req: Request) -> Result<Respo
         let shown: String = q.chars().take(40).collect();
         return Err(ApiError::invalid("unknown_parameter", format!("/v1/jobs takes no query parameters ('{shown}')")));
     }
+    if let Some(fleet) = state.fleet.get().cloned() {
+        return crate::fleet_jobs::create(&state, &fleet, req).await;
+    }
     state.jobs.check_room().map_err(rejected(&state, "too_many_jobs"))?;
-    let Intake { checked, dir, guard, timing } = generate::intake(&state, req).await?;
+    let Intake { checked, dir, guard, timing, .. } = generate::intake(&state, req).await?;
     let record = state
         .jobs
         .create(JobKind::Render, checked.schedule.n_frames(), guard.flag())
@@ -90,6 +93,9 @@ async fn run(
 }
 
 pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
+    if let Some(fleet) = state.fleet.get() {
+        return crate::fleet_jobs::get(fleet, &id).await;
+    }
     let record = state.jobs.get(&id)?;
     Ok(Json(record.view(&record.status())))
 }
@@ -97,6 +103,9 @@ pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Resul
 /// The MP4 of a finished job, through tower-http's `ServeFile`: `Range` (one range; 206 with
 /// `Content-Range`, 416 when it cannot be satisfied), `If-Modified-Since`, `HEAD`.
 pub async fn result(State(state): State<AppState>, Path(id): Path<String>, req: Request) -> Result<Response, ApiError> {
+    if let Some(fleet) = state.fleet.get().cloned() {
+        return crate::fleet_jobs::result(&state, &fleet, &id, req).await;
+    }
     let record = state.jobs.get(&id)?;
     let path = match (record.kind, record.state(), &record.result) {
         (JobKind::Render, JobState::Done, Some(p)) => p.clone(),
@@ -129,6 +138,9 @@ pub async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    if state.fleet.get().is_some() {
+        return Err(crate::fleet::not_in_fleet("a job's events stream"));
+    }
     let record = state.jobs.get(&id)?;
     let rx = record.subscribe();
     let stream = futures_util::stream::unfold(Some((record, rx, true)), |next| async move {
@@ -148,6 +160,9 @@ pub async fn events(
 }
 
 pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if state.fleet.get().is_some() {
+        return Err(crate::fleet::not_in_fleet("cancelling or forgetting a job"));
+    }
     let record = state.jobs.get(&id)?;
     if record.state().is_final() {
         state.jobs.remove(&record);

@@ -24,7 +24,7 @@ use tokio::sync::{watch, Notify};
 /// Hex digits of a job id (128 random bits).
 pub const ID_LEN: usize = 32;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     Queued,
@@ -281,16 +281,8 @@ impl JobTable {
     /// The record `id`: 400 for anything that is not an id (no path reaches the disk from it),
     /// 404 for an unknown one.
     pub fn get(&self, id: &str) -> Result<Arc<JobRecord>, ApiError> {
-        if !valid_id(id) {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_job_id",
-                format!("a job id is {ID_LEN} lowercase hex digits"),
-            ));
-        }
-        self.jobs.lock().unwrap().get(id).cloned().ok_or_else(|| {
-            ApiError::not_found("job_not_found", format!("no job {id} (finished jobs expire after --job-ttl-seconds)"))
-        })
+        check_id(id)?;
+        self.jobs.lock().unwrap().get(id).cloned().ok_or_else(|| not_found(id))
     }
 
     /// Forgets a finished record and removes its file.
@@ -347,7 +339,20 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// 128 bits from the operating system's generator: ids cannot be guessed from one another.
-fn new_id() -> String {
+/// The 400 for what is not a job id.
+pub fn check_id(id: &str) -> Result<(), ApiError> {
+    if valid_id(id) {
+        return Ok(());
+    }
+    Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_job_id", format!("a job id is {ID_LEN} lowercase hex digits")))
+}
+
+/// The 404 for a job id that no record has.
+pub fn not_found(id: &str) -> ApiError {
+    ApiError::not_found("job_not_found", format!("no job {id} (finished jobs expire after --job-ttl-seconds)"))
+}
+
+pub fn new_id() -> String {
     let mut bytes = [0u8; ID_LEN / 2];
     getrandom::fill(&mut bytes).expect("the operating system's random generator");
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -12,6 +12,8 @@ pub mod calibration;
 pub mod config;
 pub mod engines;
 pub mod error;
+pub mod fleet;
+pub mod fleet_jobs;
 pub mod generate;
 pub mod job_routes;
 pub mod jobs;

@@ -73,7 +73,8 @@ pub const ROUTES: &[Route] = &[
             (415, "not multipart/form-data or application/json"),
             (422, "a field that cannot be rendered, or a query parameter"),
             (429, "the job table is full (--max-jobs; Retry-After)"),
-            (503, "loading or draining (Retry-After)"),
+            (501, "in a fleet (--nats): a registered avatar (avatar_id), not yet"),
+            (503, "loading or draining, or (--nats) the fleet's NATS server unreachable (Retry-After)"),
         ],
     },
     Route {
@@ -86,7 +87,13 @@ pub const ROUTES: &[Route] = &[
         method: "delete",
         path: "/v1/jobs/{id}",
         summary: "Cancel a job that has not finished (202; its render stops at the next batch, its files are removed), or forget one that has (204)",
-        responses: &[(202, "cancelling"), (204, "forgotten"), (400, "not a job id"), (404, "unknown or expired")],
+        responses: &[
+            (202, "cancelling"),
+            (204, "forgotten"),
+            (400, "not a job id"),
+            (404, "unknown or expired"),
+            (501, "in a fleet (--nats): not yet"),
+        ],
     },
     Route {
         method: "get",
@@ -105,7 +112,12 @@ pub const ROUTES: &[Route] = &[
         method: "get",
         path: "/v1/jobs/{id}/events",
         summary: "Server-sent events: 'progress' events with the job's JSON, then one named after the final state (done, failed, cancelled)",
-        responses: &[(200, "text/event-stream"), (400, "not a job id"), (404, "unknown or expired")],
+        responses: &[
+            (200, "text/event-stream"),
+            (400, "not a job id"),
+            (404, "unknown or expired"),
+            (501, "in a fleet (--nats): not yet"),
+        ],
     },
     Route {
         method: "post",

@@ -78,6 +78,11 @@ impl RawOptions {
         Ok(())
     }
 
+    /// The fields as sent (a job handed to another replica carries them).
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (*k, v.as_str()))
+    }
+
     pub fn get(&self, name: &str) -> Option<&str> {
         self.values.iter().find(|(k, _)| *k == name).map(|(_, v)| v.trim())
     }

@@ -63,6 +63,12 @@ async fn healthz() -> Json<serde_json::Value> {
 
 async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     state.ready_engines()?;
+    if let Some(fleet) = state.fleet.get() {
+        if !fleet.connected() {
+            return Err(ApiError::unavailable("fleet_unavailable", "the fleet's NATS server cannot be reached"));
+        }
+        return Ok(Json(json!({"status": "ready", "fleet": {"nats": "connected", "replica": fleet.config.replica}})));
+    }
     Ok(Json(json!({"status": "ready"})))
 }
 

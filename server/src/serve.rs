@@ -71,7 +71,16 @@ pub async fn run(
         tracing::info!(swept, root = %config.temp_root.display(), "removed stale request directories");
     }
     let addr = listener.local_addr()?;
+    let fleet = match &config.fleet {
+        Some(f) => Some(Arc::new(crate::fleet::Fleet::connect(f.clone()).await?)),
+        None => None,
+    };
     let state: AppState = Arc::new(ServerState::new(config)?);
+    if let Some(fleet) = fleet {
+        tracing::info!(nats = %fleet.config.url, replica = %fleet.config.replica, "in a fleet: jobs go to its queue");
+        let _ = state.fleet.set(fleet.clone());
+        tokio::spawn(crate::fleet_jobs::worker(state.clone(), fleet));
+    }
     tracing::info!(%addr, slots = state.config.slots, queue = state.config.queue, jobs = %state.jobs.dir().display(), "listening on http://{addr}");
 
     // Finished jobs expire after the TTL (their records and files).

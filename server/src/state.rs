@@ -31,6 +31,8 @@ pub struct ServerState {
     pub jobs: JobTable,
     /// The last calibration's JSON (`GET /v1/calibration`).
     pub calibration: Mutex<Option<serde_json::Value>>,
+    /// The fleet's connection, once made (with `--nats`).
+    pub fleet: OnceLock<Arc<crate::fleet::Fleet>>,
     /// A calibration holds every slot: renders are refused and `/readyz` is 503 meanwhile.
     calibrating: AtomicBool,
     engines: OnceLock<Arc<EngineSet>>,
@@ -52,6 +54,7 @@ impl ServerState {
             jobs: JobTable::new(config.jobs_dir.as_deref(), config.job_ttl, config.max_jobs)?,
             admission: Admission::new(config.slots, config.queue, config.slot_threads)?,
             calibration: Mutex::new(None),
+            fleet: OnceLock::new(),
             calibrating: AtomicBool::new(false),
             avatars: Mutex::new(AvatarCache::new(config.avatar_cache)),
             config,

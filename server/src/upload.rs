@@ -43,7 +43,7 @@ fn unsupported(what: &str) -> ApiError {
 }
 
 /// What a body held: files saved under the request's directory, and the text options.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Upload {
     pub files: Vec<(&'static str, PathBuf)>,
     pub options: RawOptions,

@@ -1,0 +1,270 @@
+//! `/v1/jobs` in a fleet ([`crate::fleet`]): the request is checked here and queued for any
+//! replica; each replica's worker renders the jobs it pulls while it holds a free render slot;
+//! the job's record and MP4 are read from the fleet by whichever replica is asked.
+
+use crate::engines::EngineSet;
+use crate::error::ApiError;
+use crate::fleet::{now_ms, Fleet, FleetError, FleetJob, JobMessage};
+use crate::generate::{self, Intake};
+use crate::jobs::JobState;
+use crate::render_job::{self, Target};
+use crate::state::{AppState, Phase};
+use crate::stats::FinalStats;
+use crate::tempdirs;
+use crate::upload::Upload;
+use axum::extract::Request;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tower::ServiceExt;
+
+fn unavailable(e: anyhow::Error) -> ApiError {
+    tracing::error!("the fleet: {e:#}");
+    ApiError::unavailable("fleet_unavailable", "the job queue (NATS) cannot be reached")
+}
+
+/// `POST /v1/jobs` with `--nats`: the body checked as on a single replica (every 4xx from here),
+/// then the files and the job handed to the fleet.
+pub async fn create(state: &AppState, fleet: &Fleet, req: Request) -> Result<Response, ApiError> {
+    let Intake { checked, dir, guard, upload, .. } = generate::intake(state, req).await?;
+    if checked.settings.avatar_id.is_some() {
+        return Err(crate::fleet::not_in_fleet("a registered avatar (avatar_id)"));
+    }
+    let id = crate::jobs::new_id();
+    let msg = JobMessage {
+        id: id.clone(),
+        options: upload.options.pairs().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        files: upload.files.iter().map(|(name, _)| name.to_string()).collect(),
+    };
+    let job = fleet.submit(&msg, checked.schedule.n_frames(), dir.path()).await.map_err(unavailable)?;
+    drop(guard);
+    tracing::info!(job = %id, frames = job.frames, "job queued in the fleet");
+    let mut r = (StatusCode::ACCEPTED, Json(job.view())).into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/jobs/{id}")) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+async fn record(fleet: &Fleet, id: &str) -> Result<(FleetJob, u64), ApiError> {
+    crate::jobs::check_id(id)?;
+    fleet.job(id).await.map_err(unavailable)?.ok_or_else(|| crate::jobs::not_found(id))
+}
+
+pub async fn get(fleet: &Fleet, id: &str) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(record(fleet, id).await?.0.view()))
+}
+
+/// The MP4 of a done job: from this replica's jobs directory when it is there (this replica
+/// rendered or fetched it before), else fetched from the fleet's store first; then served as
+/// a single replica serves it (ranges, HEAD).
+pub async fn result(state: &AppState, fleet: &Fleet, id: &str, req: Request) -> Result<Response, ApiError> {
+    let (job, _) = record(fleet, id).await?;
+    if job.state != JobState::Done {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "job_not_done",
+            format!("the job is {}: its result exists once it is done", job.state.name()),
+        ));
+    }
+    let path = state.jobs.dir().join(format!("{id}.mp4"));
+    if !path.exists() {
+        fleet.get_result(id, &path).await.map_err(unavailable)?;
+    }
+    let resp = tower_http::services::ServeFile::new(path).oneshot(req).await.unwrap_or_else(|e| match e {});
+    Ok(resp.map(axum::body::Body::new))
+}
+
+/// This replica's worker: while the server is not draining, takes a render slot, then the
+/// fleet's next job, and renders it.
+pub async fn worker(state: AppState, fleet: Arc<Fleet>) {
+    loop {
+        match state.phase() {
+            Phase::Draining | Phase::Failed => return,
+            Phase::Loading => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            Phase::Ready => {}
+        }
+        let Ok(set) = state.ready_engines() else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let slot = state.admission.wait().await;
+        let message = match fleet.next_job(Duration::from_secs(1)).await {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("{e:#}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        work(&state, &fleet, set, slot, message).await;
+    }
+}
+
+/// One delivery of a job: claimed in the job table, rendered with heartbeats, its MP4 stored,
+/// its record finished, the message acked. A delivery whose claim another took over (this
+/// replica was taken for dead) stops without writing anything.
+async fn work(
+    state: &AppState,
+    fleet: &Fleet,
+    set: Arc<EngineSet>,
+    slot: crate::admission::Slot,
+    message: async_nats::jetstream::Message,
+) {
+    let msg: JobMessage = match serde_json::from_slice(&message.payload) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!("a job message that is not a job ({e}): dropped");
+            let _ = message.ack_with(async_nats::jetstream::AckKind::Term).await;
+            return;
+        }
+    };
+    let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
+    let (mut job, revision) = match fleet.job(&msg.id).await {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            tracing::warn!(job = %msg.id, "a queued job without a record (expired): dropped");
+            let _ = message.ack().await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("{e:#}");
+            return;
+        }
+    };
+    if job.state.is_final() {
+        // Delivered again after it ended (its ack was lost): nothing to do.
+        let _ = message.ack().await;
+        return;
+    }
+    job.state = JobState::Running;
+    job.attempts = delivered;
+    job.replica = Some(fleet.config.replica.clone());
+    job.started_ms = Some(now_ms());
+    job.frames_done = 0;
+    let mut revision = match fleet.update(&job, revision).await {
+        Ok(Some(r)) => r,
+        Ok(None) | Err(_) => return,
+    };
+    tracing::info!(job = %job.id, attempt = delivered, "job taken from the fleet");
+
+    let t_all = Instant::now();
+    let outcome = render(state, fleet, set, slot, &msg, &message, &mut job, &mut revision, t_all).await;
+    let Some(outcome) = outcome else {
+        tracing::warn!(job = %job.id, "another replica took the job over: this render's work is dropped");
+        return;
+    };
+    job.finished_ms = Some(now_ms());
+    match outcome {
+        Ok(stats) => {
+            job.state = JobState::Done;
+            job.frames_done = job.frames;
+            job.stats = Some(stats);
+        }
+        Err(e) => {
+            job.state = JobState::Failed;
+            job.error = Some(FleetError { code: e.code.to_string(), message: e.message });
+        }
+    }
+    match fleet.update(&job, revision).await {
+        Ok(Some(_)) => {
+            let _ = message.double_ack().await;
+            fleet.remove_inputs(&msg).await;
+            tracing::info!(job = %job.id, state = job.state.name(), "job ended");
+        }
+        Ok(None) => tracing::warn!(job = %job.id, "another replica took the job over before it ended"),
+        Err(e) => tracing::warn!("{e:#}"),
+    }
+}
+
+/// Fetches the inputs, checks them, renders with heartbeats, stores the MP4. `None` when the
+/// claim was lost (the render was cancelled); else the final statistics or the error.
+#[allow(clippy::too_many_arguments)]
+async fn render(
+    state: &AppState,
+    fleet: &Fleet,
+    set: Arc<EngineSet>,
+    slot: crate::admission::Slot,
+    msg: &JobMessage,
+    message: &async_nats::jetstream::Message,
+    job: &mut FleetJob,
+    revision: &mut u64,
+    t_all: Instant,
+) -> Option<Result<serde_json::Value, ApiError>> {
+    let dir = match tempdirs::request_dir(&state.config.temp_root) {
+        Ok(d) => d,
+        Err(e) => return Some(Err(ApiError::internal("creating the job's directory", e))),
+    };
+    if let Err(e) = fleet.fetch_inputs(msg, dir.path()).await {
+        return Some(Err(ApiError::internal("fetching the job's files", format!("{e:#}"))));
+    }
+    let mut upload = Upload::default();
+    for (name, value) in &msg.options {
+        if let Err(e) = upload.options.set(name, value.clone()) {
+            return Some(Err(e));
+        }
+    }
+    for field in &msg.files {
+        if let Some(name) = ["audio", "video"].into_iter().find(|f| f == field) {
+            upload.files.push((name, dir.path().join(field)));
+        }
+    }
+    let (st, dir_path) = (state.clone(), dir.path().to_path_buf());
+    let checked = match tokio::task::spawn_blocking(move || generate::check(&st, upload, &dir_path)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Some(Err(e)),
+        Err(e) => return Some(Err(ApiError::internal("checking the job", e))),
+    };
+    let (stride, clip_fps) = (checked.settings.stride, checked.settings.fps.hz());
+    let done = Arc::new(AtomicUsize::new(0));
+    let cancel = Arc::new(AtomicBool::new(false));
+    let counter = done.clone();
+    let progress: render_job::Progress = Box::new(move |n| {
+        counter.fetch_add(n, Ordering::Relaxed);
+    });
+    let path = state.jobs.dir().join(format!("{}.mp4", msg.id));
+    let render_job = checked.into_job(state, cancel.clone(), dir, Target::Keep(path.clone()), Some(progress));
+    let metrics_state = state.clone();
+    let render =
+        tokio::task::spawn_blocking(move || slot.run(|| render_job::run(&set, &metrics_state.metrics, render_job)));
+    tokio::pin!(render);
+    let beat = fleet.config.ack_wait / 3;
+    let rendered = loop {
+        tokio::select! {
+            r = &mut render => break r,
+            _ = tokio::time::sleep(beat) => {
+                fleet.in_progress(message).await;
+                job.frames_done = done.load(Ordering::Relaxed);
+                match fleet.update(job, *revision).await {
+                    Ok(Some(r)) => *revision = r,
+                    Ok(None) => cancel.store(true, Ordering::SeqCst),
+                    Err(e) => tracing::warn!("{e:#}"),
+                }
+            }
+        }
+    };
+    if cancel.load(Ordering::SeqCst) {
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
+    let rendered = match rendered {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Some(Err(e)),
+        Err(e) => {
+            state.metrics.render_outcome("failed");
+            return Some(Err(ApiError::internal("the render thread failed", e)));
+        }
+    };
+    if let Err(e) = fleet.put_result(&msg.id, &path).await {
+        return Some(Err(ApiError::internal("storing the result", format!("{e:#}"))));
+    }
+    let stats = FinalStats::new(&rendered, stride, clip_fps, Vec::new(), t_all.elapsed().as_secs_f64() * 1e3);
+    Some(Ok(serde_json::to_value(stats).unwrap_or_default()))
+}
