@@ -9,7 +9,7 @@ use common::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tungstenite::{Message, WebSocket};
 
@@ -24,15 +24,8 @@ fn chromium() -> Option<&'static str> {
 
 /// A headless browser, killed when dropped.
 struct Browser {
-    child: Child,
+    _child: KillOnDrop,
     _profile: tempfile::TempDir,
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts `bin` headless on a free DevTools port; returns it and the browser's websocket URL.
@@ -60,7 +53,7 @@ fn launch(bin: &str) -> (Browser, String) {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let browser = Browser { child, _profile: profile };
+    let browser = Browser { _child: KillOnDrop(child), _profile: profile };
     let (tx, rx) = std::sync::mpsc::channel();
     // Chromium says where DevTools listen on stderr; the rest of its stderr is drained.
     std::thread::spawn(move || {

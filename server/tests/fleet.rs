@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn nats_server() -> Option<PathBuf> {
@@ -25,16 +25,9 @@ fn nats_server() -> Option<PathBuf> {
 /// A nats-server with JetStream on a free loopback port, its store in a temporary directory;
 /// killed on drop.
 struct Nats {
-    child: Child,
+    _child: KillOnDrop,
     url: String,
     _store: tempfile::TempDir,
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start_nats(bin: &Path) -> Nats {
@@ -47,7 +40,7 @@ fn start_nats(bin: &Path) -> Nats {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting nats-server");
-    let nats = Nats { child, url: format!("nats://127.0.0.1:{port}"), _store: store };
+    let nats = Nats { _child: KillOnDrop(child), url: format!("nats://127.0.0.1:{port}"), _store: store };
     wait_for(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     nats
 }
@@ -130,16 +123,9 @@ fn cadence_bin() -> Option<PathBuf> {
 /// `cadence serve` as a process in the fleet on a free loopback port; its address read from
 /// its log. Killed (SIGKILL) on drop.
 struct Replica {
-    child: Child,
+    child: KillOnDrop,
     url: String,
     _temp: tempfile::TempDir,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn spawn_replica(bin: &Path, nats: &str, name: &str) -> Replica {
@@ -165,7 +151,7 @@ fn spawn_replica(bin: &Path, nats: &str, name: &str) -> Replica {
         }
     });
     let url = rx.recv_timeout(Duration::from_secs(30)).expect("the replica's address in its log");
-    let r = Replica { child, url, _temp: temp };
+    let r = Replica { child: KillOnDrop(child), url, _temp: temp };
     wait_for(Duration::from_secs(60), || {
         client().get(format!("{}/readyz", r.url)).send().is_ok_and(|x| x.status() == 200)
     });
@@ -184,7 +170,7 @@ fn a_job_whose_replica_is_killed_mid_render_finishes_on_the_other() {
     };
     let _r = render_lock();
     let nats = start_nats(&nats_bin);
-    let mut a = spawn_replica(&bin, &nats.url, "a");
+    let a = spawn_replica(&bin, &nats.url, "a");
     let c = client();
     // About 6 s of speech at stride 1: a render of some seconds on the CPU.
     let f = form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
@@ -197,8 +183,7 @@ fn a_job_whose_replica_is_killed_mid_render_finishes_on_the_other() {
     wait_for(Duration::from_secs(60), || job(&a.url)["frames_done"].as_u64().unwrap_or(0) > 0);
     let before = job(&a.url);
     assert_eq!((before["state"].as_str(), before["replica"].as_str()), (Some("running"), Some("a")), "{before}");
-    let _ = a.child.kill();
-    let _ = a.child.wait();
+    drop(a.child);
     let killed = Instant::now();
     let b = spawn_replica(&bin, &nats.url, "b");
     let t = Instant::now();

@@ -318,3 +318,14 @@ pub fn video_avatar(levels: &[u8], w: u32, h: u32) -> Vec<u8> {
     v.finish().unwrap();
     std::fs::read(p).unwrap()
 }
+
+/// A child process (a browser, a nats-server, a replica) killed with SIGKILL and reaped when
+/// dropped, so that a failing test leaves none behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
