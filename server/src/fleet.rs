@@ -7,7 +7,7 @@
 //!   acks, and only while it holds a free render slot. A worker that stops acking (it died)
 //!   has its job redelivered after the ack wait; a running render acks "in progress" every
 //!   third of the ack wait so that a long render is not taken for a dead one. After
-//!   `max_deliver` deliveries the job ends `failed`.
+//!   `max_deliver` deliveries the job ends `failed` ([`Fleet::fail_exhausted_jobs`]).
 //! - **The job table**: a key-value bucket (`cadence_jobs`) holds each job's state as JSON.
 //!   Every change is a compare-and-set on the revision the writer read: a worker claims a job
 //!   by moving it from the revision it saw, and a worker that lost its claim (the job was
@@ -152,6 +152,7 @@ pub struct Fleet {
     js: jetstream::Context,
     jobs: kv::Store,
     objects: object_store::ObjectStore,
+    queue: stream::Stream,
     workers: consumer::PullConsumer,
 }
 
@@ -164,7 +165,7 @@ impl Fleet {
             .await
             .with_context(|| format!("cannot connect to NATS at {}", config.url))?;
         let js = jetstream::new(client.clone());
-        let stream = js
+        let queue = js
             .get_or_create_stream(stream::Config {
                 name: STREAM.into(),
                 subjects: vec![SUBJECT.into()],
@@ -174,7 +175,7 @@ impl Fleet {
             })
             .await
             .map_err(|e| anyhow!("creating the job stream {STREAM}: {e}"))?;
-        let workers = stream
+        let workers = queue
             .get_or_create_consumer(
                 CONSUMER,
                 consumer::pull::Config {
@@ -210,7 +211,7 @@ impl Fleet {
                 .await
                 .map_err(|e| anyhow!("creating the object store {OBJECTS_BUCKET}: {e}"))?,
         };
-        Ok(Fleet { config, client, js, jobs, objects, workers })
+        Ok(Fleet { config, client, js, jobs, objects, queue, workers })
     }
 
     /// Whether the connection to NATS is up (`/readyz`).
@@ -274,6 +275,50 @@ impl Fleet {
             Some(Ok(m)) => Ok(Some(m)),
             Some(Err(e)) => Err(anyhow!("pulling a job: {e}")),
             None => Ok(None),
+        }
+    }
+
+    /// Ends as `failed` the jobs that ran out of deliveries: the queue announces each one
+    /// (JetStream's max-deliveries advisory) to every replica, and the first to write the
+    /// record wins; then the message leaves the queue. Runs until the connection closes.
+    pub async fn fail_exhausted_jobs(&self) {
+        #[derive(Deserialize)]
+        struct Advisory {
+            stream_seq: u64,
+            deliveries: i64,
+        }
+        let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{STREAM}.{CONSUMER}");
+        let mut notices = match self.client.subscribe(subject).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("the fleet's max-deliveries notices: {e}");
+                return;
+            }
+        };
+        while let Some(notice) = notices.next().await {
+            let Ok(a) = serde_json::from_slice::<Advisory>(&notice.payload) else { continue };
+            let Ok(raw) = self.queue.get_raw_message(a.stream_seq).await else { continue };
+            let Ok(msg) = serde_json::from_slice::<JobMessage>(&raw.payload) else { continue };
+            if let Ok(Some((mut job, revision))) = self.job(&msg.id).await {
+                if !job.state.is_final() {
+                    job.state = JobState::Failed;
+                    job.finished_ms = Some(now_ms());
+                    job.attempts = a.deliveries;
+                    job.error = Some(FleetError {
+                        code: "lost".into(),
+                        message: format!(
+                            "the job was delivered {} times and each time its replica stopped before it ended \
+                             (killed, or out of memory?); --fleet-max-deliver bounds the deliveries",
+                            a.deliveries
+                        ),
+                    });
+                    if let Ok(Some(_)) = self.update(&job, revision).await {
+                        tracing::warn!(job = %job.id, deliveries = a.deliveries, "job lost: out of deliveries");
+                        self.remove_inputs(&msg).await;
+                    }
+                }
+            }
+            let _ = self.queue.delete_message(a.stream_seq).await;
         }
     }
 

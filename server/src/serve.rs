@@ -79,7 +79,8 @@ pub async fn run(
     if let Some(fleet) = fleet {
         tracing::info!(nats = %fleet.config.url, replica = %fleet.config.replica, "in a fleet: jobs go to its queue");
         let _ = state.fleet.set(fleet.clone());
-        tokio::spawn(crate::fleet_jobs::worker(state.clone(), fleet));
+        tokio::spawn(crate::fleet_jobs::worker(state.clone(), fleet.clone()));
+        tokio::spawn(async move { fleet.fail_exhausted_jobs().await });
     }
     tracing::info!(%addr, slots = state.config.slots, queue = state.config.queue, jobs = %state.jobs.dir().display(), "listening on http://{addr}");
 

@@ -128,12 +128,12 @@ struct Replica {
     _temp: tempfile::TempDir,
 }
 
-fn spawn_replica(bin: &Path, nats: &str, name: &str) -> Replica {
+fn spawn_replica(bin: &Path, nats: &str, name: &str, max_deliver: u32) -> Replica {
     use std::io::BufRead;
     let temp = tempfile::tempdir().unwrap();
     let mut child = Command::new(bin)
         .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu", "--nats", nats, "--replica-name", name])
-        .args(["--fleet-ack-wait-seconds", "2", "--temp-dir"])
+        .args(["--fleet-ack-wait-seconds", "2", "--fleet-max-deliver", &max_deliver.to_string(), "--temp-dir"])
         .arg(temp.path())
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
@@ -170,7 +170,7 @@ fn a_job_whose_replica_is_killed_mid_render_finishes_on_the_other() {
     };
     let _r = render_lock();
     let nats = start_nats(&nats_bin);
-    let a = spawn_replica(&bin, &nats.url, "a");
+    let a = spawn_replica(&bin, &nats.url, "a", 3);
     let c = client();
     // About 6 s of speech at stride 1: a render of some seconds on the CPU.
     let f = form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
@@ -185,7 +185,7 @@ fn a_job_whose_replica_is_killed_mid_render_finishes_on_the_other() {
     assert_eq!((before["state"].as_str(), before["replica"].as_str()), (Some("running"), Some("a")), "{before}");
     drop(a.child);
     let killed = Instant::now();
-    let b = spawn_replica(&bin, &nats.url, "b");
+    let b = spawn_replica(&bin, &nats.url, "b", 3);
     let t = Instant::now();
     let mut last = serde_json::Value::Null;
     while t.elapsed() < Duration::from_secs(120) {
@@ -200,4 +200,42 @@ fn a_job_whose_replica_is_killed_mid_render_finishes_on_the_other() {
     let mp4 = c.get(format!("{}/v1/jobs/{id}/result", b.url)).send().unwrap().bytes().unwrap();
     assert_eq!(probe(&mp4).frames as u64, last["frames"].as_u64().unwrap());
     eprintln!("recovered {:.1} s after the kill", killed.elapsed().as_secs_f64());
+}
+
+/// A job whose replica stops every time it is delivered ends `failed` with the reason once it
+/// ran out of deliveries (--fleet-max-deliver 1: the first kill), instead of staying `running`.
+#[test]
+fn a_job_out_of_deliveries_ends_failed_with_the_reason() {
+    let name = "a_job_out_of_deliveries_ends_failed_with_the_reason";
+    let (Some(nats_bin), Some(bin)) = (nats_server(), cadence_bin()) else {
+        skipped(name, "no nats-server, or the cadence binary is not built (the workspace's test run builds it)");
+        return;
+    };
+    let _r = render_lock();
+    let nats = start_nats(&nats_bin);
+    let a = spawn_replica(&bin, &nats.url, "a", 1);
+    let b = spawn_replica(&bin, &nats.url, "b", 1);
+    let c = client();
+    // Whichever replica takes the job is killed; the other hears that it ran out of deliveries.
+    let f = form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
+        .part("video", part(png(128, 128), "a.png", "image/png"));
+    let r = c.post(format!("{}/v1/jobs", a.url)).multipart(f).send().unwrap();
+    assert_eq!(r.status(), 202);
+    let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
+    let job = |url: &str| -> serde_json::Value { c.get(format!("{url}/v1/jobs/{id}")).send().unwrap().json().unwrap() };
+    wait_for(Duration::from_secs(60), || job(&a.url)["frames_done"].as_u64().unwrap_or(0) > 0);
+    let (taker, other) = if job(&a.url)["replica"] == "a" { (a, b) } else { (b, a) };
+    drop(taker);
+    let t = Instant::now();
+    let mut last = serde_json::Value::Null;
+    while t.elapsed() < Duration::from_secs(60) {
+        last = job(&other.url);
+        if last["state"] != "running" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(last["state"], "failed", "{last}");
+    assert_eq!(last["error"]["code"], "lost", "{last}");
+    assert!(last["error"]["message"].as_str().unwrap().contains("--fleet-max-deliver"), "{last}");
 }
