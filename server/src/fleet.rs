@@ -19,8 +19,8 @@
 //! The job's request is checked on the replica that took it (every 4xx comes from there, at
 //! once), and checked again by the worker from the same files before it renders.
 //!
-//! Not yet fleet-wide (answered 501 with `--nats`): registered avatars (`avatar_id`), a job's
-//! events stream, and `DELETE /v1/jobs/{id}`.
+//! Not yet fleet-wide (answered 501 with `--nats`): registered avatars (`avatar_id`) and a job's
+//! events stream.
 
 use crate::error::ApiError;
 use crate::jobs::JobState;
@@ -350,6 +350,13 @@ impl Fleet {
     /// Downloads a job's MP4 to `path` (written beside it, then moved into place).
     pub async fn get_result(&self, id: &str, path: &Path) -> Result<()> {
         self.download(&format!("results/{id}"), path).await
+    }
+
+    /// Forgets an ended job: its record and its MP4.
+    pub async fn forget(&self, id: &str) -> Result<()> {
+        let _ = self.objects.delete(format!("results/{id}")).await;
+        self.jobs.purge(id).await.map_err(|e| anyhow!("forgetting job {id}: {e}"))?;
+        Ok(())
     }
 
     /// Removes a job's input files (once it has ended).

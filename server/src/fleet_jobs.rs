@@ -78,8 +78,32 @@ pub async fn result(state: &AppState, fleet: &Fleet, id: &str, req: Request) -> 
     Ok(resp.map(axum::body::Body::new))
 }
 
-/// This replica's worker: while the server is not draining, takes a render slot, then the
-/// fleet's next job, and renders it.
+/// `DELETE /v1/jobs/{id}` in a fleet: a job that has not ended is marked `cancelled` (202). A
+/// queued one is then skipped by the worker that takes it; a running one's worker finds its
+/// next heartbeat's write refused and stops the render (within a third of the ack wait). An
+/// ended job is forgotten (204): its record and its MP4, in the fleet and in this replica's
+/// jobs directory.
+pub async fn delete(state: &AppState, fleet: &Fleet, id: &str) -> Result<Response, ApiError> {
+    loop {
+        let (mut job, revision) = record(fleet, id).await?;
+        if job.state.is_final() {
+            fleet.forget(id).await.map_err(unavailable)?;
+            let _ = std::fs::remove_file(state.jobs.dir().join(format!("{id}.mp4")));
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        job.state = JobState::Cancelled;
+        job.finished_ms = Some(now_ms());
+        job.error = Some(FleetError { code: "cancelled".into(), message: "cancelled by DELETE".into() });
+        // A worker's write in between (progress) moved the revision: read again.
+        if fleet.update(&job, revision).await.map_err(unavailable)?.is_some() {
+            tracing::info!(job = %id, "job cancel requested");
+            return Ok((StatusCode::ACCEPTED, Json(job.view())).into_response());
+        }
+    }
+}
+
+/// This replica's worker: while the server is not draining and a render slot is free, takes the
+/// fleet's next job, then the slot, and renders it.
 pub async fn worker(state: AppState, fleet: Arc<Fleet>) {
     loop {
         match state.phase() {
@@ -94,7 +118,13 @@ pub async fn worker(state: AppState, fleet: Arc<Fleet>) {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
-        let slot = state.admission.wait().await;
+        // Pull only while a slot is free, without holding it meanwhile: a slot held while
+        // waiting for the queue would make this replica's own requests wait, and count as a
+        // render running.
+        if state.admission.running() >= state.admission.slots() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
         let message = match fleet.next_job(Duration::from_secs(1)).await {
             Ok(Some(m)) => m,
             Ok(None) => continue,
@@ -104,6 +134,9 @@ pub async fn worker(state: AppState, fleet: Arc<Fleet>) {
                 continue;
             }
         };
+        // Taken meanwhile by a request here, the slot is waited for; a wait longer than the ack
+        // wait has the job delivered to another replica, and the claim here then fails.
+        let slot = state.admission.wait().await;
         work(&state, &fleet, set, slot, message).await;
     }
 }
@@ -158,6 +191,16 @@ async fn work(
     let t_all = Instant::now();
     let outcome = render(state, fleet, set, slot, &msg, &message, &mut job, &mut revision, t_all).await;
     let Some(outcome) = outcome else {
+        // The record changed under the render: cancelled (then the job is over: ack it), or
+        // taken over by another replica (whose delivery it now is).
+        if let Ok(Some((now, _))) = fleet.job(&job.id).await {
+            if now.state == JobState::Cancelled {
+                let _ = message.ack().await;
+                fleet.remove_inputs(&msg).await;
+                tracing::info!(job = %job.id, "job cancelled while it rendered");
+                return;
+            }
+        }
         tracing::warn!(job = %job.id, "another replica took the job over: this render's work is dropped");
         return;
     };

@@ -160,8 +160,8 @@ pub async fn events(
 }
 
 pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    if state.fleet.get().is_some() {
-        return Err(crate::fleet::not_in_fleet("cancelling or forgetting a job"));
+    if let Some(fleet) = state.fleet.get().cloned() {
+        return crate::fleet_jobs::delete(&state, &fleet, &id).await;
     }
     let record = state.jobs.get(&id)?;
     if record.state().is_final() {

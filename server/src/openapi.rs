@@ -92,7 +92,7 @@ pub const ROUTES: &[Route] = &[
             (204, "forgotten"),
             (400, "not a job id"),
             (404, "unknown or expired"),
-            (501, "in a fleet (--nats): not yet"),
+            (503, "in a fleet (--nats): its NATS server unreachable"),
         ],
     },
     Route {

@@ -53,8 +53,9 @@ fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
     };
     let _r = render_lock();
     let nats = start_nats(&bin);
-    let a = start(&["--nats", &nats.url, "--replica-name", "a"]);
-    let b = start(&["--nats", &nats.url, "--replica-name", "b"]);
+    // Heartbeats every second: a cancelled render stops within one.
+    let a = start(&["--nats", &nats.url, "--replica-name", "a", "--fleet-ack-wait-seconds", "3"]);
+    let b = start(&["--nats", &nats.url, "--replica-name", "b", "--fleet-ack-wait-seconds", "3"]);
     let c = client();
     let ready: serde_json::Value = get(&b, "/readyz").json().unwrap();
     assert_eq!(ready["fleet"]["replica"], "b", "{ready}");
@@ -107,7 +108,31 @@ fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
     let unknown = "0".repeat(32);
     assert_eq!(get(&a, &format!("/v1/jobs/{unknown}")).status(), 404);
     assert_eq!(get(&b, &format!("/v1/jobs/{}/events", ids[0])).status(), 501);
-    assert_eq!(c.delete(b.url(&format!("/v1/jobs/{}", ids[0]))).send().unwrap().status(), 501);
+    // A done job forgotten through b: gone from both.
+    assert_eq!(c.delete(b.url(&format!("/v1/jobs/{}", ids[0]))).send().unwrap().status(), 204);
+    for s in [&a, &b] {
+        assert_eq!(get(s, &format!("/v1/jobs/{}", ids[0])).status(), 404);
+    }
+    // A running job cancelled through the replica that is not rendering it: its render stops.
+    let f = form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
+        .part("video", part(png(128, 128), "a.png", "image/png"));
+    let r = c.post(a.url("/v1/jobs")).multipart(f).send().unwrap();
+    let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
+    let job = |s: &TestServer| -> serde_json::Value { get(s, &format!("/v1/jobs/{id}")).json().unwrap() };
+    wait_for(Duration::from_secs(60), || job(&a)["frames_done"].as_u64().unwrap_or(0) > 0);
+    let (renderer, other) = if job(&a)["replica"] == "a" { (&a, &b) } else { (&b, &a) };
+    let r = c.delete(other.url(&format!("/v1/jobs/{id}"))).send().unwrap();
+    assert_eq!(r.status(), 202);
+    let cancelled_at = job(other)["frames_done"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let last = job(&a);
+    assert_eq!(last["state"], "cancelled", "{last}");
+    assert!(last["frames_done"].as_u64().unwrap() < last["frames"].as_u64().unwrap(), "{last}");
+    assert_eq!(last["frames_done"].as_u64().unwrap(), cancelled_at, "{last}");
+    // The render itself stopped (cancelled, its slot freed), well before its end.
+    wait_for(Duration::from_secs(5), || metric(renderer, "cadence_renders_total{outcome=\"cancelled\"}") == 1.0);
+    assert_eq!(metric(renderer, "cadence_renders_running"), 0.0);
+    assert_eq!(get(&b, &format!("/v1/jobs/{id}/result")).status(), 409);
 }
 
 /// The `cadence` binary of this build, to run replicas as processes that can be killed. The
