@@ -45,6 +45,24 @@ fn start_nats(bin: &Path) -> Nats {
     nats
 }
 
+/// About 6 s of speech at stride 1 on a small portrait: a render of some seconds on the CPU.
+fn long_job() -> reqwest::blocking::multipart::Form {
+    form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
+        .part("video", part(png(128, 128), "a.png", "image/png"))
+}
+
+/// Posts [`long_job`] to the replica at `url`; the job's id.
+fn post_long_job(url: &str) -> String {
+    let r = client().post(format!("{url}/v1/jobs")).multipart(long_job()).send().unwrap();
+    assert_eq!(r.status(), 202);
+    r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string()
+}
+
+/// A job's record as the replica at `url` answers it.
+fn job_at(url: &str, id: &str) -> serde_json::Value {
+    client().get(format!("{url}/v1/jobs/{id}")).send().unwrap().json().unwrap()
+}
+
 #[test]
 fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
     let Some(bin) = nats_server() else {
@@ -114,11 +132,8 @@ fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
         assert_eq!(get(s, &format!("/v1/jobs/{}", ids[0])).status(), 404);
     }
     // A running job cancelled through the replica that is not rendering it: its render stops.
-    let f = form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
-        .part("video", part(png(128, 128), "a.png", "image/png"));
-    let r = c.post(a.url("/v1/jobs")).multipart(f).send().unwrap();
-    let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
-    let job = |s: &TestServer| -> serde_json::Value { get(s, &format!("/v1/jobs/{id}")).json().unwrap() };
+    let id = post_long_job(&a.url(""));
+    let job = |s: &TestServer| job_at(&s.url(""), &id);
     wait_for(Duration::from_secs(60), || job(&a)["frames_done"].as_u64().unwrap_or(0) > 0);
     let (renderer, other) = if job(&a)["replica"] == "a" { (&a, &b) } else { (&b, &a) };
     let r = c.delete(other.url(&format!("/v1/jobs/{id}"))).send().unwrap();
@@ -197,13 +212,8 @@ fn a_job_whose_replica_is_killed_mid_render_finishes_on_the_other() {
     let nats = start_nats(&nats_bin);
     let a = spawn_replica(&bin, &nats.url, "a", 3);
     let c = client();
-    // About 6 s of speech at stride 1: a render of some seconds on the CPU.
-    let f = form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
-        .part("video", part(png(128, 128), "a.png", "image/png"));
-    let r = c.post(format!("{}/v1/jobs", a.url)).multipart(f).send().unwrap();
-    assert_eq!(r.status(), 202);
-    let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
-    let job = |url: &str| -> serde_json::Value { c.get(format!("{url}/v1/jobs/{id}")).send().unwrap().json().unwrap() };
+    let id = post_long_job(&a.url);
+    let job = |url: &str| job_at(url, &id);
     // a takes it (the only replica) and has rendered some frames: then it is killed.
     wait_for(Duration::from_secs(60), || job(&a.url)["frames_done"].as_u64().unwrap_or(0) > 0);
     let before = job(&a.url);
@@ -240,14 +250,9 @@ fn a_job_out_of_deliveries_ends_failed_with_the_reason() {
     let nats = start_nats(&nats_bin);
     let a = spawn_replica(&bin, &nats.url, "a", 1);
     let b = spawn_replica(&bin, &nats.url, "b", 1);
-    let c = client();
     // Whichever replica takes the job is killed; the other hears that it ran out of deliveries.
-    let f = form(speech_clip(6.0), &[("stride", "1"), ("face_box", "center")])
-        .part("video", part(png(128, 128), "a.png", "image/png"));
-    let r = c.post(format!("{}/v1/jobs", a.url)).multipart(f).send().unwrap();
-    assert_eq!(r.status(), 202);
-    let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
-    let job = |url: &str| -> serde_json::Value { c.get(format!("{url}/v1/jobs/{id}")).send().unwrap().json().unwrap() };
+    let id = post_long_job(&a.url);
+    let job = |url: &str| job_at(url, &id);
     wait_for(Duration::from_secs(60), || job(&a.url)["frames_done"].as_u64().unwrap_or(0) > 0);
     let (taker, other) = if job(&a.url)["replica"] == "a" { (a, b) } else { (b, a) };
     drop(taker);
