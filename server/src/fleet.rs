@@ -112,19 +112,8 @@ impl FleetJob {
     pub fn view(&self) -> serde_json::Value {
         let now = now_ms();
         let secs = |a: u64, b: u64| b.saturating_sub(a) as f64 / 1e3;
-        let progress = match self.state {
-            JobState::Done => 1.0,
-            _ if self.frames == 0 => 0.0,
-            _ => (self.frames_done as f64 / self.frames as f64).min(1.0),
-        };
         let running_s = self.started_ms.map(|t| secs(t, self.finished_ms.unwrap_or(now)));
-        let eta = match (self.state, running_s) {
-            (JobState::Running, Some(t)) if self.frames_done > 0 => {
-                Some(t * self.frames.saturating_sub(self.frames_done) as f64 / self.frames_done as f64)
-            }
-            (state, _) if state.is_final() => Some(0.0),
-            _ => None,
-        };
+        let (progress, eta) = crate::jobs::progress_and_eta(self.state, self.frames, self.frames_done, running_s);
         let result = (self.state == JobState::Done).then(|| format!("/v1/jobs/{}/result", self.id));
         serde_json::json!({
             "id": self.id,

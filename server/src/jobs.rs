@@ -174,17 +174,8 @@ impl JobRecord {
 
     /// The JSON of `GET /v1/jobs/{id}` (and of each server-sent event).
     pub fn view(&self, s: &Status) -> serde_json::Value {
-        let progress = if self.frames == 0 { 0.0 } else { (s.frames_done as f64 / self.frames as f64).min(1.0) };
-        let progress = if s.state == JobState::Done { 1.0 } else { progress };
         let running_s = s.started.map(|t| s.finished.unwrap_or_else(Instant::now).duration_since(t).as_secs_f64());
-        // From the frame rate so far: the frames left over the frames per second.
-        let eta = match (s.state, running_s) {
-            (JobState::Running, Some(t)) if s.frames_done > 0 => {
-                Some(t * (self.frames.saturating_sub(s.frames_done)) as f64 / s.frames_done as f64)
-            }
-            (state, _) if state.is_final() => Some(0.0),
-            _ => None,
-        };
+        let (progress, eta) = progress_and_eta(s.state, self.frames, s.frames_done, running_s);
         let result =
             (self.kind == JobKind::Render && s.state == JobState::Done).then(|| format!("/v1/jobs/{}/result", self.id));
         serde_json::json!({
@@ -339,6 +330,29 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// 128 bits from the operating system's generator: ids cannot be guessed from one another.
+/// A job's progress (0 to 1) and its seconds left, from the frame rate so far (the frames left
+/// over the frames per second); one rule for this replica's records and a fleet's.
+pub fn progress_and_eta(
+    state: JobState,
+    frames: usize,
+    frames_done: usize,
+    running_s: Option<f64>,
+) -> (f64, Option<f64>) {
+    let progress = match state {
+        JobState::Done => 1.0,
+        _ if frames == 0 => 0.0,
+        _ => (frames_done as f64 / frames as f64).min(1.0),
+    };
+    let eta = match (state, running_s) {
+        (JobState::Running, Some(t)) if frames_done > 0 => {
+            Some(t * frames.saturating_sub(frames_done) as f64 / frames_done as f64)
+        }
+        (state, _) if state.is_final() => Some(0.0),
+        _ => None,
+    };
+    (progress, eta)
+}
+
 /// The 400 for what is not a job id.
 pub fn check_id(id: &str) -> Result<(), ApiError> {
     if valid_id(id) {
