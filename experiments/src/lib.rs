@@ -16,6 +16,7 @@ pub mod peer;
 pub mod plot;
 pub mod progress;
 pub mod provenance;
+pub mod serve;
 pub mod session;
 
 pub use csvout::{read_provenance, read_rows, write_csv};

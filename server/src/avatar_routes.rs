@@ -2,8 +2,9 @@
 //! accepted as `video`; optional `face_box`, `face_boxes` and `decoder`) prepares an avatar once
 //! and answers its content-derived id; `GET` and `DELETE /v1/avatars/{id}` read and drop it.
 
-use crate::avatars::{avatar_id, AvatarEntry, AvatarMedia};
+use crate::avatars::{avatar_id, AvatarEntry};
 use crate::error::ApiError;
+use crate::fleet_avatars;
 use crate::generate::{lookup, rejected};
 use crate::render_job;
 use crate::state::AppState;
@@ -14,6 +15,8 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use cadence::musetalk::avatar_file;
+use std::sync::Arc;
 
 pub async fn register(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
     let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
@@ -65,23 +68,7 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
     let (media, bytes) = tokio::task::spawn_blocking(move || {
         let checked = validate::avatar(&path, field, st.config.avatar_limits(), &face_settings, &scratch)?;
         let bytes = std::fs::read(&path).map_err(|e| ApiError::internal("reading the upload", e))?;
-        let media = match checked {
-            validate::AvatarFile::Image { image, face, landmarks, report } => {
-                (AvatarMedia::Image { image, face, landmarks }, report)
-            }
-            validate::AvatarFile::Video(source) => {
-                let report = cadence::avatar::faces::report(&source);
-                let media = AvatarMedia::Video {
-                    width: source.width,
-                    height: source.height,
-                    faces: source.faces.clone(),
-                    found: source.found.clone(),
-                    mp4: bytes.clone(),
-                };
-                (media, report)
-            }
-        };
-        Ok::<_, ApiError>((media, bytes))
+        Ok::<_, ApiError>((fleet_avatars::media_of(checked, &bytes), bytes))
     })
     .await
     .map_err(|e| ApiError::internal("a worker thread failed", e))?
@@ -89,30 +76,48 @@ pub async fn register(State(state): State<AppState>, req: Request) -> Result<Res
 
     let (media, face_report) = media;
     let id = avatar_id(&bytes, media.faces());
+    let decoder = settings.decoder;
     let existing = state.avatars.lock().unwrap().get(&id);
-    if let Some(e) = existing.as_ref().filter(|e| e.prepared(settings.decoder).is_some()) {
+    let fleet = state.fleet.get().cloned();
+    // Known here and, in a fleet, still in the fleet (not deleted through another replica).
+    let in_fleet = match &fleet {
+        Some(f) => Some(fleet_avatars::exists(f, &id).await?),
+        None => None,
+    };
+    if let Some(e) = existing.as_ref().filter(|e| e.prepared(decoder).is_some() && in_fleet != Some(false)) {
         return Ok(answer(StatusCode::OK, e));
+    }
+    let created = existing.is_none() && in_fleet != Some(true);
+    let entry = existing.unwrap_or_else(|| Arc::new(AvatarEntry::new(id, media, bytes.len(), face_report)));
+    // Prepared once for the whole fleet: another replica's preparation is read, not made again.
+    if let Some(f) = fleet.as_ref().filter(|_| in_fleet == Some(true)) {
+        if fleet_avatars::load_prepared(f, &set, &entry, decoder).await {
+            drop((guard, dir));
+            let cached = state.avatars.lock().unwrap().insert_arc(entry);
+            return Ok(answer(StatusCode::OK, &cached));
+        }
     }
     let slot = state.admission.admit().await.map_err(|q| {
         state.metrics.rejection("queue_full");
         ApiError::new(StatusCode::TOO_MANY_REQUESTS, "queue_full", "every render slot is busy and the queue is full")
             .with_retry_after(state.retry_after(q.ahead))
     })?;
-    let st = state.clone();
-    let created = existing.is_none();
+    let (st, e, publish) = (state.clone(), entry.clone(), fleet.is_some());
     let scratch = dir.path().to_path_buf();
-    let entry = tokio::task::spawn_blocking(move || {
+    let stored = tokio::task::spawn_blocking(move || {
         slot.run(|| {
-            let entry =
-                existing.unwrap_or_else(|| std::sync::Arc::new(AvatarEntry::new(id, media, bytes.len(), face_report)));
-            let (engines, _) = set.get(settings.decoder)?;
-            render_job::avatar_for(&set, &engines, &entry, &st.metrics, &scratch)?;
-            Ok::<_, anyhow::Error>(entry)
+            let (engines, _) = set.get(decoder)?;
+            let (prepared, _) = render_job::avatar_for(&set, &engines, &e, &st.metrics, &scratch)?;
+            // What the fleet stores: the preparation in the `.cadence-avatar` format.
+            publish.then(|| avatar_file::encode(&prepared, &engines)).transpose()
         })
     })
     .await
     .map_err(|e| ApiError::internal("a worker thread failed", e))?
     .map_err(|e| ApiError::internal("preparing the avatar", format!("{e:#}")))?;
+    if let (Some(f), Some(prepared)) = (&fleet, stored) {
+        fleet_avatars::publish(f, &entry, field, &up.options, bytes, decoder, prepared).await?;
+    }
     drop((guard, dir));
     let cached = state.avatars.lock().unwrap().insert_arc(entry);
     Ok(answer(if created { StatusCode::CREATED } else { StatusCode::OK }, &cached))
@@ -129,12 +134,26 @@ fn answer(status: StatusCode, e: &AvatarEntry) -> Response {
 }
 
 pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let e = lookup(&state, &id)?;
+    let e = match state.fleet.get() {
+        Some(fleet) => fleet_avatars::ensure(&state, fleet, &id, None).await?,
+        None => lookup(&state, &id)?,
+    };
     Ok(answer(StatusCode::OK, &e))
 }
 
+/// Drops the avatar; in a fleet, from the fleet's store too (for every replica).
 pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    lookup(&state, &id)?;
-    state.avatars.lock().unwrap().remove(&id);
+    match state.fleet.get() {
+        Some(fleet) => {
+            let had = fleet_avatars::delete(fleet, &id).await?;
+            if !state.avatars.lock().unwrap().remove(&id) && !had {
+                return Err(crate::generate::avatar_not_found(&id));
+            }
+        }
+        None => {
+            lookup(&state, &id)?;
+            state.avatars.lock().unwrap().remove(&id);
+        }
+    }
     Ok(StatusCode::NO_CONTENT)
 }

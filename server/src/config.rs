@@ -92,12 +92,18 @@ pub struct ServeArgs {
     #[arg(long)]
     pub replica_name: Option<String>,
     /// Seconds without a heartbeat after which a fleet job is taken for lost (its replica died)
-    /// and delivered to another replica. A running render beats every third of it.
+    /// and delivered to another replica. A running render beats every third of it (and at
+    /// least every second, writing its progress).
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     pub fleet_ack_wait_seconds: f64,
     /// Deliveries of a fleet job before it is given up.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i64).range(1..=100))]
     pub fleet_max_deliver: i64,
+    /// Jobs that may wait in the fleet's queue (posted, not yet taken by a replica), counted for
+    /// the whole fleet; beyond them, 429 with Retry-After. Replicas check the count when a job
+    /// arrives: jobs posted at the same instant to different replicas may pass it by as many.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub fleet_max_queued: u32,
     /// On SIGTERM/SIGINT, how long in-flight renders may finish before they are cancelled.
     #[arg(long, default_value = "30", value_parser = parse_seconds)]
     pub drain_seconds: f64,
@@ -173,6 +179,7 @@ impl ServeArgs {
             replica: self.replica_name.clone().unwrap_or_else(default_replica_name),
             ack_wait: Duration::from_secs_f64(self.fleet_ack_wait_seconds),
             max_deliver: self.fleet_max_deliver,
+            max_queued: self.fleet_max_queued as u64,
             ttl: Duration::from_secs_f64(self.job_ttl_seconds),
         });
         Ok(Config {

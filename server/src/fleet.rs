@@ -19,8 +19,12 @@
 //! The job's request is checked on the replica that took it (every 4xx comes from there, at
 //! once), and checked again by the worker from the same files before it renders.
 //!
-//! Not yet fleet-wide (answered 501 with `--nats`): registered avatars (`avatar_id`) and a job's
-//! events stream.
+//! - **The avatars**: a second object store (`cadence_avatars`, kept until deleted) holds each
+//!   registered avatar under its content-derived id: the file as sent (`<id>/source`), the
+//!   request's fields (`<id>/request.json`) and, per decoder, the prepared avatar in the
+//!   `.cadence-avatar` format (`<id>/<decoder>`). A replica asked for an avatar it does not hold
+//!   rebuilds it from those ([`crate::fleet_avatars`]): the file checked again (the same code
+//!   finds the same faces) and the preparation read, not computed again.
 
 use crate::error::ApiError;
 use crate::jobs::JobState;
@@ -36,6 +40,7 @@ pub const SUBJECT: &str = "cadence.jobs";
 pub const CONSUMER: &str = "cadence_workers";
 pub const JOBS_BUCKET: &str = "cadence_jobs";
 pub const OBJECTS_BUCKET: &str = "cadence_objects";
+pub const AVATARS_BUCKET: &str = "cadence_avatars";
 
 /// How a fleet runs: `--nats`, `--replica-name`, `--fleet-ack-wait-seconds`, `--fleet-max-deliver`.
 #[derive(Clone, Debug)]
@@ -44,8 +49,21 @@ pub struct FleetConfig {
     pub replica: String,
     pub ack_wait: Duration,
     pub max_deliver: i64,
+    /// Jobs that may wait in the queue, fleet-wide (`--fleet-max-queued`).
+    pub max_queued: u64,
     /// Job records and files expire this long after they were last written (`--job-ttl-seconds`).
     pub ttl: Duration,
+}
+
+/// The fleet's queue as its consumer counts it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueState {
+    /// Jobs posted and not yet taken by a replica.
+    pub queued: u64,
+    /// Jobs taken and not yet acked (rendering, or taken by a replica that died).
+    pub running: u64,
+    /// Jobs delivered more than once and not yet acked.
+    pub redelivered: u64,
 }
 
 /// A job as the queue carries it: what the worker needs to fetch its files and rebuild its
@@ -82,6 +100,10 @@ pub struct FleetJob {
     pub attempts: i64,
     /// The replica rendering it, or that rendered it.
     pub replica: Option<String>,
+    /// Its message's sequence number in the queue (a job cancelled while queued leaves the
+    /// queue at once).
+    #[serde(default)]
+    pub queue_seq: Option<u64>,
     pub stats: Option<serde_json::Value>,
     pub error: Option<FleetError>,
 }
@@ -102,6 +124,7 @@ impl FleetJob {
             finished_ms: None,
             attempts: 0,
             replica: None,
+            queue_seq: None,
             stats: None,
             error: None,
         }
@@ -141,6 +164,7 @@ pub struct Fleet {
     js: jetstream::Context,
     jobs: kv::Store,
     objects: object_store::ObjectStore,
+    avatars: object_store::ObjectStore,
     queue: stream::Stream,
     workers: consumer::PullConsumer,
 }
@@ -200,12 +224,29 @@ impl Fleet {
                 .await
                 .map_err(|e| anyhow!("creating the object store {OBJECTS_BUCKET}: {e}"))?,
         };
-        Ok(Fleet { config, client, js, jobs, objects, queue, workers })
+        let avatars = match js.get_object_store(AVATARS_BUCKET).await {
+            Ok(os) => os,
+            Err(_) => js
+                .create_object_store(object_store::Config { bucket: AVATARS_BUCKET.into(), ..Default::default() })
+                .await
+                .map_err(|e| anyhow!("creating the avatar store {AVATARS_BUCKET}: {e}"))?,
+        };
+        Ok(Fleet { config, client, js, jobs, objects, avatars, queue, workers })
     }
 
     /// Whether the connection to NATS is up (`/readyz`).
     pub fn connected(&self) -> bool {
         self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// The queue's counts, fleet-wide.
+    pub async fn queue_state(&self) -> Result<QueueState> {
+        let info = self.workers.get_info().await.map_err(|e| anyhow!("reading the queue's state: {e}"))?;
+        Ok(QueueState {
+            queued: info.num_pending,
+            running: info.num_ack_pending as u64,
+            redelivered: info.num_redelivered as u64,
+        })
     }
 
     /// Queues a job: its files into the store, its record into the table, its message into the
@@ -218,18 +259,47 @@ impl Fleet {
                 .await
                 .map_err(|e| anyhow!("storing {field}: {e}"))?;
         }
-        let job = FleetJob::queued(&msg.id, frames);
-        self.jobs
+        let mut job = FleetJob::queued(&msg.id, frames);
+        let revision = self
+            .jobs
             .create(&msg.id, serde_json::to_vec(&job)?.into())
             .await
             .map_err(|e| anyhow!("recording the job: {e}"))?;
-        self.js
-            .publish(SUBJECT, serde_json::to_vec(msg)?.into())
-            .await
-            .map_err(|e| anyhow!("queueing the job: {e}"))?
-            .await
-            .map_err(|e| anyhow!("queueing the job: {e}"))?;
+        let queued = async {
+            self.js
+                .publish(SUBJECT, serde_json::to_vec(msg)?.into())
+                .await
+                .map_err(|e| anyhow!("queueing the job: {e}"))?
+                .await
+                .map_err(|e| anyhow!("queueing the job: {e}"))
+        };
+        match queued.await {
+            Ok(ack) => {
+                // Unless a worker took it meanwhile (then it has left the queue anyway).
+                job.queue_seq = Some(ack.sequence);
+                if let Err(e) = self.update(&job, revision).await {
+                    tracing::warn!("{e:#}");
+                }
+            }
+            Err(e) => {
+                // Not queued: no record or files left behind for a job that will never run.
+                let _ = self.jobs.purge(&msg.id).await;
+                self.remove_inputs(msg).await;
+                return Err(e);
+            }
+        }
         Ok(job)
+    }
+
+    /// Takes a cancelled job's message out of the queue (it would wait there until a worker
+    /// skipped it, counted as queued).
+    pub async fn dequeue(&self, job: &FleetJob) {
+        if let Some(seq) = job.queue_seq {
+            let _ = self.queue.delete_message(seq).await;
+        }
+        for field in crate::generate::FILE_FIELDS {
+            let _ = self.objects.delete(format!("inputs/{}/{field}", job.id)).await;
+        }
     }
 
     /// A job's record and its revision; `None` for an unknown (or expired) id.
@@ -238,6 +308,15 @@ impl Fleet {
             Some(e) if e.operation == kv::Operation::Put => Ok(Some((serde_json::from_slice(&e.value)?, e.revision))),
             _ => Ok(None),
         }
+    }
+
+    /// A job's records as they change, starting with the current one; the stream ends when the
+    /// record is forgotten.
+    pub async fn watch_job(&self, id: &str) -> Result<impl futures_util::Stream<Item = FleetJob> + Send + 'static> {
+        let watch = self.jobs.watch_with_history(id).await.map_err(|e| anyhow!("watching job {id}: {e}"))?;
+        Ok(watch
+            .take_while(|e| std::future::ready(matches!(e, Ok(e) if e.operation == kv::Operation::Put)))
+            .filter_map(|e| std::future::ready(e.ok().and_then(|e| serde_json::from_slice(&e.value).ok()))))
     }
 
     /// Writes a job's record if it is still at `revision`; the new revision, or `None` when
@@ -355,6 +434,56 @@ impl Fleet {
         }
     }
 
+    /// Stores `bytes` as the avatar object `name` (`<id>/source`, `<id>/request.json`,
+    /// `<id>/<decoder>`).
+    pub async fn put_avatar_object(&self, name: &str, bytes: Vec<u8>) -> Result<()> {
+        self.avatars
+            .put(name, &mut std::io::Cursor::new(bytes))
+            .await
+            .map_err(|e| anyhow!("storing avatar object {name}: {e}"))?;
+        Ok(())
+    }
+
+    /// The avatar object `name`, or `None` when the store has none.
+    pub async fn avatar_object(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let mut object = match self.avatars.get(name).await {
+            Ok(o) => o,
+            Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(anyhow!("fetching avatar object {name}: {e}")),
+        };
+        let mut bytes = Vec::new();
+        // Digest-checked as it is read.
+        tokio::io::AsyncReadExt::read_to_end(&mut object, &mut bytes)
+            .await
+            .with_context(|| format!("fetching avatar object {name}"))?;
+        Ok(Some(bytes))
+    }
+
+    /// Whether the avatar object `name` exists (without reading it).
+    pub async fn has_avatar_object(&self, name: &str) -> Result<bool> {
+        match self.avatars.info(name).await {
+            Ok(i) => Ok(!i.deleted),
+            Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => Ok(false),
+            Err(e) => Err(anyhow!("looking up avatar object {name}: {e}")),
+        }
+    }
+
+    /// Removes the avatar objects whose names begin with `prefix` (`<id>/`).
+    pub async fn delete_avatar_objects(&self, prefix: &str) -> Result<()> {
+        let mut list = self.avatars.list().await.map_err(|e| anyhow!("listing avatars: {e}"))?;
+        let mut names = Vec::new();
+        while let Some(info) = list.next().await {
+            let info = info.map_err(|e| anyhow!("listing avatars: {e}"))?;
+            if info.name.starts_with(prefix) && !info.deleted {
+                names.push(info.name);
+            }
+        }
+        for name in names {
+            self.avatars.delete(name.as_str()).await.map_err(|e| anyhow!("deleting avatar object {name}: {e}"))?;
+        }
+        Ok(())
+    }
+
     async fn download(&self, name: &str, path: &Path) -> Result<()> {
         let mut object = self.objects.get(name).await.map_err(|e| anyhow!("fetching {name}: {e}"))?;
         let part = path.with_extension("part");
@@ -366,11 +495,8 @@ impl Fleet {
     }
 }
 
-/// The 501 for what is not yet fleet-wide.
-pub fn not_in_fleet(what: &str) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::NOT_IMPLEMENTED,
-        "not_in_fleet",
-        format!("{what} is not available with --nats yet (server/README.md, the fleet)"),
-    )
+/// The 503 for a fleet that cannot be reached (the cause goes to the log).
+pub fn unavailable(e: anyhow::Error) -> ApiError {
+    tracing::error!("the fleet: {e:#}");
+    ApiError::unavailable("fleet_unavailable", "the job queue (NATS) cannot be reached")
 }

@@ -4,7 +4,7 @@
 
 use crate::engines::EngineSet;
 use crate::error::ApiError;
-use crate::fleet::{now_ms, Fleet, FleetError, FleetJob, JobMessage};
+use crate::fleet::{now_ms, unavailable, Fleet, FleetError, FleetJob, JobMessage};
 use crate::generate::{self, Intake};
 use crate::jobs::JobState;
 use crate::render_job::{self, Target};
@@ -14,25 +14,34 @@ use crate::tempdirs;
 use crate::upload::Upload;
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::stream::{BoxStream, StreamExt};
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
 
-fn unavailable(e: anyhow::Error) -> ApiError {
-    tracing::error!("the fleet: {e:#}");
-    ApiError::unavailable("fleet_unavailable", "the job queue (NATS) cannot be reached")
-}
-
 /// `POST /v1/jobs` with `--nats`: the body checked as on a single replica (every 4xx from here),
 /// then the files and the job handed to the fleet.
 pub async fn create(state: &AppState, fleet: &Fleet, req: Request) -> Result<Response, ApiError> {
-    let Intake { checked, dir, guard, upload, .. } = generate::intake(state, req).await?;
-    if checked.settings.avatar_id.is_some() {
-        return Err(crate::fleet::not_in_fleet("a registered avatar (avatar_id)"));
+    // The fleet's queue bound, before the body is read.
+    let queue = fleet.queue_state().await.map_err(unavailable)?;
+    if queue.queued >= fleet.config.max_queued {
+        state.metrics.rejection("queue_full");
+        // The jobs ahead, shared by the renders running in the fleet (at least one).
+        let mean = state.metrics.mean_render_seconds().unwrap_or(5.0);
+        let wait = (mean * (queue.queued + 1) as f64 / queue.running.max(1) as f64).ceil().clamp(1.0, 3600.0);
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "queue_full",
+            format!("the fleet's queue is full ({} jobs waiting, --fleet-max-queued)", queue.queued),
+        )
+        .with_retry_after(wait as u64));
     }
+    let Intake { checked, dir, guard, upload, .. } = generate::intake(state, req).await?;
     let id = crate::jobs::new_id();
     let msg = JobMessage {
         id: id.clone(),
@@ -78,6 +87,24 @@ pub async fn result(state: &AppState, fleet: &Fleet, id: &str, req: Request) -> 
     Ok(resp.map(axum::body::Body::new))
 }
 
+/// `GET /v1/jobs/{id}/events` in a fleet: the events of a single replica's jobs, from the job
+/// table's changes (a running job's record changes at each heartbeat, about once a second).
+pub async fn events(fleet: &Fleet, id: &str) -> Result<BoxStream<'static, Result<Event, Infallible>>, ApiError> {
+    record(fleet, id).await?;
+    let changes = fleet.watch_job(id).await.map_err(unavailable)?;
+    // Every change until the first final state, which ends the stream at once (no further
+    // change will come).
+    let events = futures_util::stream::unfold(Some(changes.boxed()), |changes| async move {
+        let mut changes = changes?;
+        let job = changes.next().await?;
+        let last = job.state.is_final();
+        let name = if last { job.state.name() } else { "progress" };
+        let event = Event::default().event(name).data(job.view().to_string());
+        Some((Ok(event), (!last).then_some(changes)))
+    });
+    Ok(events.boxed())
+}
+
 /// `DELETE /v1/jobs/{id}` in a fleet: a job that has not ended is marked `cancelled` (202). A
 /// queued one is then skipped by the worker that takes it; a running one's worker finds its
 /// next heartbeat's write refused and stops the render (within a third of the ack wait). An
@@ -91,11 +118,15 @@ pub async fn delete(state: &AppState, fleet: &Fleet, id: &str) -> Result<Respons
             let _ = std::fs::remove_file(state.jobs.dir().join(format!("{id}.mp4")));
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
+        let was_queued = job.state == JobState::Queued;
         job.state = JobState::Cancelled;
         job.finished_ms = Some(now_ms());
         job.error = Some(FleetError { code: "cancelled".into(), message: "cancelled by DELETE".into() });
         // A worker's write in between (progress) moved the revision: read again.
         if fleet.update(&job, revision).await.map_err(unavailable)?.is_some() {
+            if was_queued {
+                fleet.dequeue(&job).await;
+            }
             tracing::info!(job = %id, "job cancel requested");
             return Ok((StatusCode::ACCEPTED, Json(job.view())).into_response());
         }
@@ -187,6 +218,9 @@ async fn work(
         Ok(None) | Err(_) => return,
     };
     tracing::info!(job = %job.id, attempt = delivered, "job taken from the fleet");
+    if delivered > 1 {
+        state.metrics.fleet_redelivery();
+    }
 
     let t_all = Instant::now();
     let outcome = render(state, fleet, set, slot, &msg, &message, &mut job, &mut revision, t_all).await;
@@ -255,9 +289,12 @@ async fn render(
         }
     }
     for field in &msg.files {
-        if let Some(name) = ["audio", "video"].into_iter().find(|f| f == field) {
+        if let Some(name) = generate::FILE_FIELDS.into_iter().find(|f| f == field) {
             upload.files.push((name, dir.path().join(field)));
         }
+    }
+    if let Err(e) = crate::fleet_avatars::before_check(state, &upload).await {
+        return Some(Err(e));
     }
     let (st, dir_path) = (state.clone(), dir.path().to_path_buf());
     let checked = match tokio::task::spawn_blocking(move || generate::check(&st, upload, &dir_path)).await {
@@ -278,7 +315,10 @@ async fn render(
     let render =
         tokio::task::spawn_blocking(move || slot.run(|| render_job::run(&set, &metrics_state.metrics, render_job)));
     tokio::pin!(render);
-    let beat = fleet.config.ack_wait / 3;
+    // A heartbeat acks the delivery (at most a third of the ack wait apart, so that a long
+    // render is not taken for a dead one) and writes the progress (at most a second apart, for
+    // the job's pollers and events).
+    let beat = (fleet.config.ack_wait / 3).min(Duration::from_secs(1));
     let rendered = loop {
         tokio::select! {
             r = &mut render => break r,

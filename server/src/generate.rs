@@ -45,6 +45,9 @@ pub fn rejected<'a>(state: &'a AppState, reason: &'static str) -> impl Fn(ApiErr
     }
 }
 
+/// The file fields of a render request.
+pub const FILE_FIELDS: [&str; 2] = ["audio", "video"];
+
 /// A request's body read and checked (before any engine work): what the render needs, the
 /// request's temporary directory, its cancel guard and the Server-Timing entries so far.
 pub struct Intake {
@@ -68,15 +71,14 @@ pub async fn intake(state: &AppState, req: Request) -> Result<Intake, ApiError> 
         .map_err(|e| ApiError::internal("creating the request's directory", e))?;
     let t = Instant::now();
     let up = match kind {
-        BodyKind::Multipart => {
-            upload::read_multipart(req, dir.path(), &["audio", "video"], state.config.max_body_bytes).await
-        }
+        BodyKind::Multipart => upload::read_multipart(req, dir.path(), &FILE_FIELDS, state.config.max_body_bytes).await,
         BodyKind::Json => upload::read_json(req, dir.path()).await,
     }
     .map_err(|e| count_invalid(state, e))?;
     let mut timing: Timing = vec![("upload", ms(t), None)];
 
     let t = Instant::now();
+    crate::fleet_avatars::before_check(state, &up).await.map_err(|e| count_invalid(state, e))?;
     let (st, dir_path, upload) = (state.clone(), dir.path().to_path_buf(), up.clone());
     let checked = tokio::task::spawn_blocking(move || check(&st, up, &dir_path))
         .await
@@ -361,12 +363,20 @@ pub(crate) fn check(state: &AppState, up: Upload, dir: &Path) -> Result<Checked,
 
 /// The registered avatar `id` (422 for a malformed id, 404 for an unknown one).
 pub fn lookup(state: &AppState, id: &str) -> Result<std::sync::Arc<avatars::AvatarEntry>, ApiError> {
+    check_avatar_id(id)?;
+    state.avatars.lock().unwrap().get(id).ok_or_else(|| avatar_not_found(id))
+}
+
+/// 422 unless `id` has the form of an avatar id.
+pub fn check_avatar_id(id: &str) -> Result<(), ApiError> {
     if !avatars::valid_id(id) {
         return Err(ApiError::invalid("invalid_avatar_id", "avatar_id: expected 64 lowercase hex digits"));
     }
-    state.avatars.lock().unwrap().get(id).ok_or_else(|| {
-        ApiError::not_found("avatar_not_found", format!("no avatar {id} (register it with POST /v1/avatars)"))
-    })
+    Ok(())
+}
+
+pub fn avatar_not_found(id: &str) -> ApiError {
+    ApiError::not_found("avatar_not_found", format!("no avatar {id} (register it with POST /v1/avatars)"))
 }
 
 fn response(r: Rendered, stride: usize, clip_fps: f64, timing: Timing, total_ms: f64) -> Response {

@@ -15,7 +15,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::Stream;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,12 +133,10 @@ pub async fn result(State(state): State<AppState>, Path(id): Path<String>, req: 
 /// Server-sent events: one `progress` event at once and then as the render advances (at most
 /// one per `EVENT_INTERVAL`), then one event named after the final state (`done`, `failed`
 /// or `cancelled`), and the stream ends. Each event's data is the job's JSON.
-pub async fn events(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    if state.fleet.get().is_some() {
-        return Err(crate::fleet::not_in_fleet("a job's events stream"));
+pub async fn events(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if let Some(fleet) = state.fleet.get() {
+        let stream = crate::fleet_jobs::events(fleet, &id).await?;
+        return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
     }
     let record = state.jobs.get(&id)?;
     let rx = record.subscribe();
@@ -154,9 +151,9 @@ pub async fn events(
         let last = status.state.is_final();
         let name = if last { status.state.name() } else { "progress" };
         let event = Event::default().event(name).data(record.view(&status).to_string());
-        Some((Ok(event), (!last).then_some((record, rx, false))))
+        Some((Ok::<_, Infallible>(event), (!last).then_some((record, rx, false))))
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
 }
 
 pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {

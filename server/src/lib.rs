@@ -13,6 +13,7 @@ pub mod config;
 pub mod engines;
 pub mod error;
 pub mod fleet;
+pub mod fleet_avatars;
 pub mod fleet_jobs;
 pub mod generate;
 pub mod job_routes;

@@ -17,6 +17,7 @@ pub struct Metrics {
     render: Mutex<RenderSeries>,
     avatar_preparations: AtomicU64,
     avatar_cache_hits: AtomicU64,
+    fleet_redeliveries: AtomicU64,
     streamed: Mutex<BTreeMap<&'static str, u64>>,
     first_byte: Mutex<Histogram>,
 }
@@ -53,6 +54,8 @@ pub struct Gauges {
     pub avatars: usize,
     /// Records in the job table by state.
     pub jobs: [(&'static str, usize); 5],
+    /// The fleet's queue, with `--nats` (when NATS answered).
+    pub fleet: Option<crate::fleet::QueueState>,
 }
 
 impl Metrics {
@@ -105,6 +108,10 @@ impl Metrics {
     }
 
     /// Mean render time so far (seconds), if any render finished.
+    pub fn fleet_redelivery(&self) {
+        self.fleet_redeliveries.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn mean_render_seconds(&self) -> Option<f64> {
         self.render.lock().unwrap().mean_seconds
     }
@@ -213,6 +220,32 @@ impl Metrics {
             "gauge",
             "Records in the job table (jobs and streamed renders), by state.",
             g.jobs.iter().map(|(s, n)| (labels(&[("state", s)]), n.to_string())).collect(),
+        );
+        if let Some(q) = g.fleet {
+            family(
+                "cadence_fleet_jobs_queued",
+                "gauge",
+                "Jobs in the fleet's queue not yet taken by a replica (the whole fleet).",
+                plain(q.queued.to_string()),
+            );
+            family(
+                "cadence_fleet_jobs_running",
+                "gauge",
+                "Jobs taken by a replica and not yet ended (the whole fleet).",
+                plain(q.running.to_string()),
+            );
+            family(
+                "cadence_fleet_jobs_redelivered",
+                "gauge",
+                "Jobs delivered more than once (their replica stopped) and not yet ended (the whole fleet).",
+                plain(q.redelivered.to_string()),
+            );
+        }
+        family(
+            "cadence_fleet_redeliveries_total",
+            "counter",
+            "Fleet jobs this replica took after another replica stopped with them.",
+            plain(self.fleet_redeliveries.load(Ordering::Relaxed).to_string()),
         );
         family("cadence_ready", "gauge", "1 when the server accepts renders.", plain(u8::from(g.ready).to_string()));
         out

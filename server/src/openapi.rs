@@ -72,8 +72,7 @@ pub const ROUTES: &[Route] = &[
             (413, "body or field over --max-body-mb"),
             (415, "not multipart/form-data or application/json"),
             (422, "a field that cannot be rendered, or a query parameter"),
-            (429, "the job table is full (--max-jobs; Retry-After)"),
-            (501, "in a fleet (--nats): a registered avatar (avatar_id), not yet"),
+            (429, "the job table is full (--max-jobs), or in a fleet (--nats) its queue (--fleet-max-queued); Retry-After"),
             (503, "loading or draining, or (--nats) the fleet's NATS server unreachable (Retry-After)"),
         ],
     },
@@ -116,7 +115,7 @@ pub const ROUTES: &[Route] = &[
             (200, "text/event-stream"),
             (400, "not a job id"),
             (404, "unknown or expired"),
-            (501, "in a fleet (--nats): not yet"),
+            (503, "in a fleet (--nats): its NATS server unreachable"),
         ],
     },
     Route {

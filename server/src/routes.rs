@@ -111,7 +111,11 @@ async fn info(State(state): State<AppState>) -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics.render_text(&state.gauges());
+    let mut gauges = state.gauges();
+    if let Some(fleet) = state.fleet.get() {
+        gauges.fleet = fleet.queue_state().await.inspect_err(|e| tracing::warn!("{e:#}")).ok();
+    }
+    let text = state.metrics.render_text(&gauges);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 

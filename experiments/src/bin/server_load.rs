@@ -17,12 +17,13 @@ use anyhow::{bail, ensure, Context, Result};
 use base64::Engine as _;
 use clap::Parser;
 use experiments::plot::{bar_plot, BarChart};
+use experiments::serve::{
+    check_mp4, default_cadence, drive, file_part, ms, percentile, portrait, write_clip, ServerProcess,
+};
 use experiments::{OutDir, Provenance};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -136,14 +137,6 @@ impl Inputs {
     }
 }
 
-fn file_part(bytes: Vec<u8>, name: &str, mime: &str) -> reqwest::blocking::multipart::Part {
-    reqwest::blocking::multipart::Part::bytes(bytes).file_name(name.to_string()).mime_str(mime).expect("a MIME type")
-}
-
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
 /// The `render` entry of a Server-Timing header, in milliseconds.
 fn render_ms(timing: &str) -> Option<f64> {
     timing.split(',').find_map(|e| e.trim().strip_prefix("render;dur=")).and_then(|v| v.split(';').next()?.parse().ok())
@@ -151,19 +144,6 @@ fn render_ms(timing: &str) -> Option<f64> {
 
 fn header(r: &reqwest::blocking::Response, name: &str) -> Option<String> {
     r.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
-}
-
-/// Video frames of a progressive MP4 (probed), or why it is not one with `want` frames.
-fn check_mp4(body: &[u8], want: usize, scratch: &Path) -> std::result::Result<usize, String> {
-    let p = scratch.join(format!("check-{:?}.mp4", std::thread::current().id()));
-    std::fs::write(&p, body).map_err(|e| e.to_string())?;
-    let info = cadence_media::probe(&p).map_err(|e| format!("the MP4 does not parse: {e}"));
-    let _ = std::fs::remove_file(&p);
-    let info = info?;
-    if info.video_codec != "h264" || info.frames as usize != want {
-        return Err(format!("{} frames of {}, expected {want} of h264", info.frames, info.video_codec));
-    }
-    Ok(want)
 }
 
 /// Video samples of a fragmented MP4, or why it is not one with `want` frames.
@@ -381,107 +361,6 @@ fn bad_request(inp: &Inputs, kind: &'static str, t: Instant) -> reqwest::Result<
 }
 
 /// The child server: its pid, its base URL, and a thread that keeps its log.
-struct Server {
-    child: Child,
-    base: String,
-    log: PathBuf,
-}
-
-impl Server {
-    fn start(cadence: &Path, a: &Args, dir: &Path) -> Result<Server> {
-        let log = dir.join("server.log");
-        let temp = dir.join("serve-tmp");
-        let mut child = Command::new(cadence)
-            .args(["serve", "--listen", "127.0.0.1:0", "--device", "cpu"])
-            .args(["--slots", &a.slots.to_string()])
-            // Room for every client: the load is bounded by the clients, so a 429 means a bug.
-            .args(["--queue", &(a.concurrency.max(a.slots) * 2).to_string()])
-            .args(["--max-body-mb", &MAX_BODY_MB.to_string()])
-            .args(["--max-seconds", &(a.clip_seconds.ceil() + 1.0).to_string()])
-            .args(["--max-jobs", &(a.requests + 64).min(100_000).to_string()])
-            .arg("--temp-dir")
-            .arg(&temp)
-            .env("CADENCE_TOKEN", TOKEN)
-            .env("RUST_LOG", "info")
-            .env_remove("CADENCE_MODELS")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {} serve", cadence.display()))?;
-        let mut lines = BufReader::new(child.stderr.take().expect("piped"));
-        let mut file = std::fs::File::create(&log)?;
-        let mut addr = None;
-        let mut line = String::new();
-        while addr.is_none() && lines.read_line(&mut line)? > 0 {
-            file.write_all(line.as_bytes())?;
-            addr =
-                line.split("listening on http://").nth(1).and_then(|a| a.split_whitespace().next()).map(str::to_string);
-            line.clear();
-        }
-        let Some(addr) = addr else {
-            let _ = child.kill();
-            bail!("the server exited without listening (its log: {})", log.display());
-        };
-        // The rest of the log, kept (an unread pipe would block the server once full).
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut lines, &mut file);
-        });
-        let s = Server { child, base: format!("http://{addr}"), log };
-        let t = Instant::now();
-        let http = reqwest::blocking::Client::new();
-        while http.get(format!("{}/readyz", s.base)).send().map(|r| r.status().as_u16()).ok() != Some(200) {
-            ensure!(t.elapsed() < Duration::from_secs(300), "the server did not become ready ({})", s.log.display());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(s)
-    }
-
-    /// Resident memory of the server process (VmRSS), in KiB.
-    fn rss_kib(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .context("reading the server's /proc status (resident memory is read on Linux)")?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmRSS line in /proc/<pid>/status")
-    }
-
-    /// SIGTERM (the server drains and exits), then waits.
-    fn stop(mut self) -> Result<()> {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let t = Instant::now();
-        while self.child.try_wait()?.is_none() {
-            if t.elapsed() > Duration::from_secs(60) {
-                self.child.kill()?;
-                bail!("the server did not stop within 60 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-}
-
-/// `jobs` (indices) run by `clients` threads, each taking the next index; the outcomes, and the
-/// wall time.
-fn drive<T: Send>(clients: usize, jobs: Vec<usize>, f: impl Fn(usize) -> Vec<T> + Sync) -> (Vec<T>, f64) {
-    let next = AtomicUsize::new(0);
-    let out = Mutex::new(Vec::new());
-    let t = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..clients {
-            s.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::SeqCst);
-                let Some(&i) = jobs.get(k) else { break };
-                let o = f(i);
-                out.lock().unwrap().extend(o);
-            });
-        }
-    });
-    (out.into_inner().unwrap(), t.elapsed().as_secs_f64())
-}
-
 fn kind_of(i: usize, render_every: usize) -> &'static str {
     if i.is_multiple_of(render_every) {
         RENDER_KINDS[(i / render_every) % RENDER_KINDS.len()]
@@ -489,17 +368,6 @@ fn kind_of(i: usize, render_every: usize) -> &'static str {
         let j = i - i / render_every - 1;
         BAD_KINDS[j % BAD_KINDS.len()].0
     }
-}
-
-/// Nearest-rank percentile of `v` (sorted here), NaN when empty.
-fn percentile(v: &[f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * s.len() as f64).ceil().max(1.0) as usize;
-    s[rank.min(s.len()) - 1]
 }
 
 /// One line of the CSV: a figure, for a kind of request or for the whole run.
@@ -533,20 +401,6 @@ fn verdict(met: bool) -> &'static str {
     } else {
         "NOT MET"
     }
-}
-
-/// A `w` x `h` portrait (smooth gradients; `variant` shifts them), as PNG bytes.
-fn portrait(w: u32, h: u32, variant: u32, dir: &Path) -> Result<Vec<u8>> {
-    let mut raw = Vec::with_capacity((w * h * 3) as usize);
-    for y in 0..h {
-        for x in 0..w {
-            raw.extend([(x * 255 / w) as u8, (y * 255 / h) as u8, (((x + y + 40 * variant) * 3) % 256) as u8]);
-        }
-    }
-    let img = cadence_media::RgbImage::from_raw(w, h, raw).expect("w x h x 3 bytes");
-    let p = dir.join(format!("portrait{variant}.png"));
-    img.save(&p).with_context(|| format!("writing {}", p.display()))?;
-    Ok(std::fs::read(&p)?)
 }
 
 /// One `cadence render` process of the comparison.
@@ -594,39 +448,6 @@ fn cli_render(cadence: &Path, wav: &Path, avatar: &Path, out: &Path, stride: u32
     run
 }
 
-/// The first `seconds` of `src` as a WAV of its own.
-fn write_clip(src: &Path, seconds: f64, dst: &Path) -> Result<()> {
-    let mut r = hound::WavReader::open(src).with_context(|| format!("reading {}", src.display()))?;
-    let spec = r.spec();
-    ensure!(
-        spec.sample_format == hound::SampleFormat::Int && spec.bits_per_sample == 16,
-        "{}: not 16-bit PCM",
-        src.display()
-    );
-    let n = (seconds * spec.sample_rate as f64) as usize * spec.channels as usize;
-    let samples: Vec<i16> = r.samples::<i16>().take(n).collect::<std::result::Result<_, _>>()?;
-    ensure!(samples.len() == n, "{} is shorter than {seconds} s", src.display());
-    let mut w = hound::WavWriter::create(dst, spec)?;
-    for s in samples {
-        w.write_sample(s)?;
-    }
-    w.finalize()?;
-    Ok(())
-}
-
-fn default_cadence() -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe.parent().context("this binary's directory")?;
-    // target/release/server_load, or target/release/deps/<test> when a test runs it.
-    let beside = [dir.join("cadence"), dir.join("../cadence")];
-    beside.into_iter().find(|p| p.is_file()).with_context(|| {
-        format!(
-            "no cadence binary beside {} (build it with `cargo build --release -p cadence-cli`, or pass --cadence)",
-            exe.display()
-        )
-    })
-}
-
 fn run(a: Args) -> Result<()> {
     ensure!(
         a.clip_seconds > 0.0 && a.clip_seconds <= 25.0,
@@ -659,7 +480,26 @@ fn measure(a: &Args, cadence: &Path, scratch: &Path, out_dir: &Path, t_run: Inst
     let portrait_path = scratch.join("portrait0.png");
 
     eprintln!("server_load: starting {} serve --slots {} ...", cadence.display(), a.slots);
-    let server = Server::start(cadence, a, scratch)?;
+    let server = ServerProcess::start(
+        cadence,
+        &[
+            "--slots".to_string(),
+            a.slots.to_string(),
+            // Room for every client: the load is bounded by the clients, so a 429 means a bug.
+            "--queue".into(),
+            (a.concurrency.max(a.slots) * 2).to_string(),
+            "--max-body-mb".into(),
+            MAX_BODY_MB.to_string(),
+            "--max-seconds".into(),
+            (a.clip_seconds.ceil() + 1.0).to_string(),
+            "--max-jobs".into(),
+            (a.requests + 64).min(100_000).to_string(),
+            "--temp-dir".into(),
+            scratch.join("serve-tmp").display().to_string(),
+        ],
+        &[("CADENCE_TOKEN", TOKEN)],
+        scratch.join("server.log"),
+    )?;
     let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(600)).build()?;
     let info: serde_json::Value = http.get(format!("{}/v1/info", server.base)).bearer_auth(TOKEN).send()?.json()?;
     let engines = &info["engines"];
