@@ -329,11 +329,13 @@ impl Fleet {
         }
     }
 
-    /// The next job for this replica's worker, waiting at most `wait` for one.
+    /// The next job for this replica's worker, waiting at most `wait` for one (a pull request
+    /// that waits on the server; `fetch` would answer at once when the queue is empty, and an
+    /// idle worker would spin).
     pub async fn next_job(&self, wait: Duration) -> Result<Option<jetstream::Message>> {
         let mut batch = self
             .workers
-            .fetch()
+            .batch()
             .max_messages(1)
             .expires(wait)
             .messages()

@@ -12,6 +12,7 @@ use crate::state::{AppState, Phase};
 use crate::stats::FinalStats;
 use crate::tempdirs;
 use crate::upload::Upload;
+use async_nats::jetstream::AckKind;
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::sse::Event;
@@ -172,6 +173,12 @@ pub async fn worker(state: AppState, fleet: Arc<Fleet>) {
     }
 }
 
+/// Hands a delivery back to the queue, to be delivered again a second later (to any replica).
+async fn hand_back(message: &async_nats::jetstream::Message, why: String) {
+    tracing::warn!("{why}: the job goes back to the queue");
+    let _ = message.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+}
+
 /// One delivery of a job: claimed in the job table, rendered with heartbeats, its MP4 stored,
 /// its record finished, the message acked. A delivery whose claim another took over (this
 /// replica was taken for dead) stops without writing anything.
@@ -186,36 +193,43 @@ async fn work(
         Ok(m) => m,
         Err(e) => {
             tracing::error!("a job message that is not a job ({e}): dropped");
-            let _ = message.ack_with(async_nats::jetstream::AckKind::Term).await;
+            let _ = message.ack_with(AckKind::Term).await;
             return;
         }
     };
     let delivered = message.info().map(|i| i.delivered).unwrap_or(1);
-    let (mut job, revision) = match fleet.job(&msg.id).await {
-        Ok(Some(j)) => j,
-        Ok(None) => {
-            tracing::warn!(job = %msg.id, "a queued job without a record (expired): dropped");
+    // The claim: the record moved to `running` here from the revision read. A write in between
+    // (the replica that took the request recording the queue position, a cancel) moves the
+    // revision: read again. A claim that cannot be made now is handed back to the queue
+    // (redelivered a second later) rather than left to the ack wait.
+    let mut tries = 0;
+    let (mut job, mut revision) = loop {
+        tries += 1;
+        let (mut job, revision) = match fleet.job(&msg.id).await {
+            Ok(Some(j)) => j,
+            Ok(None) => {
+                tracing::warn!(job = %msg.id, "a queued job without a record (expired): dropped");
+                let _ = message.ack().await;
+                return;
+            }
+            Err(e) => return hand_back(&message, format!("{e:#}")).await,
+        };
+        if job.state.is_final() {
+            // Cancelled while queued, or delivered again after it ended (its ack was lost).
             let _ = message.ack().await;
             return;
         }
-        Err(e) => {
-            tracing::warn!("{e:#}");
-            return;
+        job.state = JobState::Running;
+        job.attempts = delivered;
+        job.replica = Some(fleet.config.replica.clone());
+        job.started_ms = Some(now_ms());
+        job.frames_done = 0;
+        match fleet.update(&job, revision).await {
+            Ok(Some(r)) => break (job, r),
+            Ok(None) if tries < 10 => continue,
+            Ok(None) => return hand_back(&message, format!("job {}: its record keeps changing", job.id)).await,
+            Err(e) => return hand_back(&message, format!("{e:#}")).await,
         }
-    };
-    if job.state.is_final() {
-        // Delivered again after it ended (its ack was lost): nothing to do.
-        let _ = message.ack().await;
-        return;
-    }
-    job.state = JobState::Running;
-    job.attempts = delivered;
-    job.replica = Some(fleet.config.replica.clone());
-    job.started_ms = Some(now_ms());
-    job.frames_done = 0;
-    let mut revision = match fleet.update(&job, revision).await {
-        Ok(Some(r)) => r,
-        Ok(None) | Err(_) => return,
     };
     tracing::info!(job = %job.id, attempt = delivered, "job taken from the fleet");
     if delivered > 1 {
