@@ -419,9 +419,19 @@ fn measure(
     eprintln!("fleet_load: kill -9 ({} jobs, ack wait {} s) ...", a.kill_jobs, a.ack_wait);
     let nats = Nats::start(nats_bin, scratch)?;
     let mut replicas = start_replicas(cadence, &nats.url, 2, 0, a.ack_wait, scratch)?;
+    // Jobs three times as long, so that the kill falls in the middle of a render.
+    let long_wav = scratch.join("speech_long.wav");
+    write_clip(&root.join(experiments::session::DEFAULT_AUDIO), (3.0 * a.clip_seconds).min(25.0), &long_wav)?;
+    let long_audio = cadence::frame_loop::audio::load_audio(&long_wav, 60.0)?;
+    let inp = Inputs {
+        wav: std::fs::read(&long_wav)?,
+        frames: cadence::musetalk::render::video_frames(&long_audio, &cadence::frame_loop::RenderOptions::default()),
+        ..inp
+    };
     let ids: Vec<String> =
         (0..a.kill_jobs as usize).map(|i| inp.post(&replicas[i % 2].base).map(|(id, _)| id)).collect::<Result<_>>()?;
-    // Wait until r0 renders a job and has made some of its frames.
+    // Wait until r0 renders a job and has made some of its frames (its progress is written
+    // about once a second).
     let t = Instant::now();
     let victim = loop {
         let mut found = None;
@@ -524,13 +534,15 @@ fn measure(
         format!(
             "nats-server {} with JetStream and `cadence serve --nats` replicas as child processes on 127.0.0.1; \
              one render slot per replica; {:.1} s of speech ({frames} frames) at stride {}, 192x256 portrait; \
-             throughput: {} jobs posted at once, {} runs per fleet size alternating; kill: {} jobs, ack wait {} s",
+             throughput: {} jobs posted at once, {} runs per fleet size alternating; kill: {} jobs of {:.1} s of speech, \
+             ack wait {} s",
             nats_bin.display(),
             a.clip_seconds,
             a.stride,
             a.jobs,
             a.reps,
             a.kill_jobs,
+            (3.0 * a.clip_seconds).min(25.0),
             a.ack_wait
         ),
     );
