@@ -529,6 +529,8 @@ fn measure(
     let mut prov =
         Provenance::gather(as_str(&engines["backend"]), as_str(&engines["profile"]), as_str(&engines["weights"]));
     prov.note(experiments::provenance::ENGINE_DEVICE_KEY, as_str(&engines["device"]));
+    // The servers are this build's `cadence` on this machine: the same dispatch.
+    prov.note("cpu_loops", cadence_engines::isa::describe());
     prov.note(
         "setup",
         format!(
