@@ -91,6 +91,19 @@ impl Provenance {
         self
     }
 
+    /// Notes the load average at the start (`at_start`, from [`load_average`]) and now, and the
+    /// run's time since `started`.
+    pub fn note_load_and_runtime(&mut self, at_start: &str, started: std::time::Instant) -> &mut Self {
+        self.note(
+            "load_average",
+            format!(
+                "{at_start} at start, {} at end (1/5/15 min; above the core count, other work shared the machine)",
+                load_average()
+            ),
+        );
+        self.note("runtime", format!("{:.1} s", started.elapsed().as_secs_f64()))
+    }
+
     /// The value of the first note with this key.
     pub fn note_value(&self, key: &str) -> Option<&str> {
         self.notes.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())

@@ -107,7 +107,7 @@ impl Drop for ServerProcess {
 }
 
 /// The `cadence` binary beside this one (`cargo build --release -p cadence-cli` builds it).
-pub fn default_cadence() -> Result<PathBuf> {
+fn default_cadence() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("this binary's directory")?;
     // target/release/<experiment>, or target/release/deps/<test> when a test runs it.
@@ -118,6 +118,40 @@ pub fn default_cadence() -> Result<PathBuf> {
             exe.display()
         )
     })
+}
+
+/// Provenance of a run against servers whose `/v1/info` gave `engines` (its `engines` object):
+/// their backend, profile, weights and device, and the CPU loops' dispatch (the servers are this
+/// build's `cadence` on this machine: the same dispatch as this process).
+pub fn server_provenance(engines: &serde_json::Value) -> crate::Provenance {
+    let as_str = |v: &serde_json::Value| v.as_str().unwrap_or("unknown").to_string();
+    let mut prov = crate::Provenance::gather(
+        as_str(&engines["backend"]),
+        as_str(&engines["profile"]),
+        as_str(&engines["weights"]),
+    );
+    prov.note(crate::provenance::ENGINE_DEVICE_KEY, as_str(&engines["device"]));
+    prov.note("cpu_loops", cadence_engines::isa::describe());
+    prov
+}
+
+/// The `cadence` binary: `given` (`--cadence`), else the one beside this binary.
+pub fn cadence_binary(given: &Option<PathBuf>) -> Result<PathBuf> {
+    let cadence = match given {
+        Some(p) => p.clone(),
+        None => default_cadence()?,
+    };
+    ensure!(cadence.is_file(), "{}: no such binary (--cadence)", cadence.display());
+    Ok(cadence)
+}
+
+/// A target's verdict, as the experiments print and write it.
+pub fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT MET"
+    }
 }
 
 /// `jobs` (indices) run by `clients` threads, each taking the next index; the outcomes, and the

@@ -20,8 +20,11 @@
 use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
 use experiments::plot::{bar_plot, BarChart};
-use experiments::serve::{check_mp4, default_cadence, file_part, ms, percentile, portrait, write_clip, ServerProcess};
-use experiments::{OutDir, Provenance};
+use experiments::serve::{
+    cadence_binary, check_mp4, file_part, ms, percentile, portrait, server_provenance, verdict, write_clip,
+    ServerProcess,
+};
+use experiments::OutDir;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -245,14 +248,6 @@ fn row(phase: &str, config: &str, metric: &str, value: f64, unit: &str) -> Row {
     }
 }
 
-fn verdict(met: bool) -> &'static str {
-    if met {
-        "met"
-    } else {
-        "NOT MET"
-    }
-}
-
 fn median(v: &[f64]) -> f64 {
     percentile(v, 50.0)
 }
@@ -266,11 +261,7 @@ fn run(a: Args) -> Result<()> {
     let t_run = Instant::now();
     let load_before = experiments::provenance::load_average();
     let out_dir = a.out.dir()?;
-    let cadence = match &a.cadence {
-        Some(p) => p.clone(),
-        None => default_cadence()?,
-    };
-    ensure!(cadence.is_file(), "{}: no such binary (--cadence)", cadence.display());
+    let cadence = cadence_binary(&a.cadence)?;
     let nats_bin = find_nats_server(&a.nats_server)?;
     let scratch = std::env::temp_dir().join(format!("cadence-fleet-load-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
@@ -525,12 +516,7 @@ fn measure(
         println!("    {w}");
     }
 
-    let as_str = |v: &serde_json::Value| v.as_str().unwrap_or("unknown").to_string();
-    let mut prov =
-        Provenance::gather(as_str(&engines["backend"]), as_str(&engines["profile"]), as_str(&engines["weights"]));
-    prov.note(experiments::provenance::ENGINE_DEVICE_KEY, as_str(&engines["device"]));
-    // The servers are this build's `cadence` on this machine: the same dispatch.
-    prov.note("cpu_loops", cadence_engines::isa::describe());
+    let mut prov = server_provenance(&engines);
     prov.note(
         "setup",
         format!(
@@ -548,14 +534,7 @@ fn measure(
             a.ack_wait
         ),
     );
-    prov.note(
-        "load_average",
-        format!(
-            "{load_before} at start, {} at end (1/5/15 min; above the core count, other work shared the machine)",
-            experiments::provenance::load_average()
-        ),
-    );
-    prov.note("runtime", format!("{:.1} s", t_run.elapsed().as_secs_f64()));
+    prov.note_load_and_runtime(load_before, t_run);
     let csv = out_dir.join("fleet_load.csv");
     experiments::write_csv(&csv, &prov, &rows)?;
     let chart = BarChart {

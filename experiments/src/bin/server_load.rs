@@ -18,9 +18,10 @@ use base64::Engine as _;
 use clap::Parser;
 use experiments::plot::{bar_plot, BarChart};
 use experiments::serve::{
-    check_mp4, default_cadence, drive, file_part, ms, percentile, portrait, write_clip, ServerProcess,
+    cadence_binary, check_mp4, drive, file_part, ms, percentile, portrait, server_provenance, verdict, write_clip,
+    ServerProcess,
 };
-use experiments::{OutDir, Provenance};
+use experiments::OutDir;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -395,14 +396,6 @@ fn row(phase: &str, kind: &str, metric: &str, value: f64, unit: &str) -> Row {
     }
 }
 
-fn verdict(met: bool) -> &'static str {
-    if met {
-        "met"
-    } else {
-        "NOT MET"
-    }
-}
-
 /// One `cadence render` process of the comparison.
 struct CliRun {
     wall_ms: f64,
@@ -457,11 +450,7 @@ fn run(a: Args) -> Result<()> {
     let t_run = Instant::now();
     let load_before = experiments::provenance::load_average();
     let out_dir = a.out.dir()?;
-    let cadence = match &a.cadence {
-        Some(p) => p.clone(),
-        None => default_cadence()?,
-    };
-    ensure!(cadence.is_file(), "{}: no such binary (--cadence)", cadence.display());
+    let cadence = cadence_binary(&a.cadence)?;
     let scratch = std::env::temp_dir().join(format!("cadence-server-load-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     let result = measure(&a, &cadence, &scratch, &out_dir, t_run, &load_before);
@@ -726,12 +715,7 @@ fn measure(a: &Args, cadence: &Path, scratch: &Path, out_dir: &Path, t_run: Inst
         println!("  wrong: {} ({}): {}", o.kind, o.status, o.wrong.as_deref().unwrap_or(""));
     }
 
-    let as_str = |v: &serde_json::Value| v.as_str().unwrap_or("unknown").to_string();
-    let mut prov =
-        Provenance::gather(as_str(&engines["backend"]), as_str(&engines["profile"]), as_str(&engines["weights"]));
-    prov.note(experiments::provenance::ENGINE_DEVICE_KEY, as_str(&engines["device"]));
-    // The servers are this build's `cadence` on this machine: the same dispatch.
-    prov.note("cpu_loops", cadence_engines::isa::describe());
+    let mut prov = server_provenance(engines);
     prov.note(
         "setup",
         format!(
@@ -741,14 +725,7 @@ fn measure(a: &Args, cadence: &Path, scratch: &Path, out_dir: &Path, t_run: Inst
             a.slots, a.concurrency, a.render_every, a.clip_seconds, a.stride
         ),
     );
-    prov.note(
-        "load_average",
-        format!(
-            "{load_before} at start, {} at end (1/5/15 min; above the core count, other work shared the machine)",
-            experiments::provenance::load_average()
-        ),
-    );
-    prov.note("runtime", format!("{:.1} s", t_run.elapsed().as_secs_f64()));
+    prov.note_load_and_runtime(load_before, t_run);
     let csv = out_dir.join("server_load.csv");
     experiments::write_csv(&csv, &prov, &rows)?;
 
