@@ -107,8 +107,8 @@ pub async fn events(fleet: &Fleet, id: &str) -> Result<BoxStream<'static, Result
 }
 
 /// `DELETE /v1/jobs/{id}` in a fleet: a job that has not ended is marked `cancelled` (202). A
-/// queued one is then skipped by the worker that takes it; a running one's worker finds its
-/// next heartbeat's write refused and stops the render (within a third of the ack wait). An
+/// queued one leaves the queue; a running one's worker sees the record change and stops the
+/// render (and failing that, finds its next heartbeat's write refused). An
 /// ended job is forgotten (204): its record and its MP4, in the fleet and in this replica's
 /// jobs directory.
 pub async fn delete(state: &AppState, fleet: &Fleet, id: &str) -> Result<Response, ApiError> {
@@ -333,9 +333,24 @@ async fn render(
     // render is not taken for a dead one) and writes the progress (at most a second apart, for
     // the job's pollers and events).
     let beat = (fleet.config.ack_wait / 3).min(Duration::from_secs(1));
+    // The record's changes, watched: a cancel (DELETE on any replica) stops the render at once,
+    // not at the next heartbeat (a render ending within that second would otherwise finish).
+    // Without the watch, the heartbeat's refused write still stops it.
+    let mut changes = match fleet.watch_job(&msg.id).await {
+        Ok(c) => c.boxed(),
+        Err(e) => {
+            tracing::warn!("{e:#}");
+            futures_util::stream::pending().boxed()
+        }
+    };
     let rendered = loop {
         tokio::select! {
             r = &mut render => break r,
+            Some(record) = changes.next() => {
+                if record.state == JobState::Cancelled {
+                    cancel.store(true, Ordering::SeqCst);
+                }
+            }
             _ = tokio::time::sleep(beat) => {
                 fleet.in_progress(message).await;
                 job.frames_done = done.load(Ordering::Relaxed);

@@ -421,30 +421,35 @@ fn measure(
     };
     let ids: Vec<String> =
         (0..a.kill_jobs as usize).map(|i| inp.post(&replicas[i % 2].base).map(|(id, _)| id)).collect::<Result<_>>()?;
-    // Wait until r0 renders a job and has made some of its frames (its progress is written
-    // about once a second).
+    // Wait until a replica renders a job and has made some of its frames (its progress is
+    // written about once a second); that replica is killed.
     let t = Instant::now();
-    let victim = loop {
+    let (victim, killed_replica) = loop {
         let mut found = None;
         for id in &ids {
-            let j = inp.job(&replicas[1].base, id)?;
-            if j["replica"] == "r0" && j["state"] == "running" && j["frames_done"].as_u64().unwrap_or(0) > 0 {
-                found = Some(id.clone());
+            let j = inp.job(&replicas[0].base, id)?;
+            if j["state"] == "running" && j["frames_done"].as_u64().unwrap_or(0) > 0 {
+                // Replica i is named r<i>.
+                found = j["replica"]
+                    .as_str()
+                    .and_then(|r| r.strip_prefix('r')?.parse::<usize>().ok())
+                    .map(|r| (id.clone(), r));
             }
         }
-        if let Some(id) = found {
-            break id;
+        if let Some(f) = found {
+            break f;
         }
-        ensure!(t.elapsed() < Duration::from_secs(120), "r0 did not start a job within 120 s");
+        ensure!(t.elapsed() < Duration::from_secs(120), "no replica had rendered frames of a job within 120 s");
         std::thread::sleep(Duration::from_millis(20));
     };
-    replicas.remove(0).kill()?;
+    replicas.remove(killed_replica).kill()?;
     let killed = Instant::now();
     let survivor = &replicas[0];
+    let survivor_name = format!("r{}", 1 - killed_replica);
     let mut retaken_s = f64::NAN;
     let done_s = loop {
         let j = inp.job(&survivor.base, &victim)?;
-        if retaken_s.is_nan() && j["replica"] == "r1" {
+        if retaken_s.is_nan() && j["replica"] == survivor_name.as_str() {
             retaken_s = killed.elapsed().as_secs_f64();
         }
         if ["done", "failed"].contains(&j["state"].as_str().unwrap_or("")) {
