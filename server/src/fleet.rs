@@ -213,24 +213,9 @@ impl Fleet {
                 .await
                 .map_err(|e| anyhow!("creating the job table {JOBS_BUCKET}: {e}"))?,
         };
-        let objects = match js.get_object_store(OBJECTS_BUCKET).await {
-            Ok(os) => os,
-            Err(_) => js
-                .create_object_store(object_store::Config {
-                    bucket: OBJECTS_BUCKET.into(),
-                    max_age: config.ttl,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| anyhow!("creating the object store {OBJECTS_BUCKET}: {e}"))?,
-        };
-        let avatars = match js.get_object_store(AVATARS_BUCKET).await {
-            Ok(os) => os,
-            Err(_) => js
-                .create_object_store(object_store::Config { bucket: AVATARS_BUCKET.into(), ..Default::default() })
-                .await
-                .map_err(|e| anyhow!("creating the avatar store {AVATARS_BUCKET}: {e}"))?,
-        };
+        let objects = object_store(&js, OBJECTS_BUCKET, config.ttl).await?;
+        // Avatars are kept until deleted (no age limit).
+        let avatars = object_store(&js, AVATARS_BUCKET, Duration::ZERO).await?;
         Ok(Fleet { config, client, js, jobs, objects, avatars, queue, workers })
     }
 
@@ -494,6 +479,17 @@ impl Fleet {
         tokio::io::copy(&mut object, &mut f).await.with_context(|| format!("fetching {name}"))?;
         tokio::fs::rename(&part, path).await?;
         Ok(())
+    }
+}
+
+/// The object store `bucket`, created when missing with `max_age` (zero: no limit).
+async fn object_store(js: &jetstream::Context, bucket: &str, max_age: Duration) -> Result<object_store::ObjectStore> {
+    match js.get_object_store(bucket).await {
+        Ok(os) => Ok(os),
+        Err(_) => js
+            .create_object_store(object_store::Config { bucket: bucket.into(), max_age, ..Default::default() })
+            .await
+            .map_err(|e| anyhow!("creating the object store {bucket}: {e}")),
     }
 }
 

@@ -132,6 +132,23 @@ fn job_at(url: &str, id: &str) -> serde_json::Value {
     client().get(format!("{url}/v1/jobs/{id}")).send().unwrap().json().unwrap()
 }
 
+/// `read()` every 100 ms until `stop` holds of what it read, or `limit` passes; the last read.
+fn poll<T>(limit: Duration, mut read: impl FnMut() -> T, stop: impl Fn(&T) -> bool) -> T {
+    let t = Instant::now();
+    loop {
+        let v = read();
+        if stop(&v) || t.elapsed() >= limit {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether a job's record is done or failed.
+fn ended(j: &serde_json::Value) -> bool {
+    j["state"] == "done" || j["state"] == "failed"
+}
+
 #[test]
 fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
     let Some(bin) = nats_server() else {
@@ -161,15 +178,11 @@ fn jobs_posted_to_one_replica_are_rendered_by_either_and_answered_by_both() {
         .collect();
 
     // Polled through b until every one is done.
-    let t = Instant::now();
-    let mut jobs: Vec<serde_json::Value> = Vec::new();
-    while t.elapsed() < Duration::from_secs(180) {
-        jobs = ids.iter().map(|id| get(&b, &format!("/v1/jobs/{id}")).json().unwrap()).collect();
-        if jobs.iter().all(|j| j["state"] == "done" || j["state"] == "failed") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let jobs: Vec<serde_json::Value> = poll(
+        Duration::from_secs(180),
+        || ids.iter().map(|id| get(&b, &format!("/v1/jobs/{id}")).json().unwrap()).collect(),
+        |jobs: &Vec<serde_json::Value>| jobs.iter().all(ended),
+    );
     for (i, j) in jobs.iter().enumerate() {
         assert_eq!(j["state"], "done", "{j}");
         assert_eq!(j["attempts"], 1, "{j}");
@@ -418,15 +431,8 @@ fn a_fleet_behind_nginx_behaves_as_one_service() {
     let (taker, other) = if job()["replica"] == "a" { (a, b) } else { (b, a) };
     drop(taker);
     let killed = Instant::now();
-    let mut last = serde_json::Value::Null;
-    while killed.elapsed() < Duration::from_secs(120) {
-        // Through nginx, which finds the dead replica and answers from the other.
-        last = job();
-        if last["state"] == "done" || last["state"] == "failed" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // Through nginx, which finds the dead replica and answers from the other.
+    let last = poll(Duration::from_secs(120), job, ended);
     assert_eq!((last["state"].as_str(), last["attempts"].as_i64()), (Some("done"), Some(2)), "{last}");
     assert_eq!(last["replica"].as_str(), Some(other.name.as_str()), "{last}");
     let mp4 = c.get(format!("{}/v1/jobs/{id}/result", lb.url)).send().unwrap().bytes().unwrap();
@@ -457,15 +463,7 @@ fn a_job_whose_replica_is_killed_mid_render_finishes_on_the_other() {
     drop(a.child);
     let killed = Instant::now();
     let b = spawn_replica(&bin, &nats.url, "b", 3);
-    let t = Instant::now();
-    let mut last = serde_json::Value::Null;
-    while t.elapsed() < Duration::from_secs(120) {
-        last = job(&b.url);
-        if last["state"] == "done" || last["state"] == "failed" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let last = poll(Duration::from_secs(120), || job(&b.url), ended);
     assert_eq!((last["state"].as_str(), last["replica"].as_str()), (Some("done"), Some("b")), "{last}");
     assert_eq!(last["attempts"], 2, "{last}");
     let mp4 = c.get(format!("{}/v1/jobs/{id}/result", b.url)).send().unwrap().bytes().unwrap();
@@ -492,15 +490,7 @@ fn a_job_out_of_deliveries_ends_failed_with_the_reason() {
     wait_for(Duration::from_secs(60), || job(&a.url)["frames_done"].as_u64().unwrap_or(0) > 0);
     let (taker, other) = if job(&a.url)["replica"] == "a" { (a, b) } else { (b, a) };
     drop(taker);
-    let t = Instant::now();
-    let mut last = serde_json::Value::Null;
-    while t.elapsed() < Duration::from_secs(60) {
-        last = job(&other.url);
-        if last["state"] != "running" {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let last = poll(Duration::from_secs(60), || job(&other.url), |j| j["state"] != "running");
     assert_eq!(last["state"], "failed", "{last}");
     assert_eq!(last["error"]["code"], "lost", "{last}");
     assert!(last["error"]["message"].as_str().unwrap().contains("--fleet-max-deliver"), "{last}");
