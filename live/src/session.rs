@@ -1,0 +1,134 @@
+//! A session: a [`Timeline`] of speech, a render that reads it and makes frames, and the
+//! [`wire`](crate::wire) that sends both to the peer.
+
+use crate::timeline::{QueueError, Timeline, RATE};
+use crate::wire::{FrameSender, NetConfig, Wire, WireConfig, WireShared, WireStats};
+use anyhow::Result;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// What makes the session's frames: given the timeline (to read as a live stream), where to
+/// send frames, and a flag that asks it to stop. It returns when the timeline closes or the
+/// flag is set; its error, if any, ends the session.
+pub type Render = Box<dyn FnOnce(Arc<Timeline>, FrameSender, Arc<AtomicBool>) -> Result<()> + Send>;
+
+/// A running session.
+pub struct Session {
+    timeline: Arc<Timeline>,
+    shared: Arc<WireShared>,
+    render_stop: Arc<AtomicBool>,
+    wire: Option<JoinHandle<()>>,
+    render: Option<JoinHandle<Result<()>>>,
+    fps: f64,
+}
+
+/// A session's figures.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SessionStats {
+    /// Speech is going out on the wire now.
+    pub speaking: bool,
+    /// Seconds of speech queued and not yet sent.
+    pub queued_audio_s: f64,
+    #[serde(flatten)]
+    pub wire: WireStats,
+    /// Whether the render has stopped, and its error if it failed.
+    pub render_error: Option<String>,
+}
+
+impl Session {
+    /// Answers `offer` (SDP) and starts the wire and `render`. Returns the session and the
+    /// SDP answer. `queue` frames at most wait between the render and the wire;
+    /// `max_queued_s` seconds of speech at most wait to be sent.
+    pub fn start(
+        offer: &str,
+        net: &NetConfig,
+        wire: WireConfig,
+        queue: usize,
+        max_queued_s: f64,
+        render: Render,
+    ) -> Result<(Self, String)> {
+        let (w, answer) = Wire::accept(offer, net)?;
+        let timeline = Timeline::new(max_queued_s);
+        let fps = wire.fps;
+        let (frames, shared, wire_thread) = w.spawn(wire, timeline.clone(), queue)?;
+        let render_stop = Arc::new(AtomicBool::new(false));
+        let (t, s) = (timeline.clone(), render_stop.clone());
+        let render_thread = std::thread::Builder::new().name("cadence-session-render".into()).spawn(move || {
+            let r = render(t.clone(), frames, s);
+            // The render has stopped: so has the session's stream.
+            t.close();
+            r
+        })?;
+        Ok((Self { timeline, shared, render_stop, wire: Some(wire_thread), render: Some(render_thread), fps }, answer))
+    }
+
+    /// Queues speech (16 kHz mono); returns the seconds from the session's start where it begins.
+    pub fn speak(&self, pcm: &[i16]) -> Result<f64, QueueError> {
+        let r = self.timeline.queue(pcm)?;
+        Ok(r.start as f64 / RATE as f64)
+    }
+
+    /// Drops the speech not yet sent; returns the seconds dropped.
+    pub fn interrupt(&self) -> f64 {
+        let at = self.timeline.wire_at();
+        self.timeline.interrupt(at)
+    }
+
+    /// The session's timeline.
+    pub fn timeline(&self) -> &Arc<Timeline> {
+        &self.timeline
+    }
+
+    /// The frame rate on the wire.
+    pub fn fps(&self) -> f64 {
+        self.fps
+    }
+
+    /// Whether the wire has stopped (the peer left, or it failed).
+    pub fn ended(&self) -> bool {
+        self.wire.as_ref().is_none_or(|h| h.is_finished())
+    }
+
+    /// The session's figures now.
+    pub fn stats(&self) -> SessionStats {
+        let wire = self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let render_error = match &self.render {
+            Some(h) if h.is_finished() => Some("the render stopped".into()),
+            _ => None,
+        };
+        SessionStats {
+            speaking: self.timeline.speaking(),
+            queued_audio_s: self.timeline.queued_seconds(),
+            wire,
+            render_error,
+        }
+    }
+
+    /// Stops the render and the wire and waits for both; the render's error, if it failed.
+    pub fn close(mut self) -> Result<SessionStats> {
+        self.stop_threads()
+    }
+
+    fn stop_threads(&mut self) -> Result<SessionStats> {
+        self.render_stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.timeline.close();
+        if let Some(h) = self.wire.take() {
+            let _ = h.join();
+        }
+        let rendered = match self.render.take().map(|h| h.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(anyhow::anyhow!("the session's render panicked")),
+            None => Ok(()),
+        };
+        let stats = self.stats();
+        rendered.map(|()| stats)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.stop_threads();
+    }
+}

@@ -1,0 +1,463 @@
+//! The wire: one thread per session that owns the session's `str0m::Rtc` and UDP socket and
+//! sends, each at its time, a video frame every 1/fps and 20 ms of speech every 20 ms.
+//!
+//! str0m is sans-IO: it never reads a socket or a clock, so this loop does both. It waits on
+//! the socket until the earliest of str0m's next timeout, the next frame's time and the next
+//! speech packet's time, and then hands str0m what came in and what is due. Every time on
+//! the wire comes from the session's [`Timeline`] clock: frame `f` is due at
+//! `start + delay + f / fps`, speech sample `s` at `start + delay + s / 16000`, so that video
+//! and audio share one clock (their RTP times are these times in 90 kHz and 48 kHz units, and
+//! str0m's sender reports map them to the same wall clock). `delay` is the margin the render
+//! works ahead of the wire.
+//!
+//! Frames come from the render through a bounded queue ([`FrameSender`]); a frame that has not
+//! arrived at its time is replaced by the last frame sent, and counted (`repeated_frames`), so
+//! that the stream never stops; a frame that arrives after its time is dropped (`late_frames`).
+//! Speech is never stretched or dropped: its packets go out at their times whatever the video
+//! does.
+
+use crate::encode::{FrameEncoder, SpeechEncoder, OPUS_CLOCK, SPEECH_FRAME, VIDEO_CLOCK};
+use crate::timeline::{Timeline, RATE};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use str0m::change::SdpOffer;
+use str0m::format::Codec;
+use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid};
+use str0m::net::{Protocol, Receive};
+use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
+
+/// Where the session listens, and how it is reached.
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// The address the UDP socket binds (the server's listen address).
+    pub bind: IpAddr,
+    /// The address peers reach it at, where that differs (a host behind 1:1 NAT): announced
+    /// as a server-reflexive candidate beside the host one.
+    pub public_ip: Option<IpAddr>,
+    /// UDP ports to take one from (inclusive); `None`: any free port.
+    pub ports: Option<(u16, u16)>,
+}
+
+/// How the wire sends.
+#[derive(Clone, Debug)]
+pub struct WireConfig {
+    pub fps: f64,
+    pub width: usize,
+    pub height: usize,
+    /// How far behind the timeline's clock the wire runs: the render's margin.
+    pub delay: Duration,
+    pub video_bitrate_bps: u32,
+    pub speech_bitrate_bps: i32,
+    /// Close the session when no packet came from the peer for this long once connected
+    /// (ICE consent: browsers send checks every few seconds).
+    pub peer_timeout: Duration,
+}
+
+/// What the wire has done, for the session's figures.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct WireStats {
+    /// ICE and DTLS are up.
+    pub connected: bool,
+    /// Why the wire stopped, once it has.
+    pub closed: Option<String>,
+    pub frames_sent: u64,
+    /// Frames sent again because the next had not arrived at its time.
+    pub repeated_frames: u64,
+    /// Frames that arrived after their time and were dropped.
+    pub late_frames: u64,
+    pub keyframes_sent: u64,
+    pub keyframe_requests: u64,
+    pub speech_packets: u64,
+    /// The next frame and speech sample the wire sends (timeline units).
+    pub next_frame: u64,
+    pub next_sample: u64,
+    /// The largest gap between two frames written to str0m, milliseconds.
+    pub max_frame_gap_ms: f64,
+    /// Seconds spent in the H.264 encoder.
+    pub video_encode_s: f64,
+}
+
+/// The render's end of the frame queue: NV12 frames with their timeline index, in order.
+#[derive(Clone)]
+pub struct FrameSender {
+    tx: SyncSender<(usize, Vec<u8>)>,
+}
+
+impl FrameSender {
+    /// Hands frame `index` to the wire, waiting while the queue is full (the render's margin
+    /// is bounded by it); an error once the session has ended.
+    pub fn send(&self, index: usize, nv12: Vec<u8>) -> Result<()> {
+        self.tx.send((index, nv12)).map_err(|_| anyhow!("the session has ended"))
+    }
+}
+
+/// A session's wire before its thread starts: the answer is made, the socket bound.
+pub struct Wire {
+    rtc: Rtc,
+    socket: UdpSocket,
+    local: SocketAddr,
+}
+
+/// What the wire's thread shares with the session.
+pub struct WireShared {
+    pub stats: Mutex<WireStats>,
+    pub stop: AtomicBool,
+    /// The wire sends the next frame as an IDR (set by the session, e.g. after an interrupt).
+    pub keyframe: AtomicBool,
+}
+
+impl Wire {
+    /// Accepts `offer` (SDP text): a peer that receives video and audio. Returns the wire and
+    /// the SDP answer.
+    pub fn accept(offer: &str, net: &NetConfig) -> Result<(Self, String)> {
+        let offer = SdpOffer::from_sdp_string(offer).map_err(|e| anyhow!("the SDP offer does not parse: {e}"))?;
+        let socket = bind(net)?;
+        let local = socket.local_addr()?;
+        let config = RtcConfig::new().set_ice_lite(true).clear_codecs().enable_h264(true).enable_opus(true, false);
+        let mut rtc = config.build(Instant::now());
+        let host = Candidate::host(local, "udp").map_err(|e| anyhow!("a host candidate on {local}: {e}"))?;
+        rtc.add_local_candidate(host);
+        if let Some(public) = net.public_ip {
+            let addr = SocketAddr::new(public, local.port());
+            let srflx = Candidate::server_reflexive(addr, local, "udp")
+                .map_err(|e| anyhow!("a candidate on the public address {addr}: {e}"))?;
+            rtc.add_local_candidate(srflx);
+        }
+        let answer = rtc.sdp_api().accept_offer(offer).map_err(|e| anyhow!("the SDP offer cannot be answered: {e}"))?;
+        Ok((Self { rtc, socket, local }, answer.to_sdp_string()))
+    }
+
+    /// The UDP address the session listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Runs the wire on its own thread until the peer leaves, it fails, or `shared.stop`.
+    /// `queue` frames at most wait between the render and the wire.
+    pub fn spawn(
+        self,
+        config: WireConfig,
+        timeline: Arc<Timeline>,
+        queue: usize,
+    ) -> Result<(FrameSender, Arc<WireShared>, std::thread::JoinHandle<()>)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(queue.max(1));
+        let shared = Arc::new(WireShared {
+            stats: Mutex::new(WireStats::default()),
+            stop: AtomicBool::new(false),
+            keyframe: AtomicBool::new(false),
+        });
+        let video = FrameEncoder::new(
+            config.width,
+            config.height,
+            config.fps,
+            config.video_bitrate_bps,
+            10 * config.fps as u32,
+        )?;
+        let speech = SpeechEncoder::new(config.speech_bitrate_bps)?;
+        let s = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("cadence-wire".into())
+            .spawn(move || {
+                let mut run = Running::new(self, config, timeline, rx, s.clone(), video, speech);
+                let reason = match run.run() {
+                    Ok(reason) => reason,
+                    Err(e) => format!("failed: {e:#}"),
+                };
+                run.timeline.close();
+                let mut st = s.stats.lock().unwrap_or_else(|e| e.into_inner());
+                st.closed = Some(reason);
+            })
+            .context("starting the wire's thread")?;
+        Ok((FrameSender { tx }, shared, handle))
+    }
+}
+
+/// Binds the session's socket: a port of the range, or any.
+fn bind(net: &NetConfig) -> Result<UdpSocket> {
+    match net.ports {
+        None => UdpSocket::bind((net.bind, 0)).with_context(|| format!("binding a UDP port on {}", net.bind)),
+        Some((a, b)) => {
+            for port in a..=b {
+                if let Ok(s) = UdpSocket::bind((net.bind, port)) {
+                    return Ok(s);
+                }
+            }
+            bail!("no free UDP port in {a}-{b} on {}", net.bind)
+        }
+    }
+}
+
+struct Running {
+    rtc: Rtc,
+    socket: UdpSocket,
+    local: SocketAddr,
+    config: WireConfig,
+    timeline: Arc<Timeline>,
+    frames: Receiver<(usize, Vec<u8>)>,
+    waiting: VecDeque<(usize, Vec<u8>)>,
+    shared: Arc<WireShared>,
+    video: FrameEncoder,
+    speech: SpeechEncoder,
+    video_mid: Option<Mid>,
+    audio_mid: Option<Mid>,
+    connected: bool,
+    next_frame: usize,
+    next_sample: usize,
+    last_frame: Option<Vec<u8>>,
+    last_frame_written: Option<Instant>,
+    want_keyframe: bool,
+    last_heard: Instant,
+}
+
+impl Running {
+    fn new(
+        wire: Wire,
+        config: WireConfig,
+        timeline: Arc<Timeline>,
+        frames: Receiver<(usize, Vec<u8>)>,
+        shared: Arc<WireShared>,
+        video: FrameEncoder,
+        speech: SpeechEncoder,
+    ) -> Self {
+        Self {
+            rtc: wire.rtc,
+            socket: wire.socket,
+            local: wire.local,
+            config,
+            timeline,
+            frames,
+            waiting: VecDeque::new(),
+            shared,
+            video,
+            speech,
+            video_mid: None,
+            audio_mid: None,
+            connected: false,
+            next_frame: 0,
+            next_sample: 0,
+            last_frame: None,
+            last_frame_written: None,
+            want_keyframe: true,
+            last_heard: Instant::now(),
+        }
+    }
+
+    fn frame_due(&self, f: usize) -> Instant {
+        self.timeline.start() + self.config.delay + Duration::from_secs_f64(f as f64 / self.config.fps)
+    }
+
+    fn sample_due(&self, s: usize) -> Instant {
+        self.timeline.start() + self.config.delay + Duration::from_secs_f64(s as f64 / RATE as f64)
+    }
+
+    fn stats(&self) -> std::sync::MutexGuard<'_, WireStats> {
+        self.shared.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs until the peer leaves (the reason) or an error.
+    fn run(&mut self) -> Result<String> {
+        let mut buf = vec![0u8; 2000];
+        loop {
+            if self.shared.stop.load(Ordering::Relaxed) {
+                self.rtc.disconnect();
+                return Ok("closed by the server".into());
+            }
+            // What str0m has to send, and its events.
+            let rtc_due = loop {
+                match self.rtc.poll_output().map_err(|e| anyhow!("str0m: {e}"))? {
+                    Output::Timeout(t) => break t,
+                    Output::Transmit(t) => {
+                        // A send that fails (the peer's network is gone) is ICE's to notice.
+                        let _ = self.socket.send_to(&t.contents, t.destination);
+                    }
+                    Output::Event(e) => {
+                        if let Some(reason) = self.on_event(e) {
+                            return Ok(reason);
+                        }
+                    }
+                }
+            };
+            if !self.rtc.is_alive() {
+                return Ok("the connection closed".into());
+            }
+            self.pull_frames();
+            if self.connected {
+                if self.last_heard.elapsed() > self.config.peer_timeout {
+                    return Ok(format!("nothing heard from the peer for {:?}", self.config.peer_timeout));
+                }
+                self.send_due()?;
+            }
+            // Wait for a packet until the earliest of str0m's timeout and the next media.
+            let mut until = rtc_due.min(Instant::now() + Duration::from_millis(50));
+            if self.connected {
+                until = until.min(self.frame_due(self.next_frame)).min(self.sample_due(self.next_sample));
+            }
+            let now = Instant::now();
+            if until <= now {
+                self.rtc.handle_input(Input::Timeout(now)).map_err(|e| anyhow!("str0m: {e}"))?;
+                continue;
+            }
+            self.socket.set_read_timeout(Some((until - now).max(Duration::from_micros(200))))?;
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, source)) => {
+                    self.last_heard = Instant::now();
+                    let Ok(contents) = buf[..n].try_into() else {
+                        continue; // not STUN, DTLS or RTP: ignored
+                    };
+                    let input = Input::Receive(
+                        Instant::now(),
+                        Receive { proto: Protocol::Udp, source, destination: self.local, contents },
+                    );
+                    if self.rtc.accepts(&input) {
+                        self.rtc.handle_input(input).map_err(|e| anyhow!("str0m: {e}"))?;
+                    }
+                }
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    self.rtc.handle_input(Input::Timeout(Instant::now())).map_err(|e| anyhow!("str0m: {e}"))?;
+                }
+                Err(e) => return Err(e).context("receiving on the session's socket"),
+            }
+        }
+    }
+
+    /// Handles one of str0m's events; `Some(reason)` ends the session.
+    fn on_event(&mut self, e: Event) -> Option<String> {
+        match e {
+            Event::Connected => {
+                self.connected = true;
+                self.last_heard = Instant::now();
+                // Start with what is due now: frames and speech before it were never sent.
+                let now = Instant::now();
+                let since = now.saturating_duration_since(self.timeline.start() + self.config.delay).as_secs_f64();
+                self.next_frame = (since * self.config.fps).ceil() as usize;
+                self.next_sample = ((since * RATE as f64 / SPEECH_FRAME as f64).ceil() as usize) * SPEECH_FRAME;
+                self.stats().connected = true;
+            }
+            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                return Some("the peer disconnected (ICE)".into());
+            }
+            Event::MediaAdded(m) => {
+                if matches!(m.direction, Direction::SendOnly | Direction::SendRecv) {
+                    match m.kind {
+                        MediaKind::Video if self.video_mid.is_none() => self.video_mid = Some(m.mid),
+                        MediaKind::Audio if self.audio_mid.is_none() => self.audio_mid = Some(m.mid),
+                        _ => {}
+                    }
+                }
+            }
+            Event::KeyframeRequest(r) if Some(r.mid) == self.video_mid => {
+                self.want_keyframe = true;
+                self.stats().keyframe_requests += 1;
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Moves the frames the render has made into the wire's own queue, dropping those whose
+    /// time has passed.
+    fn pull_frames(&mut self) {
+        // At most the frames of the wire's delay wait here: beyond, the render waits on the
+        // queue, which bounds how far ahead of the wire it runs.
+        let most = (self.config.delay.as_secs_f64() * self.config.fps).ceil() as usize + 2;
+        while self.waiting.len() < most {
+            let Ok((f, frame)) = self.frames.try_recv() else {
+                break;
+            };
+            if self.connected && f < self.next_frame {
+                self.stats().late_frames += 1;
+            } else {
+                self.waiting.push_back((f, frame));
+            }
+            // Before the peer connects, keep only the frames still to come.
+            if !self.connected {
+                let now = Instant::now();
+                while self.waiting.len() > 1 && self.frame_due(self.waiting[0].0) < now {
+                    self.waiting.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Writes every frame and speech packet whose time has come.
+    fn send_due(&mut self) -> Result<()> {
+        let now = Instant::now();
+        while self.sample_due(self.next_sample) <= now {
+            let s = self.next_sample;
+            let pcm = self.timeline.take_for_wire(s, SPEECH_FRAME);
+            let packet = self.speech.encode(&pcm)?;
+            let due = self.sample_due(s);
+            if let Some(mid) = self.audio_mid {
+                let time = MediaTime::new((s as u64 * OPUS_CLOCK) / RATE as u64, Frequency::FORTY_EIGHT_KHZ);
+                if let Some(w) = self.rtc.writer(mid) {
+                    let pt = w.payload_params().find(|p| p.spec().codec == Codec::Opus).map(|p| p.pt());
+                    if let Some(pt) = pt {
+                        w.write(pt, due, time, packet).map_err(|e| anyhow!("writing speech: {e}"))?;
+                        self.stats().speech_packets += 1;
+                    }
+                }
+            }
+            self.next_sample += SPEECH_FRAME;
+            self.stats().next_sample = self.next_sample as u64;
+        }
+        while self.frame_due(self.next_frame) <= now {
+            let f = self.next_frame;
+            while self.waiting.front().is_some_and(|(i, _)| *i < f) {
+                self.waiting.pop_front();
+                self.stats().late_frames += 1;
+            }
+            let frame = match self.waiting.front() {
+                Some((i, _)) if *i == f => self.waiting.pop_front().map(|(_, fr)| fr),
+                _ => None,
+            };
+            let repeated = frame.is_none();
+            if let Some(fr) = frame {
+                self.last_frame = Some(fr);
+            }
+            if let (Some(fr), Some(mid)) = (&self.last_frame, self.video_mid) {
+                let keyframe = self.want_keyframe || self.shared.keyframe.swap(false, Ordering::Relaxed);
+                let unit = self.video.encode(fr, keyframe)?;
+                if unit.keyframe {
+                    self.want_keyframe = false;
+                }
+                let due = self.frame_due(f);
+                let time = MediaTime::new(
+                    (f as f64 * VIDEO_CLOCK as f64 / self.config.fps).round() as u64,
+                    Frequency::NINETY_KHZ,
+                );
+                if let Some(w) = self.rtc.writer(mid) {
+                    let pt = w
+                        .payload_params()
+                        .find(|p| p.spec().codec == Codec::H264 && p.spec().format.packetization_mode == Some(1))
+                        .or_else(|| w.payload_params().find(|p| p.spec().codec == Codec::H264))
+                        .map(|p| p.pt());
+                    if let Some(pt) = pt {
+                        w.write(pt, due, time, unit.data).map_err(|e| anyhow!("writing a frame: {e}"))?;
+                        let written = Instant::now();
+                        let gap = self.last_frame_written.map(|t| (written - t).as_secs_f64() * 1e3);
+                        self.last_frame_written = Some(written);
+                        let mut st = self.stats();
+                        st.frames_sent += 1;
+                        st.repeated_frames += repeated as u64;
+                        st.keyframes_sent += unit.keyframe as u64;
+                        st.video_encode_s = self.video.encode_s;
+                        if let Some(g) = gap {
+                            st.max_frame_gap_ms = st.max_frame_gap_ms.max(g);
+                        }
+                    }
+                }
+            } else if self.last_frame.is_none() {
+                // Nothing rendered yet: nothing to repeat either.
+                self.stats().repeated_frames += 1;
+            }
+            self.next_frame += 1;
+            self.stats().next_frame = self.next_frame as u64;
+        }
+        Ok(())
+    }
+}
