@@ -13,6 +13,7 @@
 //! [`session::Session`] puts them together.
 
 pub mod encode;
+pub mod receiver;
 pub mod session;
 pub mod timeline;
 pub mod wire;

@@ -6,16 +6,11 @@
 //! what is tested is the wire: pacing, decodability, keyframes on request, speech at its time,
 //! an interrupt that silences the speech at once, and a peer that leaves.
 
+use cadence_live::receiver::Receiver;
 use cadence_live::{FrameSender, NetConfig, Session, Timeline, WireConfig};
-use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use str0m::change::{SdpAnswer, SdpPendingOffer};
-use str0m::format::Codec;
-use str0m::media::{Direction, KeyframeRequestKind, MediaKind, Mid};
-use str0m::net::{Protocol, Receive};
-use str0m::{Candidate, Event, Input, Output, Rtc, RtcConfig};
 
 const W: usize = 64;
 const H: usize = 48;
@@ -38,110 +33,6 @@ fn synthetic_render(_t: Arc<Timeline>, frames: FrameSender, stop: Arc<AtomicBool
         f += 1;
     }
     Ok(())
-}
-
-struct Peer {
-    rtc: Rtc,
-    socket: UdpSocket,
-    local: SocketAddr,
-    video: Mid,
-    audio: Mid,
-    decoder: openh264::decoder::Decoder,
-    opus: opus_rs::OpusDecoder,
-    /// (arrival, keyframe) of every decoded frame.
-    frames: Vec<(Instant, bool)>,
-    /// (arrival, RTP seconds, rms) of every speech packet.
-    speech: Vec<(Instant, f64, f64)>,
-    connected: bool,
-    undecodable: usize,
-}
-
-impl Peer {
-    fn offer() -> (Self, SdpPendingOffer, String) {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let local = socket.local_addr().unwrap();
-        let mut rtc = RtcConfig::new().clear_codecs().enable_h264(true).enable_opus(true, false).build(Instant::now());
-        rtc.add_local_candidate(Candidate::host(local, "udp").unwrap());
-        let mut api = rtc.sdp_api();
-        let video = api.add_media(MediaKind::Video, Direction::RecvOnly, None, None, None);
-        let audio = api.add_media(MediaKind::Audio, Direction::RecvOnly, None, None, None);
-        let (offer, pending) = api.apply().unwrap();
-        let peer = Self {
-            rtc,
-            socket,
-            local,
-            video,
-            audio,
-            decoder: openh264::decoder::Decoder::new().unwrap(),
-            opus: opus_rs::OpusDecoder::new(48_000, 1).unwrap(),
-            frames: Vec::new(),
-            speech: Vec::new(),
-            connected: false,
-            undecodable: 0,
-        };
-        (peer, pending, offer.to_sdp_string())
-    }
-
-    /// Runs the peer for `d`.
-    fn run_for(&mut self, d: Duration) {
-        let end = Instant::now() + d;
-        let mut buf = vec![0u8; 2000];
-        while Instant::now() < end {
-            let due = loop {
-                match self.rtc.poll_output().unwrap() {
-                    Output::Timeout(t) => break t,
-                    Output::Transmit(t) => {
-                        self.socket.send_to(&t.contents, t.destination).unwrap();
-                    }
-                    Output::Event(e) => self.on_event(e),
-                }
-            };
-            let now = Instant::now();
-            let wait = due.min(end).saturating_duration_since(now).max(Duration::from_millis(1));
-            self.socket.set_read_timeout(Some(wait)).unwrap();
-            match self.socket.recv_from(&mut buf) {
-                Ok((n, source)) => {
-                    let input = Input::Receive(
-                        Instant::now(),
-                        Receive {
-                            proto: Protocol::Udp,
-                            source,
-                            destination: self.local,
-                            contents: buf[..n].try_into().unwrap(),
-                        },
-                    );
-                    self.rtc.handle_input(input).unwrap();
-                }
-                Err(_) => self.rtc.handle_input(Input::Timeout(Instant::now())).unwrap(),
-            }
-        }
-    }
-
-    fn on_event(&mut self, e: Event) {
-        match e {
-            Event::Connected => self.connected = true,
-            Event::MediaData(d) if d.mid == self.video => {
-                assert_eq!(d.params.spec().codec, Codec::H264);
-                match self.decoder.decode(&d.data) {
-                    Ok(Some(_)) => self.frames.push((Instant::now(), d.is_keyframe())),
-                    _ => self.undecodable += 1,
-                }
-            }
-            Event::MediaData(d) if d.mid == self.audio => {
-                assert_eq!(d.params.spec().codec, Codec::Opus);
-                let mut pcm = vec![0f32; 960];
-                let n = self.opus.decode(&d.data, 960, &mut pcm).unwrap();
-                let rms = (pcm[..n].iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / n as f64).sqrt();
-                self.speech.push((Instant::now(), d.time.as_seconds(), rms));
-            }
-            _ => {}
-        }
-    }
-
-    fn request_keyframe(&mut self) {
-        let mid = self.video;
-        self.rtc.writer(mid).unwrap().request_keyframe(None, KeyframeRequestKind::Pli).unwrap();
-    }
 }
 
 fn config() -> WireConfig {
@@ -168,24 +59,24 @@ fn tone(seconds: f64) -> Vec<i16> {
 
 #[test]
 fn a_peer_receives_decodable_video_at_its_rate_speech_at_its_time_and_an_interrupt_silences_it() {
-    let (mut peer, pending, offer) = Peer::offer();
+    let (mut peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
     let (session, answer) = Session::start(&offer, &loopback(), config(), 4, 10.0, Box::new(synthetic_render)).unwrap();
-    peer.rtc.sdp_api().accept_answer(pending, SdpAnswer::from_sdp_string(&answer).unwrap()).unwrap();
+    peer.accept(&answer).unwrap();
 
     // Connect and stream silence.
-    peer.run_for(Duration::from_millis(1500));
+    peer.run_for(Duration::from_millis(1500)).unwrap();
     assert!(peer.connected, "ICE and DTLS connect");
     let s = session.stats();
     assert!(s.wire.connected);
     assert!(!peer.frames.is_empty(), "frames arrive: {s:?}");
-    assert!(peer.frames[0].1, "the first frame decoded is a keyframe");
-    assert!(peer.speech.iter().all(|p| p.2 < 0.01), "silence before any speech");
+    assert!(peer.frames[0].keyframe, "the first frame decoded is a keyframe");
+    assert!(peer.speech.iter().all(|p| p.rms < 0.01), "silence before any speech");
 
     // Ask for a keyframe: one arrives.
     let before = peer.frames.len();
-    peer.request_keyframe();
-    peer.run_for(Duration::from_millis(400));
-    assert!(peer.frames[before..].iter().any(|f| f.1), "a keyframe after the request");
+    peer.request_keyframe().unwrap();
+    peer.run_for(Duration::from_millis(400)).unwrap();
+    assert!(peer.frames[before..].iter().any(|f| f.keyframe), "a keyframe after the request");
     assert!(session.stats().wire.keyframe_requests >= 1);
 
     // Speak 1.5 s; interrupt after 0.6 s of it on the wire.
@@ -193,16 +84,16 @@ fn a_peer_receives_decodable_video_at_its_rate_speech_at_its_time_and_an_interru
     let spoke = Instant::now();
     assert!(session.stats().queued_audio_s > 1.0);
     // The speech reaches the wire after the wire's delay.
-    peer.run_for(config().delay + Duration::from_millis(600));
+    peer.run_for(config().delay + Duration::from_millis(600)).unwrap();
     let interrupted = Instant::now();
     let dropped = session.interrupt();
     assert!(dropped > 0.5 && dropped < 1.0, "dropped {dropped} s");
-    peer.run_for(Duration::from_millis(600));
+    peer.run_for(Duration::from_millis(600)).unwrap();
 
-    let loud: Vec<_> = peer.speech.iter().filter(|p| p.2 > 0.05).collect();
+    let loud: Vec<_> = peer.speech.iter().filter(|p| p.rms > 0.05).collect();
     assert!(!loud.is_empty(), "the speech was heard");
     let first_loud = loud[0];
-    assert!(first_loud.0 >= spoke, "no speech before it was sent");
+    assert!(first_loud.at >= spoke, "no speech before it was sent");
     // The speech plays for as long as it was sent before the interrupt: 0.6 s of packets,
     // give or take the interrupt's timing (20 ms packets).
     let heard = loud.len() as f64 * 0.02;
@@ -210,19 +101,18 @@ fn a_peer_receives_decodable_video_at_its_rate_speech_at_its_time_and_an_interru
     assert!(at > 0.0);
     // Nothing loud arrives later than 60 ms after the interrupt (3 packets: in flight and the
     // codec's own tail).
-    let late: Vec<_> = loud.iter().filter(|p| p.0 > interrupted + Duration::from_millis(60)).collect();
+    let late: Vec<_> = loud.iter().filter(|p| p.at > interrupted + Duration::from_millis(60)).collect();
     assert!(late.is_empty(), "{} loud packets after the interrupt", late.len());
     assert!(!session.stats().speaking);
 
     // Pacing: frames arrive every 40 ms, with no gap over 80 ms; none repeated (the render
     // keeps ahead), none undecodable.
-    let gaps: Vec<f64> = peer.frames.windows(2).map(|w| (w[1].0 - w[0].0).as_secs_f64() * 1e3).collect();
-    let max_gap = gaps.iter().cloned().fold(0.0, f64::max);
+    let max_gap = peer.max_frame_gap_ms();
     assert!(max_gap <= 80.0, "a gap of {max_gap:.1} ms between frames");
     let stats = session.stats();
     assert_eq!(peer.undecodable, 0);
     assert_eq!(stats.wire.repeated_frames, 0, "{stats:?}");
-    let seconds = (peer.frames.last().unwrap().0 - peer.frames[0].0).as_secs_f64();
+    let seconds = (peer.frames.last().unwrap().at - peer.frames[0].at).as_secs_f64();
     let rate = (peer.frames.len() - 1) as f64 / seconds;
     assert!((rate - FPS).abs() < 1.5, "{rate:.2} frames per second");
 
@@ -232,7 +122,7 @@ fn a_peer_receives_decodable_video_at_its_rate_speech_at_its_time_and_an_interru
 
 #[test]
 fn a_slow_render_is_covered_by_repeated_frames_and_the_stream_never_stops() {
-    let (mut peer, pending, offer) = Peer::offer();
+    let (mut peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
     let slow = |_t: Arc<Timeline>, frames: FrameSender, stop: Arc<AtomicBool>| -> anyhow::Result<()> {
         // Half the wire's rate.
         let mut f = 0;
@@ -246,23 +136,22 @@ fn a_slow_render_is_covered_by_repeated_frames_and_the_stream_never_stops() {
         Ok(())
     };
     let (session, answer) = Session::start(&offer, &loopback(), config(), 4, 10.0, Box::new(slow)).unwrap();
-    peer.rtc.sdp_api().accept_answer(pending, SdpAnswer::from_sdp_string(&answer).unwrap()).unwrap();
-    peer.run_for(Duration::from_millis(2000));
+    peer.accept(&answer).unwrap();
+    peer.run_for(Duration::from_millis(2000)).unwrap();
     let stats = session.stats();
     assert!(stats.wire.repeated_frames >= 10, "{stats:?}");
-    let gaps: Vec<f64> = peer.frames.windows(2).map(|w| (w[1].0 - w[0].0).as_secs_f64() * 1e3).collect();
-    let max_gap = gaps.iter().cloned().fold(0.0, f64::max);
+    let max_gap = peer.max_frame_gap_ms();
     assert!(max_gap <= 80.0, "a gap of {max_gap:.1} ms between frames");
 }
 
 #[test]
 fn a_peer_that_goes_away_ends_the_session() {
-    let (mut peer, pending, offer) = Peer::offer();
+    let (mut peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
     let mut cfg = config();
     cfg.peer_timeout = Duration::from_millis(700);
     let (session, answer) = Session::start(&offer, &loopback(), cfg, 4, 10.0, Box::new(synthetic_render)).unwrap();
-    peer.rtc.sdp_api().accept_answer(pending, SdpAnswer::from_sdp_string(&answer).unwrap()).unwrap();
-    peer.run_for(Duration::from_millis(800));
+    peer.accept(&answer).unwrap();
+    peer.run_for(Duration::from_millis(800)).unwrap();
     assert!(session.stats().wire.connected);
     drop(peer); // no close: the peer's machine is gone
     let t = Instant::now();

@@ -121,6 +121,81 @@ pub struct ServeArgs {
     pub engines: EngineArgs,
     #[command(flatten)]
     pub vad: cadence::args::VadArgs,
+    #[command(flatten)]
+    pub sessions: SessionArgs,
+}
+
+/// The flags of live WebRTC sessions (`/v1/sessions`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct SessionArgs {
+    /// Live WebRTC sessions that run at once; beyond them, 429. Each renders continuously
+    /// (silence cheaply: no network runs) beside the render slots.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=256))]
+    pub max_sessions: u32,
+    /// A session that was silent and sent no audio for this long ends.
+    #[arg(long, default_value = "300", value_parser = parse_seconds)]
+    pub session_idle_seconds: f64,
+    /// Seconds of speech a session may hold queued and not yet sent; beyond, 429.
+    #[arg(long, default_value = "120", value_parser = parse_seconds)]
+    pub session_max_queued_seconds: f64,
+    /// Milliseconds the wire runs behind the render's part and lookahead, for the render's own
+    /// time: raise it when sessions repeat frames on a slow machine.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub session_margin_ms: u64,
+    /// Seconds without a packet from a connected peer after which its session ends (browsers
+    /// send ICE consent checks every few seconds).
+    #[arg(long, default_value = "15", value_parser = parse_seconds)]
+    pub session_peer_timeout_seconds: f64,
+    /// The video bit rate a session aims at, in kb/s.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(100..=50_000))]
+    pub session_video_kbps: u32,
+    /// The address peers reach this host at, when it differs from the listen address (1:1 NAT,
+    /// a cloud VM's public IP): announced as an ICE candidate. There is no TURN: peers behind
+    /// symmetric NAT need a TURN server in front (server/README.md).
+    #[arg(long)]
+    pub webrtc_public_ip: Option<std::net::IpAddr>,
+    /// The UDP ports sessions take theirs from, e.g. 40000-40100 [default: any free port].
+    #[arg(long, value_parser = parse_port_range)]
+    pub webrtc_ports: Option<(u16, u16)>,
+}
+
+/// `A-B`, two ports with A <= B.
+fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, b) = s.split_once('-').ok_or_else(|| format!("{s:?}: expected FIRST-LAST, e.g. 40000-40100"))?;
+    let port = |v: &str| v.trim().parse::<u16>().map_err(|_| format!("{v:?} is not a port (1-65535)"));
+    let (a, b) = (port(a)?, port(b)?);
+    if a == 0 || a > b {
+        return Err(format!("{s:?}: the first port must be 1 or more and at most the last"));
+    }
+    Ok((a, b))
+}
+
+/// The checked session settings.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    pub max_sessions: usize,
+    pub idle: Duration,
+    pub max_queued_seconds: f64,
+    pub margin: Duration,
+    pub peer_timeout: Duration,
+    pub video_bitrate_bps: u32,
+    pub public_ip: Option<std::net::IpAddr>,
+    pub ports: Option<(u16, u16)>,
+}
+
+impl SessionArgs {
+    fn config(&self) -> SessionConfig {
+        SessionConfig {
+            max_sessions: self.max_sessions as usize,
+            idle: Duration::from_secs_f64(self.session_idle_seconds),
+            max_queued_seconds: self.session_max_queued_seconds,
+            margin: Duration::from_millis(self.session_margin_ms),
+            peer_timeout: Duration::from_secs_f64(self.session_peer_timeout_seconds),
+            video_bitrate_bps: self.session_video_kbps * 1000,
+            public_ip: self.webrtc_public_ip,
+            ports: self.webrtc_ports,
+        }
+    }
 }
 
 /// The bundled anchor portrait (1080x1920), the avatar of a request that sends none.
@@ -159,6 +234,8 @@ pub struct Config {
     /// Which detector decides a render's voice activity when its request names none (`--vad`,
     /// Silero by default), and Silero's thresholds.
     pub vad: cadence::args::VadArgs,
+    /// Live sessions' settings.
+    pub sessions: SessionConfig,
 }
 
 impl ServeArgs {
@@ -210,6 +287,7 @@ impl ServeArgs {
             backend: self.backend,
             engines: self.engines,
             vad: self.vad,
+            sessions: self.sessions.config(),
         })
     }
 }
@@ -253,6 +331,15 @@ impl Config {
 mod tests {
     use super::BodyTimeout;
     use std::time::Duration;
+
+    #[test]
+    fn port_ranges_parse_and_bad_ones_say_why() {
+        assert_eq!(super::parse_port_range("40000-40100"), Ok((40000, 40100)));
+        assert_eq!(super::parse_port_range("5-5"), Ok((5, 5)));
+        for bad in ["40000", "0-10", "10-5", "a-b", "1-70000"] {
+            assert!(super::parse_port_range(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn a_body_earns_a_second_per_min_rate_bytes_up_to_the_maximum() {

@@ -27,6 +27,7 @@ pub mod options;
 pub mod render_job;
 pub mod routes;
 pub mod serve;
+pub mod sessions;
 pub mod state;
 pub mod stats;
 pub mod stream;

@@ -18,6 +18,7 @@ pub struct Metrics {
     avatar_preparations: AtomicU64,
     avatar_cache_hits: AtomicU64,
     fleet_redeliveries: AtomicU64,
+    sessions_started: AtomicU64,
     streamed: Mutex<BTreeMap<&'static str, u64>>,
     first_byte: Mutex<Histogram>,
 }
@@ -56,6 +57,8 @@ pub struct Gauges {
     pub jobs: [(&'static str, usize); 5],
     /// The fleet's queue, with `--nats` (when NATS answered).
     pub fleet: Option<crate::fleet::QueueState>,
+    /// Live WebRTC sessions running.
+    pub sessions: usize,
 }
 
 impl Metrics {
@@ -97,6 +100,11 @@ impl Metrics {
         }
         h.sum += seconds;
         h.count += 1;
+    }
+
+    /// A live session started.
+    pub fn session_started(&self) {
+        self.sessions_started.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn avatar_prepared(&self) {
@@ -215,6 +223,13 @@ impl Metrics {
             plain(self.avatar_cache_hits.load(Ordering::Relaxed).to_string()),
         );
         family("cadence_avatars", "gauge", "Prepared avatars in the cache.", plain(g.avatars.to_string()));
+        family("cadence_sessions", "gauge", "Live WebRTC sessions running.", plain(g.sessions.to_string()));
+        family(
+            "cadence_sessions_started_total",
+            "counter",
+            "Live WebRTC sessions started.",
+            plain(self.sessions_started.load(Ordering::Relaxed).to_string()),
+        );
         family(
             "cadence_jobs",
             "gauge",

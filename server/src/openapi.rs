@@ -120,6 +120,58 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "post",
+        path: "/v1/sessions",
+        summary: "Start a live WebRTC session (JSON: sdp, the browser's offer to receive video and audio; type \"offer\"; avatar_id, else the default avatar; stride 1..=12, default 3; decoder): the SDP answer and the session (Location: /v1/sessions/{id}). H.264 and Opus over ICE-lite; the avatar idles at rest until audio is sent",
+        responses: &[
+            (201, "the session with sdp (the answer) and type \"answer\""),
+            (400, "malformed JSON"),
+            (404, "unknown avatar_id"),
+            (415, "not application/json"),
+            (422, "an offer that does not parse or cannot be answered (no video or audio to receive, no H.264 or Opus), a bad stride or decoder"),
+            (429, "--max-sessions sessions run already (Retry-After)"),
+            (501, "stride \"auto\" (not built yet)"),
+            (503, "loading or draining"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/v1/sessions/{id}",
+        summary: "A session's figures: state, speaking, queued_audio_s, frames_sent, repeated_frames (and %), late_frames, keyframes, av_skew_ms, max_frame_gap_ms, stride, delay_ms",
+        responses: &[(200, "the session"), (404, "unknown or ended")],
+    },
+    Route {
+        method: "delete",
+        path: "/v1/sessions/{id}",
+        summary: "End a session",
+        responses: &[(204, "ended"), (404, "unknown or ended")],
+    },
+    Route {
+        method: "post",
+        path: "/v1/sessions/{id}/audio",
+        summary: "Queue speech: a WAV file, or raw 16 kHz mono s16le PCM (Content-Type audio/L16); it plays after what is queued, or at once",
+        responses: &[
+            (200, "start_s, duration_s, queued_audio_s"),
+            (404, "unknown session"),
+            (410, "the session has ended"),
+            (413, "over --max-body-mb"),
+            (422, "empty or not audio"),
+            (429, "more than --session-max-queued-seconds would wait (Retry-After)"),
+        ],
+    },
+    Route {
+        method: "post",
+        path: "/v1/sessions/{id}/speak",
+        summary: "Speak text (needs libespeak-ng, not linked in this build: 501)",
+        responses: &[(404, "unknown session"), (501, "no text to speech in this build")],
+    },
+    Route {
+        method: "post",
+        path: "/v1/sessions/{id}/interrupt",
+        summary: "Drop the speech not yet sent: the avatar stops speaking and eases to rest",
+        responses: &[(200, "dropped_audio_s"), (404, "unknown session"), (410, "the session has ended")],
+    },
+    Route {
+        method: "post",
         path: "/calibrate",
         summary: "Measure the engines (the source's JSON: benchmarks.musetalk.{unet, taesd, stride_projections.stride_1..3}), with a render per stride beside each projection, the hardware, backend, device, profile, weights and recommended_render_slots; holds every render slot while it runs. Query: frames (5..=250, default 50), runs (1..=5, default 3), infill (latent or image, default latent: the infill projected and rendered)",
         responses: &[

@@ -9,6 +9,7 @@ use crate::generate::generate;
 use crate::job_routes;
 use crate::middleware;
 use crate::openapi;
+use crate::sessions;
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
@@ -29,6 +30,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}", get(job_routes::get).delete(job_routes::delete))
         .route("/v1/jobs/{id}/result", get(job_routes::result))
         .route("/v1/jobs/{id}/events", get(job_routes::events))
+        .route("/v1/sessions", post(sessions::create))
+        .route("/v1/sessions/{id}", get(sessions::get).delete(sessions::delete))
+        .route("/v1/sessions/{id}/audio", post(sessions::audio))
+        .route("/v1/sessions/{id}/speak", post(sessions::speak))
+        .route("/v1/sessions/{id}/interrupt", post(sessions::interrupt))
         .route("/calibrate", post(calibration::post))
         .route("/v1/calibration", get(calibration::get))
         .route("/", get(page))
@@ -105,6 +111,7 @@ async fn info(State(state): State<AppState>) -> Json<serde_json::Value> {
             "max_jobs": c.max_jobs,
             "job_ttl_seconds": c.job_ttl.as_secs_f64(),
             "drain_seconds": c.drain.as_secs_f64(),
+            "max_sessions": c.sessions.max_sessions,
         },
         "auth": c.token.is_some(),
     }))

@@ -98,6 +98,9 @@ pub async fn run(
         }
     });
 
+    // Sessions whose peer left, or that idled, end.
+    crate::sessions::spawn_reaper(state.clone());
+
     let st = state.clone();
     tokio::task::spawn_blocking(move || {
         let t = Instant::now();
@@ -145,6 +148,8 @@ pub async fn run(
 /// Unready, then wait for the in-flight requests up to the deadline, then cancel the rest.
 async fn drain(state: &AppState) {
     state.start_draining();
+    // A live session has no end to wait for: it ends now.
+    state.sessions.close_all();
     let deadline = Instant::now() + state.config.drain;
     tracing::info!(in_flight = state.inflight(), "draining");
     while state.inflight() > 0 {

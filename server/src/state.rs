@@ -29,6 +29,8 @@ pub struct ServerState {
     pub admission: Admission,
     pub avatars: Mutex<AvatarCache>,
     pub jobs: JobTable,
+    /// Live WebRTC sessions.
+    pub sessions: crate::sessions::Sessions,
     /// The last calibration's JSON (`GET /v1/calibration`).
     pub calibration: Mutex<Option<serde_json::Value>>,
     /// The fleet's connection, once made (with `--nats`).
@@ -54,6 +56,7 @@ impl ServerState {
             jobs: JobTable::new(config.jobs_dir.as_deref(), config.job_ttl, config.max_jobs)?,
             admission: Admission::new(config.slots, config.queue, config.slot_threads)?,
             calibration: Mutex::new(None),
+            sessions: Default::default(),
             fleet: OnceLock::new(),
             calibrating: AtomicBool::new(false),
             avatars: Mutex::new(AvatarCache::new(config.avatar_cache)),
@@ -167,6 +170,7 @@ impl ServerState {
             avatars: self.avatars.lock().unwrap().len(),
             jobs: self.jobs.counts().map(|(s, n)| (s.name(), n)),
             fleet: None,
+            sessions: self.sessions.len(),
         }
     }
 

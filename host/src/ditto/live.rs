@@ -21,7 +21,7 @@
 use crate::backend::elem::Method;
 use crate::backend::resident::Residency;
 use crate::ditto::{self, DittoAvatar, DittoEngines, DittoInfill, DITTO_FPS};
-use crate::frame_loop::live::{add_part, stream_stats, whole_frames, LiveOptions, LiveOutput, Received, ShownSpeech};
+use crate::frame_loop::live::{add_part, stream_stats, whole_frames, LiveOptions, LiveOutput, LiveTarget, Received, ShownSpeech};
 use crate::frame_loop::video::RenderResult;
 use crate::frame_loop::RenderOptions;
 use crate::schedules::keyframes::KeyframeSchedule;
@@ -79,6 +79,22 @@ pub fn render_live<R: Read, W: Write>(
     name: &str,
     encoder: EncoderKind,
     pace: bool,
+    progress: impl FnMut(usize),
+) -> Result<RenderResult> {
+    render_live_to(engines, avatar, opts, input, LiveTarget::Mp4 { out, encoder }, name, pace, progress)
+}
+
+/// As [`render_live`], with the frames going to `target`: a fragmented MP4, or a caller that
+/// takes each frame (a WebRTC session).
+#[allow(clippy::too_many_arguments)]
+pub fn render_live_to<R: Read, W: Write>(
+    engines: &DittoEngines,
+    avatar: &DittoAvatar,
+    opts: DittoLiveOptions,
+    input: AudioStream<R>,
+    target: LiveTarget<'_, W>,
+    name: &str,
+    pace: bool,
     mut progress: impl FnMut(usize),
 ) -> Result<RenderResult> {
     let t0 = Instant::now();
@@ -89,7 +105,7 @@ pub fn render_live<R: Read, W: Write>(
     let c = &avatar.compositor;
     let mut received = Received::new(input, &opts.vad)?;
     let track_format = received.stream.track_format();
-    let mut output = LiveOutput::new(out, name, (c.width, c.height), fps, encoder, track_format, pace, t0)?;
+    let mut output = LiveOutput::new(target, name, (c.width, c.height), fps, track_format, pace, t0)?;
     let width = engines.audio_feature_width();
     let mut features = DittoFeatureStream::new();
     let mut motion = ditto::motion_stream(engines, avatar)?;

@@ -49,7 +49,7 @@ impl LiveOptions {
     /// Parts of about `window` frames (at least one stride), and a lookahead of the easing ramp
     /// plus 0.25 s (whisper's frame window reaches 0.1 s ahead, and the energy detector's
     /// shortest run is 30 ms) or, where more, what the detector's decisions can still depend on
-    /// ([`lookahead_seconds`]: 0.41 s for Silero's defaults).
+    /// ([`lookahead_seconds`]: 0.48 s for Silero's defaults, 0.41 s without its front end).
     pub fn new(stride: usize, window: Option<usize>, opts: &RenderOptions) -> Result<Self> {
         ensure!(stride > 0, "stride must be at least 1 (got 0)");
         let window = window.unwrap_or(
@@ -190,10 +190,24 @@ impl ShownSpeech {
     }
 }
 
-/// A live render's fragmented MP4: each frame after the stream's audio up to the frame's end,
-/// paced to real time when asked, with the times of the first frame and fragment.
-pub(crate) struct LiveOutput<W: Write> {
-    writer: FragmentedWriter<W>,
+/// Where a live render's frames go.
+pub enum LiveTarget<'a, W: Write> {
+    /// A fragmented MP4 written to `out`: H.264 by `encoder`, the stream's audio as AAC.
+    Mp4 { out: W, encoder: EncoderKind },
+    /// Each NV12 frame with its index in the stream, to a caller that encodes and sends it
+    /// itself (a WebRTC session, which also sends the stream's audio on its own).
+    Frames(&'a mut (dyn FnMut(usize, &[u8]) -> Result<()> + Send)),
+}
+
+enum Writer<'a, W: Write> {
+    Mp4(FragmentedWriter<W>),
+    Frames(&'a mut (dyn FnMut(usize, &[u8]) -> Result<()> + Send)),
+}
+
+/// A live render's output: each frame after the stream's audio up to the frame's end, paced to
+/// real time when asked, with the times of the first frame and fragment.
+pub(crate) struct LiveOutput<'a, W: Write> {
+    writer: Writer<'a, W>,
     name: String,
     t0: Instant,
     pace: bool,
@@ -205,20 +219,29 @@ pub(crate) struct LiveOutput<W: Write> {
     late_frames: usize,
 }
 
-impl<W: Write> LiveOutput<W> {
+impl<'a, W: Write> LiveOutput<'a, W> {
     /// `t0`: when the render started (the first frame's and fragment's times count from it).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        out: W,
+        target: LiveTarget<'a, W>,
         name: &str,
         (width, height): (usize, usize),
         fps: FrameRate,
-        encoder: EncoderKind,
         track_format: cadence_media::AudioFormat,
         pace: bool,
         t0: Instant,
     ) -> Result<Self> {
-        let writer = FragmentedWriter::new(out, name, width as u32, height as u32, fps, encoder, Some(track_format))?;
+        let writer = match target {
+            LiveTarget::Mp4 { out, encoder } => Writer::Mp4(FragmentedWriter::new(
+                out,
+                name,
+                width as u32,
+                height as u32,
+                fps,
+                encoder,
+                Some(track_format),
+            )?),
+            LiveTarget::Frames(f) => Writer::Frames(f),
+        };
         Ok(Self {
             writer,
             name: name.to_string(),
@@ -241,7 +264,7 @@ impl<W: Write> LiveOutput<W> {
         shown: usize,
         track: &'s mut Track,
         progress: &'s mut dyn FnMut(usize),
-    ) -> impl FnMut(usize, &[u8]) -> Result<()> + 's {
+    ) -> impl FnMut(usize, &[u8]) -> Result<()> + use<'s, 'a, W> {
         move |i, frame| {
             if i >= shown {
                 return Ok(()); // the next part's first frame
@@ -267,11 +290,19 @@ impl<W: Write> LiveOutput<W> {
             }
         }
         let upto = ((f + 1) as f64 * self.period * self.track_rate).ceil() as usize;
-        let writer = &mut self.writer;
-        track.take(upto, &mut |s| Ok(writer.push_audio(s)?))?;
-        self.writer.push_nv12(frame)?;
-        if self.first_fragment_ms.is_none() && self.writer.fragments_written() > 0 {
-            self.first_fragment_ms = Some(self.t0.elapsed().as_secs_f64() * 1e3);
+        match &mut self.writer {
+            Writer::Mp4(writer) => {
+                track.take(upto, &mut |s| Ok(writer.push_audio(s)?))?;
+                writer.push_nv12(frame)?;
+                if self.first_fragment_ms.is_none() && writer.fragments_written() > 0 {
+                    self.first_fragment_ms = Some(self.t0.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            Writer::Frames(send) => {
+                // The caller has the stream's audio: the track's copy is only let go.
+                track.take(upto, &mut |_| Ok(()))?;
+                send(f, frame)?;
+            }
         }
         Ok(())
     }
@@ -281,16 +312,24 @@ impl<W: Write> LiveOutput<W> {
     pub(crate) fn finish(mut self, track: &mut Track, mut stats: RenderStats) -> Result<RenderResult> {
         let t = Instant::now();
         let total = track.total();
-        let writer = &mut self.writer;
-        track.take(total, &mut |s| Ok(writer.push_audio(s)?))?;
-        let (video, mut out) = self.writer.finish()?;
-        out.flush().map_err(|e| anyhow::anyhow!("{}: {e}", self.name))?;
+        let video = match self.writer {
+            Writer::Mp4(mut writer) => {
+                track.take(total, &mut |s| Ok(writer.push_audio(s)?))?;
+                let (video, mut out) = writer.finish()?;
+                out.flush().map_err(|e| anyhow::anyhow!("{}: {e}", self.name))?;
+                Some(video)
+            }
+            Writer::Frames(_) => {
+                track.take(total, &mut |_| Ok(()))?;
+                None
+            }
+        };
         self.first_fragment_ms.get_or_insert_with(|| self.t0.elapsed().as_secs_f64() * 1e3);
         stats.times.encoder_ms += t.elapsed().as_secs_f64() * 1e3;
         stats.times.total_ms = self.t0.elapsed().as_secs_f64() * 1e3;
         Ok(RenderResult {
             stats,
-            video: Some(video),
+            video,
             first_frame_ms: self.first_frame_ms,
             first_fragment_ms: self.first_fragment_ms,
             late_frames: self.late_frames,
@@ -397,9 +436,13 @@ mod tests {
         let opts = RenderOptions::default();
         let l = LiveOptions::new(3, Some(100), &opts).unwrap();
         assert_eq!(l.part_frames, 102);
-        // The ramp, and Silero's 0.412 s (250 ms of minimum speech, 100 of minimum silence, 30 of
-        // padding, a 32 ms chunk) at 25 fps; the energy detector's 0.25 s.
-        assert_eq!(l.lookahead_frames, 4 + 11);
+        // The ramp, and Silero's 0.476 s (250 ms of minimum speech, 100 of minimum silence, 30 of
+        // padding, a 32 ms chunk, the front end's 64 ms) at 25 fps; 0.412 s without the front
+        // end; the energy detector's 0.25 s.
+        assert_eq!(l.lookahead_frames, 4 + 12);
+        let raw = cadence_media::SileroConfig { denoise: false, ..Default::default() };
+        let raw = RenderOptions { vad: Vad::Silero(raw), ..RenderOptions::default() };
+        assert_eq!(LiveOptions::new(3, Some(100), &raw).unwrap().lookahead_frames, 4 + 11);
         let energy = RenderOptions { vad: Vad::Energy, ..RenderOptions::default() };
         assert_eq!(LiveOptions::new(3, Some(100), &energy).unwrap().lookahead_frames, 4 + 7);
         assert_eq!(LiveOptions::new(3, Some(1), &opts).unwrap().part_frames, 3);

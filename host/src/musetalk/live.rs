@@ -24,7 +24,7 @@
 //! part, the lookahead and one part's render time.
 
 use crate::frame_loop::live::{
-    add_part, aligned_frame_step, frame_start_sample, stream_stats, whole_frames, LiveOptions, LiveOutput, Received,
+    add_part, aligned_frame_step, frame_start_sample, stream_stats, whole_frames, LiveOptions, LiveOutput, LiveTarget, Received,
     ShownSpeech,
 };
 use crate::frame_loop::live_vad::frame_sample;
@@ -82,6 +82,24 @@ pub fn render_live<R: Read, W: Write>(
     name: &str,
     encoder: EncoderKind,
     pace: bool,
+    progress: impl FnMut(usize),
+) -> Result<RenderResult> {
+    render_live_to(engines, backend, opts, live, avatar, input, LiveTarget::Mp4 { out, encoder }, name, pace, progress)
+}
+
+/// As [`render_live`], with the frames going to `target`: a fragmented MP4, or a caller that
+/// takes each frame (a WebRTC session).
+#[allow(clippy::too_many_arguments)]
+pub fn render_live_to<R: Read, W: Write>(
+    engines: &Engines,
+    backend: &Backend,
+    opts: &RenderOptions,
+    live: LiveOptions,
+    avatar: &PreparedAvatar,
+    input: AudioStream<R>,
+    target: LiveTarget<'_, W>,
+    name: &str,
+    pace: bool,
     mut progress: impl FnMut(usize),
 ) -> Result<RenderResult> {
     let t0 = Instant::now();
@@ -91,7 +109,7 @@ pub fn render_live<R: Read, W: Write>(
     let c = &avatar.compositors[0];
     let mut received = Received::new(input, &opts.vad)?;
     let track_format = received.stream.track_format();
-    let mut output = LiveOutput::new(out, name, (c.width, c.height), fps, encoder, track_format, pace, t0)?;
+    let mut output = LiveOutput::new(target, name, (c.width, c.height), fps, track_format, pace, t0)?;
     let step = aligned_frame_step(fps);
     let ramp = opts.ramp as usize;
     let part_opts = RenderOptions { window: None, ..opts.clone() };

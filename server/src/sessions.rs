@@ -1,0 +1,455 @@
+//! Live WebRTC sessions (`/v1/sessions`): an avatar that idles at its rest state, speaks the
+//! audio it is sent, and stops when interrupted, streamed to the peer as H.264 and Opus
+//! ([`cadence_live`]).
+//!
+//! Each session runs a MuseTalk live render (`cadence::musetalk::live::render_live_to`) over
+//! its speech timeline: silence is read at the clock's pace and eased to rest (and, sustained,
+//! bypasses every network), speech is rendered as it is queued. The wire runs `delay` behind
+//! the clock: the live render's part and lookahead, plus `--session-margin-ms` for the render
+//! itself, so that a frame is made before its time on the wire.
+//!
+//! Sessions do not take render slots (they last as long as their peer stays); their number is
+//! bounded by `--max-sessions`. A session ends when its peer leaves (ICE consent stops, or
+//! DTLS closes), when it is deleted, when no audio came for `--session-idle-seconds` while it
+//! was silent, or when the server drains.
+
+use crate::avatars::{avatar_id, AvatarEntry};
+use crate::error::ApiError;
+use crate::generate::{lookup, rejected};
+use crate::render_job;
+use crate::state::AppState;
+use crate::validate;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cadence::frame_loop::live::{LiveOptions, LiveTarget};
+use cadence::frame_loop::{Cancelled, RenderOptions};
+use cadence_live::{NetConfig, QueueError, Session, WireConfig};
+use cadence_media::FrameRate;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The frame rate of a session.
+const FPS: u32 = 25;
+/// Frames that may wait between a session's render and its wire, beyond its delay.
+const QUEUE_FRAMES: usize = 4;
+
+/// The running sessions.
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, Arc<LiveSession>>>,
+}
+
+pub struct LiveSession {
+    pub id: String,
+    session: Mutex<Option<Session>>,
+    created: Instant,
+    /// When audio was last queued (or the session made).
+    last_audio: Mutex<Instant>,
+    stride: usize,
+    decoder: &'static str,
+    delay: Duration,
+    width: usize,
+    height: usize,
+}
+
+impl Sessions {
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<LiveSession>, ApiError> {
+        self.map.lock().unwrap().get(id).cloned().ok_or_else(|| {
+            ApiError::not_found("session_not_found", format!("no session {id} (it ended, or never was)"))
+        })
+    }
+
+    fn remove(&self, id: &str) -> Option<Arc<LiveSession>> {
+        self.map.lock().unwrap().remove(id)
+    }
+
+    /// Ends every session (the server is draining).
+    pub fn close_all(&self) {
+        let all: Vec<_> = self.map.lock().unwrap().drain().map(|(_, s)| s).collect();
+        for s in all {
+            s.close();
+        }
+    }
+
+    /// Ends the sessions whose peer left, and those silent and sent no audio for `idle`.
+    pub fn reap(&self, idle: Duration) -> Vec<(String, String)> {
+        let mut ended = Vec::new();
+        let candidates: Vec<_> = self.map.lock().unwrap().values().cloned().collect();
+        for s in candidates {
+            let reason = {
+                let guard = s.session.lock().unwrap();
+                match guard.as_ref() {
+                    None => Some("closed".to_string()),
+                    Some(x) if x.ended() => {
+                        Some(x.stats().wire.closed.unwrap_or_else(|| "the session's wire stopped".into()))
+                    }
+                    Some(x) if !x.timeline().speaking() && s.last_audio.lock().unwrap().elapsed() > idle => {
+                        Some(format!("idle for {:.0} s", idle.as_secs_f64()))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(r) = reason {
+                self.remove(&s.id);
+                s.close();
+                ended.push((s.id.clone(), r));
+            }
+        }
+        ended
+    }
+}
+
+impl LiveSession {
+    fn close(&self) {
+        if let Some(s) = self.session.lock().unwrap().take() {
+            // Joining the threads waits for at most one part of the render: off the runtime.
+            std::thread::spawn(move || drop(s.close()));
+        }
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        let guard = self.session.lock().unwrap();
+        let stats = guard.as_ref().map(|s| s.stats());
+        let wire = stats.as_ref().map(|s| &s.wire);
+        let frames = wire.map_or(0, |w| w.frames_sent);
+        json!({
+            "session_id": self.id,
+            "state": match (guard.as_ref(), wire) {
+                (None, _) => "closed",
+                (Some(s), _) if s.ended() => "ended",
+                (Some(_), Some(w)) if w.connected => "connected",
+                _ => "connecting",
+            },
+            "age_s": self.created.elapsed().as_secs_f64(),
+            "speaking": stats.as_ref().is_some_and(|s| s.speaking),
+            "queued_audio_s": stats.as_ref().map_or(0.0, |s| s.queued_audio_s),
+            "frames_sent": frames,
+            "repeated_frames": wire.map_or(0, |w| w.repeated_frames),
+            "late_frames": wire.map_or(0, |w| w.late_frames),
+            "repeated_pct": if frames == 0 { 0.0 } else { 100.0 * wire.map_or(0, |w| w.repeated_frames) as f64 / frames as f64 },
+            "keyframes_sent": wire.map_or(0, |w| w.keyframes_sent),
+            "keyframe_requests": wire.map_or(0, |w| w.keyframe_requests),
+            "speech_packets": wire.map_or(0, |w| w.speech_packets),
+            // Both are sent from one clock: the skew is the difference of the next frame's and
+            // the next speech packet's times on it.
+            "av_skew_ms": wire.map_or(0.0, |w| 1e3 * (w.next_frame as f64 / FPS as f64 - w.next_sample as f64 / 16_000.0)),
+            "max_frame_gap_ms": wire.map_or(0.0, |w| w.max_frame_gap_ms),
+            "stride": self.stride,
+            "decoder": self.decoder,
+            "fps": FPS,
+            "width": self.width,
+            "height": self.height,
+            "delay_ms": self.delay.as_secs_f64() * 1e3,
+            "closed_reason": wire.and_then(|w| w.closed.clone()),
+            "render_error": stats.as_ref().and_then(|s| s.render_error.clone()),
+        })
+    }
+}
+
+/// `POST /v1/sessions`'s body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offer {
+    /// The SDP offer.
+    pub sdp: String,
+    /// `offer` when present (the browser's RTCSessionDescription as it is).
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub avatar_id: Option<String>,
+    /// A fixed stride (1 to 12), or `"auto"` (not yet built: 501).
+    pub stride: Option<serde_json::Value>,
+    /// `taesd` (default) or `full_vae`.
+    pub decoder: Option<String>,
+}
+
+/// The JSON body of `POST /v1/sessions` (415 for another media type, 400 for JSON that does
+/// not parse, 422 for a field that is not one).
+fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
+    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !kind.starts_with("application/json") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the offer as application/json: {\"sdp\": ..., \"type\": \"offer\"}",
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ApiError::invalid("invalid_field", format!("{e}")),
+        _ => ApiError::bad_request(format!("the body is not JSON: {e}")),
+    })
+}
+
+fn stride_of(v: Option<&serde_json::Value>) -> Result<usize, ApiError> {
+    match v {
+        None => Ok(3),
+        Some(serde_json::Value::Number(n)) => match n.as_u64() {
+            Some(k @ 1..=12) => Ok(k as usize),
+            _ => Err(ApiError::invalid("invalid_stride", "stride: a whole number from 1 to 12, or \"auto\"")),
+        },
+        Some(serde_json::Value::String(s)) if s == "auto" => Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            "stride \"auto\" (choosing the stride from measured rates) is not built yet: name a stride",
+        )),
+        Some(_) => Err(ApiError::invalid("invalid_stride", "stride: a whole number from 1 to 12, or \"auto\"")),
+    }
+}
+
+/// The default avatar as a registered avatar (prepared once, kept in the cache).
+fn default_entry(state: &AppState) -> Result<Arc<AvatarEntry>, ApiError> {
+    let dir = crate::tempdirs::request_dir(&state.config.temp_root)
+        .map_err(|e| ApiError::internal("creating the request's directory", e))?;
+    let path = dir.path().join("default_avatar");
+    std::fs::write(&path, &state.config.default_avatar)
+        .map_err(|e| ApiError::internal("writing the default avatar", e))?;
+    let settings = crate::options::RawOptions::default().settings()?;
+    let checked = validate::avatar(&path, "video", validate::AvatarLimits::NONE, &settings, dir.path())?;
+    let (media, report) = crate::fleet_avatars::media_of(checked, &state.config.default_avatar);
+    let id = avatar_id(&state.config.default_avatar, media.faces());
+    if let Some(e) = state.avatars.lock().unwrap().get(&id) {
+        return Ok(e);
+    }
+    let entry = Arc::new(AvatarEntry::new(id, media, state.config.default_avatar.len(), report));
+    Ok(state.avatars.lock().unwrap().insert_arc(entry))
+}
+
+/// `POST /v1/sessions`: answers the offer and starts the session.
+pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
+    let offer = offer_of(&headers, &body).map_err(rejected(&state, "invalid"))?;
+    let max = state.config.sessions.max_sessions;
+    if state.sessions.len() >= max {
+        state.metrics.rejection("session_limit");
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "session_limit",
+            format!("{max} sessions run already (--max-sessions); end one, or try later"),
+        )
+        .with_retry_after(5));
+    }
+    if offer.kind.as_deref().is_some_and(|k| k != "offer") {
+        return Err(ApiError::invalid("invalid_sdp_type", "type: a session starts from an \"offer\""));
+    }
+    let stride = stride_of(offer.stride.as_ref())?;
+    let decoder = match offer.decoder.as_deref() {
+        None => cadence::musetalk::DecoderKind::Taesd,
+        Some(s) => crate::options::parse_decoder(s)
+            .ok_or_else(|| ApiError::invalid("invalid_decoder", format!("decoder: taesd or full_vae, not {s:?}")))?,
+    };
+    let st = state.clone();
+    let avatar_id = offer.avatar_id.clone();
+    // The avatar, prepared (once) off the runtime.
+    let (engines, prepared) = tokio::task::spawn_blocking(move || {
+        let entry = match avatar_id {
+            Some(id) => lookup(&st, &id)?,
+            None => default_entry(&st)?,
+        };
+        let scratch = tempfile::tempdir().map_err(|e| ApiError::internal("a scratch directory", e))?;
+        let (engines, _) = set.get(decoder).map_err(|e| ApiError::internal("loading the decoder", format!("{e:#}")))?;
+        let (prepared, _) = render_job::avatar_for(&set, &engines, &entry, &st.metrics, scratch.path())
+            .map_err(|e| ApiError::internal("preparing the avatar", format!("{e:#}")))?;
+        Ok::<_, ApiError>(((set, engines), prepared))
+    })
+    .await
+    .map_err(|e| ApiError::internal("a worker thread failed", e))??;
+    let (set, engines) = engines;
+
+    let c = &state.config.sessions;
+    let opts = RenderOptions {
+        fps: FrameRate::whole(FPS),
+        window: None,
+        vad: state.config.vad.vad(),
+        ..RenderOptions::default()
+    };
+    // Parts of about 0.24 s: the shorter the part, the sooner speech reaches the wire.
+    let part = stride * 6usize.div_ceil(stride);
+    let live = LiveOptions::new(stride, Some(part), &opts)
+        .map_err(|e| ApiError::invalid("invalid_stride", format!("{e:#}")))?;
+    let delay = Duration::from_secs_f64((live.part_frames + 1 + live.lookahead_frames) as f64 / FPS as f64) + c.margin;
+    let comp = &prepared.compositors[0];
+    let (width, height) = (comp.width, comp.height);
+    let wire = WireConfig {
+        fps: FPS as f64,
+        width,
+        height,
+        delay,
+        video_bitrate_bps: c.video_bitrate_bps,
+        speech_bitrate_bps: 32_000,
+        peer_timeout: c.peer_timeout,
+    };
+    let render: cadence_live::session::Render = Box::new(move |timeline, frames, stop| {
+        let wav = cadence_media::wav::WavReader::new(cadence_live::TimelineReader::new(timeline), None)
+            .map_err(|e| anyhow::anyhow!("the session's audio: {e}"))?;
+        let stream = cadence_media::AudioStream::new(wav, "session")?;
+        let opts = RenderOptions { cancel: Some(stop), ..opts };
+        let mut send = |i: usize, nv12: &[u8]| frames.send(i, nv12.to_vec());
+        let r = cadence::musetalk::live::render_live_to(
+            &engines,
+            &set.backend,
+            &opts,
+            live,
+            &prepared,
+            stream,
+            LiveTarget::<std::io::Sink>::Frames(&mut send),
+            "session",
+            false,
+            |_| {},
+        );
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.chain().any(|c| c.is::<Cancelled>()) => Ok(()),
+            Err(e) => Err(e),
+        }
+    });
+    let net = NetConfig { bind: state.config.listen.ip(), public_ip: c.public_ip, ports: c.ports };
+    let (session, answer) = Session::start(&offer.sdp, &net, wire, QUEUE_FRAMES, c.max_queued_seconds, render)
+        .map_err(|e| ApiError::invalid("invalid_offer", format!("{e:#}")))?;
+    let id = format!("s-{}", state.request_id());
+    let live = Arc::new(LiveSession {
+        id: id.clone(),
+        session: Mutex::new(Some(session)),
+        created: Instant::now(),
+        last_audio: Mutex::new(Instant::now()),
+        stride,
+        decoder: crate::avatars::decoder_name(decoder),
+        delay,
+        width,
+        height,
+    });
+    state.sessions.map.lock().unwrap().insert(id.clone(), live.clone());
+    state.metrics.session_started();
+    let mut body = live.describe();
+    body["sdp"] = json!(answer);
+    body["type"] = json!("answer");
+    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/sessions/{id}"))], Json(body)).into_response())
+}
+
+/// `GET /v1/sessions/{id}`.
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(state.sessions.get(&id)?.describe()))
+}
+
+/// `DELETE /v1/sessions/{id}`.
+pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    let s = state.sessions.get(&id)?;
+    state.sessions.remove(&id);
+    s.close();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/sessions/{id}/interrupt`: the speech not yet sent is dropped.
+pub async fn interrupt(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let s = state.sessions.get(&id)?;
+    let dropped = match s.session.lock().unwrap().as_ref() {
+        Some(x) => x.interrupt(),
+        None => return Err(ended(&id)),
+    };
+    Ok(Json(json!({"session_id": id, "dropped_audio_s": dropped})))
+}
+
+fn ended(id: &str) -> ApiError {
+    ApiError::new(StatusCode::GONE, "session_ended", format!("session {id} has ended"))
+}
+
+/// Speech from a request body: a WAV file (any rate and channel count the WAV reader takes,
+/// resampled to 16 kHz mono), or raw 16 kHz mono s16le PCM (`Content-Type: audio/L16` or
+/// `application/octet-stream`).
+fn speech_of(headers: &HeaderMap, body: &[u8]) -> Result<Vec<i16>, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::invalid("empty_audio", "the body holds no audio"));
+    }
+    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let raw = kind.starts_with("audio/l16") || kind.starts_with("audio/L16") || kind == "application/octet-stream";
+    if raw && !body.starts_with(b"RIFF") {
+        if body.len() % 2 != 0 {
+            return Err(ApiError::invalid("invalid_audio", "raw PCM: an odd number of bytes (16-bit samples)"));
+        }
+        return Ok(body.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect());
+    }
+    let reader =
+        cadence_media::wav::WavReader::new(std::io::Cursor::new(body), Some(body.len() as u64)).map_err(|e| {
+            ApiError::invalid(
+                "invalid_audio",
+                format!("audio: {e} (send a WAV, or raw 16 kHz s16le with Content-Type audio/L16)"),
+            )
+        })?;
+    let mut stream = cadence_media::AudioStream::new(reader, "audio")
+        .map_err(|e| ApiError::invalid("invalid_audio", format!("audio: {e}")))?;
+    let (mut mono, mut track) = (Vec::new(), Vec::new());
+    while stream
+        .read(4096, &mut mono, &mut track)
+        .map_err(|e| ApiError::invalid("invalid_audio", format!("audio: {e}")))?
+    {
+        track.clear();
+    }
+    Ok(mono.iter().map(|&v| (v.clamp(-1.0, 1.0) * 32767.0).round() as i16).collect())
+}
+
+/// `POST /v1/sessions/{id}/audio`: queues speech after what is queued (or now).
+pub async fn audio(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let s = state.sessions.get(&id)?;
+    let pcm = tokio::task::spawn_blocking(move || speech_of(&headers, &body))
+        .await
+        .map_err(|e| ApiError::internal("a worker thread failed", e))??;
+    let guard = s.session.lock().unwrap();
+    let session = guard.as_ref().ok_or_else(|| ended(&id))?;
+    let start = session.speak(&pcm).map_err(|e| match e {
+        QueueError::Full { .. } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "audio_queue_full", e.to_string())
+            .with_retry_after(session.timeline().queued_seconds().ceil() as u64),
+        QueueError::Closed => ended(&id),
+    })?;
+    *s.last_audio.lock().unwrap() = Instant::now();
+    Ok(Json(json!({
+        "session_id": id,
+        "start_s": start,
+        "duration_s": pcm.len() as f64 / 16_000.0,
+        "queued_audio_s": session.timeline().queued_seconds(),
+    })))
+}
+
+/// `POST /v1/sessions/{id}/speak`: text to speech is not in this build.
+pub async fn speak(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    state.sessions.get(&id)?;
+    Err(ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "tts_unavailable",
+        "text to speech needs libespeak-ng, which this build does not link: send the speech as audio (POST /v1/sessions/{id}/audio)",
+    ))
+}
+
+/// Ends sessions whose peer left or that idled, every second, for as long as the server lives.
+pub fn spawn_reaper(state: AppState) {
+    let weak = Arc::downgrade(&state);
+    drop(state);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let Some(state) = weak.upgrade() else { break };
+            for (id, reason) in state.sessions.reap(state.config.sessions.idle) {
+                tracing::info!(session = %id, "session ended: {reason}");
+            }
+        }
+    });
+}
