@@ -21,6 +21,7 @@ pub struct Session {
     wire: Option<JoinHandle<()>>,
     render: Option<JoinHandle<Result<()>>>,
     fps: f64,
+    ramp: usize,
 }
 
 /// A session's figures.
@@ -50,7 +51,7 @@ impl Session {
     ) -> Result<(Self, String)> {
         let (w, answer) = Wire::accept(offer, net)?;
         let timeline = Timeline::new(max_queued_s);
-        let fps = wire.fps;
+        let (fps, ramp) = (wire.fps, wire.ramp);
         let (frames, shared, wire_thread) = w.spawn(wire, timeline.clone(), queue)?;
         let render_stop = Arc::new(AtomicBool::new(false));
         let (t, s) = (timeline.clone(), render_stop.clone());
@@ -60,7 +61,10 @@ impl Session {
             t.close();
             r
         })?;
-        Ok((Self { timeline, shared, render_stop, wire: Some(wire_thread), render: Some(render_thread), fps }, answer))
+        Ok((
+            Self { timeline, shared, render_stop, wire: Some(wire_thread), render: Some(render_thread), fps, ramp },
+            answer,
+        ))
     }
 
     /// Queues speech (16 kHz mono); returns the seconds from the session's start where it begins.
@@ -69,10 +73,25 @@ impl Session {
         Ok(r.start as f64 / RATE as f64)
     }
 
-    /// Drops the speech not yet sent; returns the seconds dropped.
+    /// Drops the speech not yet sent and eases the picture to rest from the next frame on;
+    /// returns the seconds of speech dropped.
+    ///
+    /// The render has read audio up to the clock, so its frames up to there (and the ramp
+    /// after, which eases out of that speech) were made with speech that is now cut: the wire
+    /// shows the easing to rest and then the rest frame in their place, and takes the render's
+    /// frames again from the first one made from audio read after the cut.
     pub fn interrupt(&self) -> f64 {
+        let asked = std::time::Instant::now();
         let at = self.timeline.wire_at();
-        self.timeline.interrupt(at)
+        let dropped = self.timeline.interrupt(at);
+        if dropped > 0.0 {
+            let spf = RATE as f64 / self.fps;
+            let read = (self.timeline.render_at() as f64 / spf).ceil() as usize;
+            // The render's voice activity pads and holds speech: a few frames beyond its ramp.
+            let resume = read + self.ramp + 5;
+            *self.shared.interrupt.lock().unwrap_or_else(|e| e.into_inner()) = Some((asked, resume));
+        }
+        dropped
     }
 
     /// The session's timeline.

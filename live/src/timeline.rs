@@ -43,6 +43,8 @@ struct State {
     from: usize,
     /// The end of the last speech queued.
     speech_end: usize,
+    /// The spans of speech not yet forgotten (in order, disjoint).
+    speech: Vec<std::ops::Range<usize>>,
     /// Where each reader is (the next sample it reads).
     render_at: usize,
     wire_at: usize,
@@ -64,6 +66,9 @@ impl State {
         let n = keep.saturating_sub(self.from).min(self.samples.len());
         self.samples.drain(..n);
         self.from += n;
+        // Spans are kept a while longer than samples: the wire asks about the recent past.
+        let horizon = self.from.saturating_sub(10 * RATE);
+        self.speech.retain(|r| r.end > horizon);
     }
 }
 
@@ -75,6 +80,7 @@ impl Timeline {
                 samples: VecDeque::new(),
                 from: 0,
                 speech_end: 0,
+                speech: Vec::new(),
                 render_at: 0,
                 wire_at: 0,
                 closed: false,
@@ -116,6 +122,7 @@ impl Timeline {
         st.fill_silence_to(start);
         st.samples.extend(pcm.iter().copied());
         st.speech_end = end;
+        st.speech.push(start..end);
         drop(st);
         self.changed.notify_all();
         Ok(start..end)
@@ -132,6 +139,10 @@ impl Timeline {
             st.samples.truncate(keep);
         }
         st.speech_end = st.speech_end.min(at);
+        st.speech.retain(|r| r.start < at);
+        if let Some(last) = st.speech.last_mut() {
+            last.end = last.end.min(at);
+        }
         // A reader already past `at` reads on from where it is: fill what it skipped.
         let furthest = st.render_at.max(st.wire_at);
         st.fill_silence_to(furthest);
@@ -155,6 +166,17 @@ impl Timeline {
     /// The wire's next sample.
     pub fn wire_at(&self) -> usize {
         self.lock().wire_at
+    }
+
+    /// The render's next sample (what it has read so far).
+    pub fn render_at(&self) -> usize {
+        self.lock().render_at
+    }
+
+    /// Whether no speech was queued in samples `range`.
+    pub fn silent(&self, range: std::ops::Range<usize>) -> bool {
+        let st = self.lock();
+        !st.speech.iter().any(|r| r.start < range.end && range.start < r.end)
     }
 
     /// The wire's `n` samples from `at` on (the wire does not wait: what is not fixed yet
@@ -304,6 +326,19 @@ mod tests {
         // Speech queued after the interrupt starts at the clock, not where the old speech ended.
         let next = t.queue(&[7; 160]).unwrap();
         assert!(next.start < r.end, "{next:?} after {r:?}");
+    }
+
+    #[test]
+    fn silence_is_known_around_speech_and_after_a_cut() {
+        let t = Timeline::new(60.0);
+        let r = t.queue(&[3; 8000]).unwrap();
+        assert!(t.silent(0..r.start));
+        assert!(!t.silent(r.start..r.start + 1));
+        assert!(!t.silent(r.end - 1..r.end + 10));
+        assert!(t.silent(r.end..r.end + 16_000));
+        t.interrupt(r.start + 100);
+        assert!(t.silent(r.start + 100..r.end), "the cut speech is silence");
+        assert!(!t.silent(r.start..r.start + 100));
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub struct WireConfig {
     /// Close the session when no packet came from the peer for this long once connected
     /// (ICE consent: browsers send checks every few seconds).
     pub peer_timeout: Duration,
+    /// Frames over which the picture eases to rest after an interrupt (the render's ramp).
+    pub ramp: usize,
 }
 
 /// What the wire has done, for the session's figures.
@@ -78,6 +80,13 @@ pub struct WireStats {
     pub next_sample: u64,
     /// The largest gap between two frames written to str0m, milliseconds.
     pub max_frame_gap_ms: f64,
+    pub interrupts: u64,
+    /// Frames sent in place of the render's after an interrupt (the easing to rest, then rest).
+    pub eased_frames: u64,
+    /// Frames of the render dropped after an interrupt (made with the speech that was cut).
+    pub discarded_frames: u64,
+    /// From the last interrupt's request to its first eased frame written, milliseconds.
+    pub interrupt_latency_ms: Option<f64>,
     /// Seconds spent in the H.264 encoder.
     pub video_encode_s: f64,
 }
@@ -109,6 +118,8 @@ pub struct WireShared {
     pub stop: AtomicBool,
     /// The wire sends the next frame as an IDR (set by the session, e.g. after an interrupt).
     pub keyframe: AtomicBool,
+    /// An interrupt to act on: (when it was asked, the first frame the render makes after it).
+    pub interrupt: Mutex<Option<(Instant, usize)>>,
 }
 
 impl Wire {
@@ -150,6 +161,7 @@ impl Wire {
             stats: Mutex::new(WireStats::default()),
             stop: AtomicBool::new(false),
             keyframe: AtomicBool::new(false),
+            interrupt: Mutex::new(None),
         });
         let video = FrameEncoder::new(
             config.width,
@@ -212,6 +224,25 @@ struct Running {
     last_frame_written: Option<Instant>,
     want_keyframe: bool,
     last_heard: Instant,
+    /// A frame of the render at rest (no speech near it), kept to ease to after an interrupt.
+    rest_frame: Option<Vec<u8>>,
+    easing: Option<Easing>,
+}
+
+/// The frames after an interrupt: from the last frame sent to the rest frame over the ramp,
+/// then rest, until the render's frames are made from audio read after the cut.
+struct Easing {
+    asked: Instant,
+    /// The first frame eased.
+    from_index: usize,
+    /// The render's first frame that is its own again.
+    resume: usize,
+    from: Vec<u8>,
+}
+
+/// `from` eased toward `to` by weight `w` (0: from, 1: to), byte by byte over the NV12 planes.
+fn blend(from: &[u8], to: &[u8], w: f32) -> Vec<u8> {
+    from.iter().zip(to).map(|(&a, &b)| (a as f32 + (b as f32 - a as f32) * w).round() as u8).collect()
 }
 
 impl Running {
@@ -244,6 +275,8 @@ impl Running {
             last_frame_written: None,
             want_keyframe: true,
             last_heard: Instant::now(),
+            rest_frame: None,
+            easing: None,
         }
     }
 
@@ -405,6 +438,12 @@ impl Running {
             self.next_sample += SPEECH_FRAME;
             self.stats().next_sample = self.next_sample as u64;
         }
+        if let Some((asked, resume)) = self.shared.interrupt.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(from) = self.last_frame.clone() {
+                self.easing = Some(Easing { asked, from_index: self.next_frame, resume, from });
+                self.stats().interrupts += 1;
+            }
+        }
         while self.frame_due(self.next_frame) <= now {
             let f = self.next_frame;
             while self.waiting.front().is_some_and(|(i, _)| *i < f) {
@@ -415,8 +454,37 @@ impl Running {
                 Some((i, _)) if *i == f => self.waiting.pop_front().map(|(_, fr)| fr),
                 _ => None,
             };
-            let repeated = frame.is_none();
-            if let Some(fr) = frame {
+            let mut repeated = frame.is_none();
+            if self.easing.as_ref().is_some_and(|e| f >= e.resume) {
+                self.easing = None;
+            }
+            if let Some(e) = &self.easing {
+                // The render's frame was made with the speech that was cut: ease from the last
+                // frame sent before the interrupt to rest instead (Hermite, over the ramp).
+                let t = (f - e.from_index + 1) as f32 / self.config.ramp.max(1) as f32;
+                let eased = match &self.rest_frame {
+                    Some(rest) => blend(&e.from, rest, cadence_kernels::math::hermite(t)),
+                    None => e.from.clone(),
+                };
+                let first = f == e.from_index;
+                let asked = e.asked;
+                let mut st = self.stats();
+                st.eased_frames += 1;
+                st.discarded_frames += frame.is_some() as u64;
+                if first {
+                    st.interrupt_latency_ms = Some(asked.elapsed().as_secs_f64() * 1e3);
+                }
+                drop(st);
+                self.last_frame = Some(eased);
+                repeated = false;
+            } else if let Some(fr) = frame {
+                // A frame with no speech near it is the avatar at rest.
+                let spf = RATE as f64 / self.config.fps;
+                let margin = (self.config.ramp + 5) as f64;
+                let span = ((f as f64 - margin).max(0.0) * spf) as usize..((f as f64 + 1.0 + margin) * spf) as usize;
+                if (self.rest_frame.is_none() || f % 25 == 0) && self.timeline.silent(span) {
+                    self.rest_frame = Some(fr.clone());
+                }
                 self.last_frame = Some(fr);
             }
             if let (Some(fr), Some(mid)) = (&self.last_frame, self.video_mid) {

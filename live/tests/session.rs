@@ -44,6 +44,7 @@ fn config() -> WireConfig {
         video_bitrate_bps: 200_000,
         speech_bitrate_bps: 24_000,
         peer_timeout: Duration::from_secs(2),
+        ramp: 4,
     }
 }
 
@@ -168,4 +169,68 @@ fn a_peer_that_goes_away_ends_the_session() {
 fn an_offer_that_is_not_sdp_is_refused() {
     let err = Session::start("hello", &loopback(), config(), 4, 10.0, Box::new(synthetic_render)).err().unwrap();
     assert!(format!("{err:#}").contains("SDP"), "{err:#}");
+}
+
+/// A render that follows the audio at the clock, as the real one does (without its lookahead):
+/// frame f is bright (luma 200) where its 40 ms of audio hold speech, dark (50, the rest state)
+/// where they are silent.
+fn audio_following_render(t: Arc<Timeline>, frames: FrameSender, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let wav = cadence_media::wav::WavReader::new(cadence_live::TimelineReader::new(t), None)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut stream = cadence_media::AudioStream::new(wav, "timeline")?;
+    let (mut mono, mut track) = (Vec::new(), Vec::new());
+    let mut f = 0;
+    while !stop.load(Ordering::Relaxed) {
+        while mono.len() < (f + 1) * 640 {
+            if !stream.read(160, &mut mono, &mut track)? {
+                return Ok(());
+            }
+        }
+        let speech = mono[f * 640..(f + 1) * 640].iter().any(|v| v.abs() > 1e-3);
+        let mut frame = vec![if speech { 200 } else { 50 }; W * H];
+        frame.resize(W * H * 3 / 2, 128);
+        if frames.send(f, frame).is_err() {
+            break;
+        }
+        f += 1;
+    }
+    Ok(())
+}
+
+#[test]
+fn an_interrupt_eases_the_picture_to_rest_within_two_frames() {
+    let (mut peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
+    let (session, answer) =
+        Session::start(&offer, &loopback(), config(), 4, 10.0, Box::new(audio_following_render)).unwrap();
+    peer.accept(&answer).unwrap();
+    peer.run_for(Duration::from_millis(1000)).unwrap();
+    assert!(peer.frames.iter().all(|f| (f.mean_luma - 50.0).abs() < 4.0), "rest while idle");
+
+    session.speak(&tone(3.0)).unwrap();
+    // Speaking: bright frames arrive.
+    let t = Instant::now();
+    while !peer.frames.iter().rev().take(5).all(|f| f.mean_luma > 190.0) {
+        assert!(t.elapsed() < Duration::from_secs(3), "no speech frames");
+        peer.run_for(Duration::from_millis(20)).unwrap();
+    }
+    peer.run_for(Duration::from_millis(300)).unwrap();
+    let asked = Instant::now();
+    assert!(session.interrupt() > 1.0);
+    let mark = peer.frames.len();
+    peer.run_for(Duration::from_millis(1500)).unwrap();
+    let after = &peer.frames[mark..];
+    // The first frame darker than speech arrives within two frame periods of the request...
+    let first = after.iter().find(|f| f.mean_luma < 195.0).expect("an eased frame");
+    let latency = (first.at - asked).as_secs_f64() * 1e3;
+    assert!(latency <= 80.0, "the first eased frame arrived {latency:.1} ms after the interrupt");
+    // ... the picture darkens frame by frame to rest within the ramp, and stays there (the
+    // render's frames made with the cut speech never show).
+    let eased: Vec<f64> = after.iter().skip_while(|f| f.mean_luma >= 195.0).map(|f| f.mean_luma).collect();
+    assert!(eased.windows(2).all(|w| w[1] <= w[0] + 2.0), "not monotone: {eased:?}");
+    assert!(eased.iter().skip(4).all(|&l| (l - 50.0).abs() < 4.0), "not at rest after the ramp: {eased:?}");
+    assert!(eased.len() > 30);
+    let stats = session.stats();
+    assert_eq!(stats.wire.interrupts, 1);
+    assert!(stats.wire.interrupt_latency_ms.unwrap() <= 80.0, "{stats:?}");
+    assert!(stats.wire.discarded_frames > 0, "{stats:?}");
 }

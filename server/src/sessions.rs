@@ -147,6 +147,10 @@ impl LiveSession {
             // the next speech packet's times on it.
             "av_skew_ms": wire.map_or(0.0, |w| 1e3 * (w.next_frame as f64 / FPS as f64 - w.next_sample as f64 / 16_000.0)),
             "max_frame_gap_ms": wire.map_or(0.0, |w| w.max_frame_gap_ms),
+            "interrupts": wire.map_or(0, |w| w.interrupts),
+            "interrupt_latency_ms": wire.and_then(|w| w.interrupt_latency_ms),
+            "eased_frames": wire.map_or(0, |w| w.eased_frames),
+            "discarded_frames": wire.map_or(0, |w| w.discarded_frames),
             "stride": self.stride,
             "decoder": self.decoder,
             "fps": FPS,
@@ -289,6 +293,7 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
         video_bitrate_bps: c.video_bitrate_bps,
         speech_bitrate_bps: 32_000,
         peer_timeout: c.peer_timeout,
+        ramp: opts.ramp as usize,
     };
     let render: cadence_live::session::Render = Box::new(move |timeline, frames, stop| {
         let wav = cadence_media::wav::WavReader::new(cadence_live::TimelineReader::new(timeline), None)

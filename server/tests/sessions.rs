@@ -91,6 +91,11 @@ fn a_session_streams_the_idle_avatar_speaks_what_it_is_sent_and_stops_when_inter
     assert_eq!(v["state"], "connected");
     assert_eq!(v["speaking"], false);
     assert!(v["frames_sent"].as_u64().unwrap() >= 150, "{v}");
+    // The picture eased to rest from the next frame on, in place of the frames rendered with
+    // the speech that was cut.
+    assert_eq!(v["interrupts"], 1, "{v}");
+    assert!(v["interrupt_latency_ms"].as_f64().unwrap() <= 80.0, "{v}");
+    assert!(v["discarded_frames"].as_u64().unwrap() > 0, "{v}");
 
     // Deleted: gone, and the slot is free again.
     assert_eq!(client().delete(s.url(&format!("/v1/sessions/{id}"))).send().unwrap().status(), 204);
