@@ -1,8 +1,9 @@
 //! `cadence vad AUDIO.wav`: speech segments of a WAV file by Silero VAD (cadence-media's
 //! `vad::silero`, the embedded ONNX model's weights in cadence's own network): the file is read and resampled to
-//! 16 kHz by cadence's WAV reader, every 512-sample chunk gets a speech probability, and Silero's
-//! own post-processing (`get_speech_timestamps`) turns them into segments. `--json` prints the
-//! probabilities too.
+//! 16 kHz by cadence's WAV reader, goes through cadence's front end (noise suppression and AGC,
+//! `vad::denoise`; `--denoise off` skips it), every 512-sample chunk gets a speech probability,
+//! and Silero's own post-processing (`get_speech_timestamps`) turns them into segments. `--json`
+//! prints the probabilities too.
 
 use anyhow::{bail, Context, Result};
 use cadence_media::vad::silero::{self, SileroConfig, CHUNK_SAMPLES, SAMPLE_RATE};
@@ -38,6 +39,10 @@ pub struct VadArgs {
     /// [default: no limit].
     #[arg(long)]
     max_speech_s: Option<f64>,
+    /// Noise suppression and level normalisation before the network (`on`, as every render
+    /// runs Silero by default) or `off` (the samples as they are, as the Silero wheel runs).
+    #[arg(long, value_enum, default_value = "on")]
+    denoise: cadence::args::OnOff,
 }
 
 pub fn run(a: VadArgs) -> Result<()> {
@@ -48,6 +53,7 @@ pub fn run(a: VadArgs) -> Result<()> {
         max_speech_duration_s: a.max_speech_s.unwrap_or(f64::INFINITY),
         min_silence_duration_ms: a.min_silence_ms,
         speech_pad_ms: a.speech_pad_ms,
+        denoise: a.denoise.is_on(),
         ..SileroConfig::default()
     };
     cfg.validate()?;
@@ -55,7 +61,7 @@ pub fn run(a: VadArgs) -> Result<()> {
         bail!("--threshold must be within 0..=1, got {}", cfg.threshold);
     }
     let audio = cadence_media::load_wav(&a.audio)?;
-    let probs = silero::speech_probabilities(&audio.samples_16k).context("running Silero VAD")?;
+    let probs = silero::speech_probabilities(&audio.samples_16k, &cfg).context("running Silero VAD")?;
     let segments = silero::speech_segments(&probs, audio.samples_16k.len(), &cfg);
     let mut text = String::new();
     if a.json {
@@ -64,6 +70,7 @@ pub fn run(a: VadArgs) -> Result<()> {
             "model_sha256": silero::MODEL_SHA256,
             "sample_rate": SAMPLE_RATE,
             "chunk_samples": CHUNK_SAMPLES,
+            "denoise": cfg.denoise,
             "probabilities": probs,
             "segments": segments.iter().map(|s| [s.start_s(), s.end_s()]).collect::<Vec<_>>(),
         });
@@ -72,12 +79,13 @@ pub fn run(a: VadArgs) -> Result<()> {
         let speech: f64 = segments.iter().map(|s| s.end_s() - s.start_s()).sum();
         writeln!(
             text,
-            "{}: {:.3} s, {} speech segment(s), {:.3} s of speech (Silero VAD, threshold {})",
+            "{}: {:.3} s, {} speech segment(s), {:.3} s of speech (Silero VAD, threshold {}, front end {})",
             a.audio.display(),
             audio.duration_s,
             segments.len(),
             speech,
-            cfg.threshold
+            cfg.threshold,
+            if cfg.denoise { "on" } else { "off" }
         )?;
         for s in &segments {
             writeln!(text, "{:9.3} {:9.3}", s.start_s(), s.end_s())?;

@@ -15,13 +15,15 @@ fn reference() -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixture("silero_reference.json")).unwrap()).unwrap()
 }
 
+/// Without the front end, the wheel's probabilities and segments.
 #[test]
 fn json_report_matches_the_reference() {
     let wav = fixture("mix_16k.wav");
-    let o = cadence(&["vad", s(&wav), "--json"]);
+    let o = cadence(&["vad", s(&wav), "--json", "--denoise", "off"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let got: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
     let want = reference();
+    assert_eq!(got["denoise"], false);
     assert_eq!(got["model"], want["model"]);
     assert_eq!(got["sample_rate"], 16000);
     assert_eq!(got["chunk_samples"], 512);
@@ -40,14 +42,45 @@ fn json_report_matches_the_reference() {
     }
 }
 
+/// With the front end (the default): the JSON says so, the probabilities are not the wheel's,
+/// and the clip's four sentences are still found, within two chunks of the wheel's boundaries.
+#[test]
+fn json_report_with_the_front_end() {
+    let wav = fixture("mix_16k.wav");
+    let o = cadence(&["vad", s(&wav), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
+    let want = reference();
+    assert_eq!(got["denoise"], true);
+    let (p, q) = (got["probabilities"].as_array().unwrap(), want["probabilities"].as_array().unwrap());
+    assert_eq!(p.len(), q.len());
+    let max_diff = p.iter().zip(q).map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs()).fold(0.0, f64::max);
+    assert!(max_diff > 0.05, "the front end changed no probability by more than {max_diff}");
+    let segs = got["segments"].as_array().unwrap();
+    let want_segs = want["segments"]["default"]["segments"].as_array().unwrap();
+    assert_eq!(segs.len(), want_segs.len());
+    for (g, w) in segs.iter().zip(want_segs) {
+        for k in 0..2 {
+            let want_s = w[k].as_f64().unwrap() / 16000.0;
+            assert!((g[k].as_f64().unwrap() - want_s).abs() <= 2.0 * 512.0 / 16000.0, "{g} vs {w}");
+        }
+    }
+    let o = cadence(&["vad", s(&wav), "--denoise", "maybe"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--denoise"), "{}", stderr(&o));
+}
+
 #[test]
 fn text_report_and_flags() {
     let wav = fixture("mix_16k.wav");
     let o = cadence(&["vad", s(&wav)]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("4 speech segment(s)"), "{out}");
+    assert!(out.contains("4 speech segment(s)") && out.contains("front end on"), "{out}");
     assert_eq!(out.lines().count(), 1 + 4, "{out}");
+    let o = cadence(&["vad", s(&wav), "--denoise", "off"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("4 speech segment(s)") && out.contains("front end off"), "{out}");
 
     // A 1 s limit cuts the long sentences: more segments than the default's 4.
     let o = cadence(&["vad", s(&wav), "--max-speech-s", "1"]);
@@ -62,7 +95,15 @@ fn text_report_and_flags() {
 
     let o = cadence(&["vad", "--help"]);
     let help = String::from_utf8_lossy(&o.stdout);
-    for flag in ["--json", "--threshold", "--neg-threshold", "--min-speech-ms", "--min-silence-ms", "--speech-pad-ms"] {
+    for flag in [
+        "--json",
+        "--threshold",
+        "--neg-threshold",
+        "--min-speech-ms",
+        "--min-silence-ms",
+        "--speech-pad-ms",
+        "--denoise",
+    ] {
         assert!(help.contains(flag), "--help lacks {flag}: {help}");
     }
 }
@@ -112,7 +153,9 @@ fn a_closed_pipe_is_not_an_error() {
 #[test]
 fn render_refuses_bad_vad_flags() {
     let wav = fixture("mix_16k.wav");
-    for (flag, value) in [("--vad", "webrtc"), ("--vad-threshold", "2"), ("--vad-min-speech-ms", "-5")] {
+    for (flag, value) in
+        [("--vad", "webrtc"), ("--vad-threshold", "2"), ("--vad-min-speech-ms", "-5"), ("--vad-denoise", "maybe")]
+    {
         let arg = format!("{flag}={value}");
         let avatar = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments/assets/anchor_1080x1920.png");
         let o = cadence(&["render", "--audio", s(&wav), "--avatar", s(&avatar), &arg, "-o", "/nonexistent-dir/x.mp4"]);

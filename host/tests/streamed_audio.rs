@@ -63,7 +63,7 @@ fn streamed_audio_renders_the_same_fragmented_mp4_as_audio_decoded_whole() {
         face,
         &opts,
     );
-    let streamed = StreamedAudio::open(&wav, 60.0).unwrap();
+    let streamed = StreamedAudio::open(&wav, 60.0, &vad).unwrap();
     let streamed = cadence::musetalk::render::prepare(&engines, &Backend::Cpu, streamed, &img, face, &opts);
     let (whole, streamed) = (whole.unwrap(), streamed.unwrap());
     assert!(matches!(streamed.audio, ClipAudio::Streamed(_)));
@@ -99,7 +99,7 @@ fn a_wav_cut_short_after_opening_is_an_error_not_a_short_clip() {
     let dir = tempfile::tempdir().unwrap();
     let wav = dir.path().join("clip.wav");
     write_clip(&wav);
-    let audio = StreamedAudio::open(&wav, 60.0).unwrap();
+    let audio = StreamedAudio::open(&wav, 60.0, &cadence::frame_loop::audio::Vad::default()).unwrap();
     let n = audio.samples_16k();
     let bytes = std::fs::read(&wav).unwrap();
     std::fs::write(&wav, &bytes[..bytes.len() / 2]).unwrap();
@@ -108,30 +108,41 @@ fn a_wav_cut_short_after_opening_is_an_error_not_a_short_clip() {
     assert!(err.contains("clip.wav"), "{err}");
     // And a file cut inside a sample frame is refused when opened.
     std::fs::write(&wav, &bytes[..bytes.len() - 1]).unwrap();
-    let err = format!("{:#}", StreamedAudio::open(&wav, 60.0).err().expect("a cut file opened"));
+    let err = format!(
+        "{:#}",
+        StreamedAudio::open(&wav, 60.0, &cadence::frame_loop::audio::Vad::default()).err().expect("a cut file opened")
+    );
     assert!(err.contains("clip.wav") && err.contains("truncated"), "{err}");
 }
 
 /// Voice activity by Silero from a WAV read as it goes (the probabilities made chunk by chunk
 /// in the first pass) is Silero's on the clip decoded whole, frame for frame, at two frame
-/// rates; and the clip (speech with breaths, tones, noise and pauses) is one where the two
-/// detectors disagree, so the choice is seen.
+/// rates, with and without the front end; and the clip (speech with breaths, tones, noise and
+/// pauses) is one where the two detectors disagree, so the choice is seen. A WAV opened for one
+/// front end setting refuses to decide with the other.
 #[test]
 fn streamed_and_whole_audio_get_the_same_silero_decisions() {
     use cadence::frame_loop::audio::Vad;
+    use cadence_media::SileroConfig;
     let wav = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/vad/mix_16k.wav");
     let whole: ClipAudio = cadence::frame_loop::audio::load_audio(&wav, 600.0).unwrap().into();
-    let streamed: ClipAudio = StreamedAudio::open(&wav, 600.0).unwrap().into();
-    let silero = Vad::default();
-    for fps in [25.0, 30.0] {
-        let n = whole.video_frames(fps);
-        let a = whole.voice_activity(fps, n, &silero).unwrap();
-        assert_eq!(a, streamed.voice_activity(fps, n, &silero).unwrap(), "{fps} fps");
-        let want =
-            cadence_media::vad::silero::voice_activity(&cadence_media::load_wav(&wav).unwrap().samples_16k, fps, n);
-        assert_eq!(a, want, "{fps} fps: the render's decisions are media's Silero decisions");
-        let energy = whole.voice_activity(fps, n, &Vad::Energy).unwrap();
-        assert!(a.iter().zip(&energy).any(|(s, e)| s != e), "{fps} fps: Silero and energy agree everywhere");
-        assert!(a.iter().any(|&s| s) && a.iter().any(|&s| !s), "{fps} fps: speech and silence");
+    let raw = Vad::Silero(SileroConfig { denoise: false, ..SileroConfig::default() });
+    for silero in [Vad::default(), raw] {
+        let Vad::Silero(cfg) = silero else { unreachable!() };
+        let streamed: ClipAudio = StreamedAudio::open(&wav, 600.0, &silero).unwrap().into();
+        for fps in [25.0, 30.0] {
+            let n = whole.video_frames(fps);
+            let a = whole.voice_activity(fps, n, &silero).unwrap();
+            assert_eq!(a, streamed.voice_activity(fps, n, &silero).unwrap(), "{fps} fps, {cfg:?}");
+            let samples = cadence_media::load_wav(&wav).unwrap().samples_16k;
+            let want = cadence_media::vad::silero::try_voice_activity_with(&samples, fps, n, &cfg).unwrap();
+            assert_eq!(a, want, "{fps} fps: the render's decisions are media's Silero decisions");
+            let energy = whole.voice_activity(fps, n, &Vad::Energy).unwrap();
+            assert!(a.iter().zip(&energy).any(|(s, e)| s != e), "{fps} fps: Silero and energy agree everywhere");
+            assert!(a.iter().any(|&s| s) && a.iter().any(|&s| !s), "{fps} fps: speech and silence");
+        }
+        let other = Vad::Silero(SileroConfig { denoise: !cfg.denoise, ..cfg });
+        let err = streamed.voice_activity(25.0, 10, &other).unwrap_err().to_string();
+        assert!(err.contains("front end"), "{err}");
     }
 }

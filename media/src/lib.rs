@@ -27,6 +27,8 @@
 //!   [`SileroVad::process_chunk`] for a stream of 512-sample chunks, [`VadIterator`] for live
 //!   start/end events; [`vad::silero::speech_probabilities`] and
 //!   [`vad::silero::speech_timestamps`] for a whole clip (Silero's `get_speech_timestamps`).
+//!   By default the samples first go through cadence's front end ([`vad::denoise`]: Wiener
+//!   noise suppression and AGC; [`SileroConfig::denoise`] switches it off).
 //!
 //! ## Avatar image ([`image`])
 //! - [`load_image`]`(path) -> Result<RgbImage>`: PNG/JPEG, each side at least 64 and a size the

@@ -1,7 +1,9 @@
 //! Silero VAD (media/src/vad/silero.rs) against the wheel's own code: probabilities from ONNX
 //! Runtime on the same model file and samples, segments from `get_speech_timestamps`, events from
 //! `VADIterator`, all in `fixtures/vad/silero_reference.json` (scripts/make_vad_fixtures.py).
-//! No Python runs here.
+//! No Python runs here. Those comparisons test the model and the wheel's post-processing, so
+//! they run without cadence's front end ([`wheel`]); the tests at the end check that the front
+//! end (on by default) is wired into every path without shifting the chunks.
 
 mod common;
 
@@ -40,10 +42,15 @@ fn mix() -> &'static Vec<f32> {
     })
 }
 
-/// Rust's probabilities of the clip, computed once for all tests.
+/// The wheel's defaults: cadence's defaults without its front end.
+fn wheel() -> SileroConfig {
+    SileroConfig { denoise: false, ..SileroConfig::default() }
+}
+
+/// Rust's probabilities of the clip (the network alone), computed once for all tests.
 fn rust_probs() -> &'static Vec<f32> {
     static P: OnceLock<Vec<f32>> = OnceLock::new();
-    P.get_or_init(|| speech_probabilities(mix()).unwrap())
+    P.get_or_init(|| speech_probabilities(mix(), &wheel()).unwrap())
 }
 
 fn ref_probs() -> Vec<f32> {
@@ -58,9 +65,9 @@ fn segs(v: &Value) -> Vec<SpeechSegment> {
         .collect()
 }
 
-/// The wheel's keyword arguments as a config.
+/// The wheel's keyword arguments as a config (no front end).
 fn config(params: &Value) -> SileroConfig {
-    let mut c = SileroConfig::default();
+    let mut c = wheel();
     for (k, v) in params.as_object().unwrap() {
         match k.as_str() {
             "threshold" => c.threshold = v.as_f64().unwrap(),
@@ -125,7 +132,7 @@ fn segments_from_our_probabilities_are_identical() {
         assert_eq!(speech_segments(rust_probs(), n, &cfg), segs(&case["segments"]), "config {name}");
     }
     let default = segs(&reference()["segments"]["default"]["segments"]);
-    assert_eq!(silero::speech_timestamps(mix(), &SileroConfig::default()).unwrap(), default);
+    assert_eq!(silero::speech_timestamps(mix(), &wheel()).unwrap(), default);
     assert_eq!(default.len(), 4, "the clip's four sentences");
 }
 
@@ -194,7 +201,7 @@ fn frames_overlap_segments() {
     // On the clip: every frame overlapping a default segment, and only those.
     let fps = 25.0;
     let n_frames = cadence_media::frame_count(mix().len() as f64 / 16_000.0, fps);
-    let frames = silero::voice_activity(mix(), fps, n_frames);
+    let frames = try_voice_activity_with(mix(), fps, n_frames, &wheel()).unwrap();
     assert_eq!(frames.len(), n_frames);
     let default = segs(&reference()["segments"]["default"]["segments"]);
     for (f, &v) in frames.iter().enumerate() {
@@ -233,9 +240,26 @@ fn other_sample_rates_give_the_same_segments() {
 fn silence_and_bad_configs() {
     let zeros = vec![0f32; 16_000 * 2];
     assert!(silero::voice_activity(&zeros, 25.0, 50).iter().all(|&v| !v));
-    assert!(speech_probabilities(&[]).unwrap().is_empty());
-    // A clip shorter than one chunk is one zero-padded chunk.
-    assert_eq!(speech_probabilities(&zeros[..100]).unwrap().len(), 1);
+    for cfg in [wheel(), SileroConfig::default()] {
+        assert!(speech_probabilities(&[], &cfg).unwrap().is_empty());
+        // A clip shorter than one chunk is one zero-padded chunk.
+        assert_eq!(speech_probabilities(&zeros[..100], &cfg).unwrap().len(), 1);
+        assert_eq!(speech_probabilities(&zeros[..1500], &cfg).unwrap().len(), 3);
+        // Non-finite samples are refused, with or without the front end; a stream refusing a
+        // piece takes none of it and goes on.
+        for bad in [f32::NAN, f32::INFINITY] {
+            let mut x = zeros[..1000].to_vec();
+            x[700] = bad;
+            let err = speech_probabilities(&x, &cfg).unwrap_err().to_string();
+            assert!(err.contains("sample 700") && err.contains("not a finite number"), "{err}");
+            let mut chunks = cadence_media::ChunkProbabilities::new(&cfg).unwrap();
+            chunks.push(&zeros[..300]).unwrap();
+            assert!(chunks.push(&x).is_err());
+            chunks.push(&zeros[300..]).unwrap();
+            chunks.finish().unwrap();
+            assert_eq!(chunks.take(), speech_probabilities(&zeros, &cfg).unwrap(), "{cfg:?}");
+        }
+    }
     for bad in [
         SileroConfig { threshold: f64::NAN, ..Default::default() },
         SileroConfig { min_silence_duration_ms: -1.0, ..Default::default() },
@@ -253,20 +277,99 @@ fn silence_and_bad_configs() {
 #[test]
 fn chunk_probabilities_from_pieces_are_the_whole_clips() {
     let x = mix();
-    let mut chunks = cadence_media::ChunkProbabilities::new().unwrap();
-    let mut got = Vec::new();
-    let (mut at, mut len) = (0, 1);
-    while at < x.len() {
-        let end = (at + len).min(x.len());
-        chunks.push(&x[at..end]).unwrap();
+    let whole_front = speech_probabilities(x, &SileroConfig::default()).unwrap();
+    for (cfg, whole, lag) in [(wheel(), rust_probs(), 0), (SileroConfig::default(), &whole_front, 2)] {
+        let mut chunks = cadence_media::ChunkProbabilities::new(&cfg).unwrap();
+        assert_eq!(chunks.latency_chunks(), lag);
+        let mut got = Vec::new();
+        let (mut at, mut len) = (0, 1);
+        while at < x.len() {
+            let end = (at + len).min(x.len());
+            chunks.push(&x[at..end]).unwrap();
+            got.extend(chunks.take());
+            assert_eq!(got.len(), (end / 512).saturating_sub(lag), "whole chunks only, {lag} behind");
+            at = end;
+            len = len * 7 % 1999 + 1;
+        }
+        chunks.finish().unwrap();
         got.extend(chunks.take());
-        assert_eq!(got.len(), end / 512, "whole chunks only, as they complete");
-        at = end;
-        len = len * 7 % 1999 + 1;
+        assert_eq!(&got, whole, "front end: {}", cfg.denoise);
     }
-    chunks.finish().unwrap();
-    got.extend(chunks.take());
-    assert_eq!(&got, rust_probs());
+}
+
+/// With the front end (the default), the probabilities are the network's on the front end's
+/// output, chunk for chunk (not shifted by its latency); the clip's four sentences are still
+/// found, within two chunks of the wheel's boundaries; and the front end changes the
+/// probabilities (so this is not comparing the network with itself).
+#[test]
+fn the_front_end_feeds_the_network_in_place() {
+    let x = mix();
+    assert!(SileroConfig::default().denoise);
+    let cleaned = cadence_media::vad::denoise::denoise(x).unwrap();
+    let want = speech_probabilities(&cleaned, &wheel()).unwrap();
+    let got = speech_probabilities(x, &SileroConfig::default()).unwrap();
+    assert_eq!(got, want);
+    let diff = got.iter().zip(rust_probs()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(diff > 0.05, "the front end changed no probability by more than {diff}");
+    let with = silero::speech_timestamps(x, &SileroConfig::default()).unwrap();
+    let without = silero::speech_timestamps(x, &wheel()).unwrap();
+    println!("with the front end: {with:?}\nwithout: {without:?}");
+    assert_eq!(with.len(), without.len());
+    for (a, b) in with.iter().zip(&without) {
+        assert!(
+            a.start.abs_diff(b.start) <= 2 * CHUNK_SAMPLES && a.end.abs_diff(b.end) <= 2 * CHUNK_SAMPLES,
+            "{a:?} vs {b:?}"
+        );
+    }
+    // voice_activity is the default config's.
+    let n = cadence_media::frame_count(x.len() as f64 / 16_000.0, 25.0);
+    assert_eq!(
+        silero::voice_activity(x, 25.0, n),
+        frames_from_segments(&silero::speech_segments(&want, x.len(), &wheel()), 25.0, n)
+    );
+}
+
+/// The iterator with the front end decides as the iterator without it does on the front end's
+/// output: the same events at the same positions, each two chunks later, the last ones given by
+/// `finish`: on the whole clip, and on the clip cut just after a speech start (whose event only
+/// `finish` can give).
+#[test]
+fn iterator_with_the_front_end() {
+    let events = |x: &[f32]| -> Vec<(usize, SpeechEvent)> {
+        let cleaned = cadence_media::vad::denoise::denoise(x).unwrap();
+        let mut plain = VadIterator::new(&wheel()).unwrap();
+        cleaned
+            .chunks_exact(CHUNK_SAMPLES)
+            .enumerate()
+            .filter_map(|(i, c)| plain.push_chunk(c).unwrap().map(|e| (i, e)))
+            .collect()
+    };
+    let whole = mix().len() / CHUNK_SAMPLES * CHUNK_SAMPLES;
+    let all = events(&mix()[..whole]);
+    assert!(all.len() >= 8);
+    let first_start = all.iter().find(|e| matches!(e.1, SpeechEvent::Start(_))).unwrap().0;
+    let mut it = VadIterator::new(&SileroConfig::default()).unwrap();
+    for (cut, round) in [(whole, 0), ((first_start + 1) * CHUNK_SAMPLES, 1), (whole, 2)] {
+        let x = &mix()[..cut];
+        let want = if cut == whole { all.clone() } else { events(x) };
+        let mut got = Vec::new();
+        for (i, c) in x.chunks_exact(CHUNK_SAMPLES).enumerate() {
+            if let Some(e) = it.push_chunk(c).unwrap() {
+                got.push((i - 2, e));
+            }
+        }
+        let n = x.len() / CHUNK_SAMPLES;
+        let last = it.finish().unwrap();
+        assert!(cut == whole || last.len() == 1, "round {round}: the start in the last chunk comes from finish");
+        got.extend(last.into_iter().map(|e| (n, e)));
+        let got_events: Vec<SpeechEvent> = got.iter().map(|g| g.1).collect();
+        assert_eq!(got_events, want.iter().map(|w| w.1).collect::<Vec<_>>(), "round {round}");
+        // Events from finish are the last two chunks'.
+        for (g, w) in got.iter().zip(&want) {
+            assert!(g.0 == w.0 || (g.0 == n && w.0 >= n - 2), "round {round}: {g:?} vs {w:?}");
+        }
+        it.reset();
+    }
 }
 
 /// Seeded test audio (no rand dependency): white noise, a loud square wave, digital silence and a
@@ -314,9 +417,9 @@ fn own_network_matches_tract_running_the_graph() {
     }
 }
 
-/// Chunks run in one call (front end batched over blocks of chunks) or one per call give the
-/// same probabilities, bit for bit, across block boundaries and a block that is not full; and so
-/// at every instruction-set level this machine can run.
+/// Chunks run in one call (the network's STFT and convolutions batched over blocks of chunks) or
+/// one per call give the same probabilities, bit for bit, across block boundaries and a block
+/// that is not full; and so at every instruction-set level this machine can run.
 #[test]
 fn chunks_at_once_are_chunks_one_by_one_at_every_isa_level() {
     let x = synthetic(150);

@@ -192,7 +192,9 @@ pub fn run(a: RenderArgs) -> Result<()> {
     // length) unless the options analyse the whole clip first.
     let streamed = fragmented && opts.window.is_some() && !a.schedule.needs_whole_audio();
     let (audio, alignment, source): (ClipAudio, _, _) = match a.audio.as_deref() {
-        Some(path) if streamed => (StreamedAudio::open(path, a.max_seconds)?.into(), None, path.display().to_string()),
+        Some(path) if streamed => {
+            (StreamedAudio::open(path, a.max_seconds, &opts.vad)?.into(), None, path.display().to_string())
+        }
         _ => {
             let input = a.schedule.input(a.audio.as_deref(), a.max_seconds)?;
             (input.audio.into(), input.alignment, input.source)

@@ -182,7 +182,7 @@ fn child(a: &Args, seconds: f64) -> Result<Row> {
     let audio: ClipAudio = if a.whole {
         cadence::frame_loop::audio::load_audio(wav, 3600.0)?.into()
     } else {
-        StreamedAudio::open(wav, 3600.0)?.into()
+        StreamedAudio::open(wav, 3600.0, &opts.vad)?.into()
     };
     let prepared = cadence::musetalk::render::prepare(engines, backend, audio, img, *face, opts)?;
     let prepare_ms = t0.elapsed().as_secs_f64() * 1e3;

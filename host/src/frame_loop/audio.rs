@@ -73,7 +73,15 @@ impl ClipAudio {
             }
             (ClipAudio::Streamed(s), Vad::Silero(cfg)) => {
                 cfg.validate()?;
-                let segments = silero::speech_segments(&s.silero, s.samples_16k, cfg);
+                let probs = match &s.silero {
+                    Some((denoise, probs)) if *denoise == cfg.denoise => probs,
+                    _ => anyhow::bail!(
+                        "{}: Silero's probabilities were not made with this front end (denoise {}) when the WAV was opened",
+                        s.path.display(),
+                        cfg.denoise
+                    ),
+                };
+                let segments = silero::speech_segments(probs, s.samples_16k, cfg);
                 silero::frames_from_segments(&segments, fps, frames)
             }
         })
@@ -128,8 +136,10 @@ pub struct StreamedAudio {
     track_format: AudioFormat,
     track_frames: usize,
     levels: Vec<f64>,
-    /// Silero's speech probability of every 512-sample chunk (4 bytes per 32 ms).
-    silero: Vec<f32>,
+    /// With Silero (the detector it was opened for): whether its front end ran
+    /// ([`silero::SileroConfig::denoise`]), and the speech probability of every 512-sample chunk
+    /// (4 bytes per 32 ms).
+    silero: Option<(bool, Vec<f32>)>,
     state: Mutex<StreamState>,
 }
 
@@ -146,20 +156,26 @@ struct StreamState {
 
 impl StreamedAudio {
     /// Opens `path` (see [`StreamedAudio`]), refusing more than `max_seconds` of audio before
-    /// reading the samples.
-    pub fn open(path: &Path, max_seconds: f64) -> Result<Self> {
+    /// reading the samples; with `vad` Silero, its probabilities are made in the same pass, with
+    /// or without its front end as `vad` says.
+    pub fn open(path: &Path, max_seconds: f64, vad: &Vad) -> Result<Self> {
         let d = cadence_media::wav_duration(path)?;
         ensure!(d > 0.0, "{}: the audio has no samples", path.display());
         ensure!(d <= max_seconds, "{}: {d:.1} s of audio is longer than --max-seconds {max_seconds}", path.display());
         let mut first = cadence_media::open_wav_stream(path)?;
         let mut levels = HopLevels::new(&VadConfig::default());
-        let mut silero = silero::ChunkProbabilities::new()?;
+        let mut silero = match vad {
+            Vad::Silero(cfg) => Some((cfg.denoise, silero::ChunkProbabilities::new(cfg)?)),
+            Vad::Energy => None,
+        };
         let (mut mono, mut track) = (Vec::new(), Vec::new());
         let (mut samples_16k, mut track_samples) = (0, 0);
         loop {
             let more = first.read(READ_FRAMES, &mut mono, &mut track)?;
             levels.push(&mono);
-            silero.push(&mono)?;
+            if let Some((_, s)) = silero.as_mut() {
+                s.push(&mono)?;
+            }
             samples_16k += mono.len();
             track_samples += track.len();
             mono.clear();
@@ -176,9 +192,12 @@ impl StreamedAudio {
             track_format,
             track_frames: track_samples / track_format.channels.max(1) as usize,
             levels: levels.finish(),
-            silero: {
-                silero.finish()?;
-                silero.take()
+            silero: match silero {
+                Some((denoise, mut s)) => {
+                    s.finish()?;
+                    Some((denoise, s.take()))
+                }
+                None => None,
             },
             state: Mutex::new(StreamState {
                 stream,

@@ -1,14 +1,16 @@
 //! Voice activity of a live stream, decided part by part as the audio arrives, with either
 //! detector (`--vad`, docs/vad.md):
 //!
-//! - **Silero**: every 512-sample chunk goes through the network as soon as it has arrived (the
-//!   network's state carried from chunk to chunk, as in a file's pass, so the probabilities are
-//!   the file's); a part's decisions are Silero's post-processing over the probabilities received
-//!   so far. A segment still open at the stream's received end is treated as Python's
-//!   `get_speech_timestamps` treats one open at a file's end; the lookahead
-//!   ([`lookahead_seconds`]) lets a part's frames see past the open tail. Only the last
-//!   [`SILERO_HISTORY_SECONDS`] of probabilities before a part are kept: the post-processing
-//!   restarts there (a segment older than that has long been decided for the frames shown).
+//! - **Silero**: every 512-sample chunk goes through the front end and the network as soon as
+//!   it can (their states carried from chunk to chunk, as in a file's pass, so the probabilities
+//!   are the file's; the front end, on by default, gives chunk `k` out once chunk `k + 2` has
+//!   arrived, and the rest at the stream's end); a part's decisions are Silero's
+//!   post-processing over the probabilities made so far. A segment still open at the stream's
+//!   received end is treated as Python's `get_speech_timestamps` treats one open at a file's
+//!   end; the lookahead ([`lookahead_seconds`]) lets a part's frames see past the open tail.
+//!   Only the last [`SILERO_HISTORY_SECONDS`] of probabilities before a part are kept: the
+//!   post-processing restarts there (a segment older than that has long been decided for the
+//!   frames shown).
 //! - **Energy**: 10 ms hop levels against the percentile of the levels received so far
 //!   ([`cadence_media::LevelReference`]).
 //!
@@ -17,6 +19,7 @@
 
 use crate::frame_loop::audio::Vad;
 use anyhow::Result;
+use cadence_media::vad::denoise;
 use cadence_media::vad::silero::{self, ChunkProbabilities, SileroConfig, SpeechSegment, CHUNK_SAMPLES};
 use cadence_media::{
     frames_from_hops, hop_activity_above, hop_context, FrameRate, HopLevels, LevelReference, VadConfig, TARGET_RATE,
@@ -27,13 +30,15 @@ pub const SILERO_HISTORY_SECONDS: usize = 30;
 
 /// Seconds of audio past a frame its decision can depend on: Silero keeps a segment only once
 /// it has lasted `min_speech_duration_ms` and ends it only after `min_silence_duration_ms` of
-/// silence, padded by `speech_pad_ms`, in 32 ms chunks; the energy detector's shortest run is
-/// 30 ms (0 here: the whisper window's 0.25 s lookahead covers it).
+/// silence, padded by `speech_pad_ms`, in 32 ms chunks, and its front end (when on) gives a
+/// chunk's samples to the network 64 ms after the chunk has arrived; the energy detector's
+/// shortest run is 30 ms (0 here: the whisper window's 0.25 s lookahead covers it).
 pub fn lookahead_seconds(vad: &Vad) -> f64 {
     match vad {
         Vad::Silero(c) => {
+            let front_end = if c.denoise { denoise::LATENCY_SAMPLES } else { 0 };
             (c.min_speech_duration_ms + c.min_silence_duration_ms + c.speech_pad_ms) / 1e3
-                + CHUNK_SAMPLES as f64 / TARGET_RATE as f64
+                + (CHUNK_SAMPLES + front_end) as f64 / TARGET_RATE as f64
         }
         Vad::Energy => 0.0,
     }
@@ -83,7 +88,7 @@ impl LiveVad {
                 cfg.validate()?;
                 LiveVad::Silero(Box::new(SileroLive {
                     cfg: *cfg,
-                    chunks: ChunkProbabilities::new()?,
+                    chunks: ChunkProbabilities::new(cfg)?,
                     probs: Vec::new(),
                     probs_from: 0,
                     samples: 0,
@@ -136,8 +141,9 @@ impl LiveVad {
             }
             LiveVad::Silero(s) => {
                 let offset = s.probs_from * CHUNK_SAMPLES;
-                // Received so far: whole chunks, or every sample once the stream has ended (the
-                // file's audio length).
+                // Decided so far: the chunks with a probability (with the front end, two fewer
+                // than have arrived), or every sample once the stream has ended (the file's
+                // audio length).
                 let len = if s.ended { s.samples - offset } else { s.probs.len() * CHUNK_SAMPLES };
                 let segments: Vec<SpeechSegment> = silero::speech_segments(&s.probs, len, &s.cfg)
                     .into_iter()
@@ -191,31 +197,31 @@ mod tests {
 
     /// A stream fed in uneven pieces gets, once ended, the decisions of the clip decided whole
     /// by Silero, frame for frame; before the end, every frame at least the lookahead before the
-    /// received end is already decided as the whole clip decides it.
+    /// received end is already decided as the whole clip decides it. With and without the front
+    /// end (whose latency the lookahead must cover).
     #[test]
     fn silero_live_decisions_are_the_files() {
         let wav = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/vad/mix_16k.wav");
         let x = cadence_media::load_wav(&wav).unwrap().samples_16k;
         let fps = FrameRate::whole(25);
         let n = cadence_media::frame_count(x.len() as f64 / 16_000.0, 25.0);
-        let cfg = SileroConfig::default();
-        let file = silero::try_voice_activity_with(&x, 25.0, n, &cfg).unwrap();
-        let mut live = LiveVad::new(&Vad::Silero(cfg)).unwrap();
-        let lookahead = (lookahead_seconds(&Vad::Silero(cfg)) * 25.0).ceil() as usize;
-        let (mut at, mut checked) = (0, 0);
-        for (i, piece) in x.chunks(777 + 3 * 13).enumerate() {
-            at += piece.len();
-            let ended = at == x.len();
-            live.push(piece, ended).unwrap();
-            let known = if ended { n } else { at * 25 / 16_000 };
-            let settled = if ended { n } else { known.saturating_sub(lookahead) };
-            if i % 7 == 0 || ended {
+        for cfg in [SileroConfig::default(), SileroConfig { denoise: false, ..SileroConfig::default() }] {
+            let file = silero::try_voice_activity_with(&x, 25.0, n, &cfg).unwrap();
+            let mut live = LiveVad::new(&Vad::Silero(cfg)).unwrap();
+            let lookahead = (lookahead_seconds(&Vad::Silero(cfg)) * 25.0).ceil() as usize;
+            let (mut at, mut checked) = (0, 0);
+            for piece in x.chunks(777 + 3 * 13) {
+                at += piece.len();
+                let ended = at == x.len();
+                live.push(piece, ended).unwrap();
+                let known = if ended { n } else { at * 25 / 16_000 };
+                let settled = if ended { n } else { known.saturating_sub(lookahead) };
                 let d = live.speech(0, known, fps);
-                assert_eq!(d[..settled], file[..settled], "after {at} samples");
+                assert_eq!(d[..settled], file[..settled], "after {at} samples, front end {}", cfg.denoise);
                 checked += settled;
             }
+            assert!(checked > n && file.iter().any(|&s| s) && file.iter().any(|&s| !s));
         }
-        assert!(checked > n && file.iter().any(|&s| s) && file.iter().any(|&s| !s));
     }
 
     /// The history kept is bounded, and forgetting it does not change the decisions of the

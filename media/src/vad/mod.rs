@@ -8,12 +8,15 @@
 //! - [`silero`]: Silero VAD v5, a small trained network (STFT, four convolutions, an LSTM) on
 //!   512-sample chunks, written out in `silero_net` (tract runs the published graph as its
 //!   reference), with Silero's own post-processing ([`silero::voice_activity`],
-//!   [`silero::SileroVad`] for a stream, [`silero::VadIterator`] for live events).
+//!   [`silero::SileroVad`] for a stream, [`silero::VadIterator`] for live events), by default
+//!   after [`denoise`], cadence's front end (noise suppression and AGC, so that quiet speech in
+//!   stationary noise is not missed).
 //!
 //! The module was one file (`vad.rs`, the energy detector); it became this folder so the two
 //! detectors sit side by side while every existing public item keeps its path
 //! (`cadence_media::vad::X` and the crate-root re-exports).
 
+pub mod denoise;
 pub mod energy;
 pub mod silero;
 mod silero_net;

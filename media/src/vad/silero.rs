@@ -41,14 +41,33 @@
 //! 3rd sample without a filter; cadence filters, which is why its decisions on a 44.1 or 48 kHz
 //! copy of a clip match the 16 kHz original's (tested in `media/tests/silero.rs`).
 //!
+//! ## The front end (cadence's, not the wheel's)
+//! By default ([`SileroConfig::denoise`]) the samples go through [`super::denoise`] before the
+//! network: a Wiener noise suppressor and an AGC, which keep Silero from missing quiet speech
+//! in stationary noise (its module says why and how). It is applied wherever probabilities are
+//! made from samples: [`speech_probabilities`], [`ChunkProbabilities`] (a stream, a WAV read as
+//! it goes, a live render), [`VadIterator`], and so everything built on them. It delays a
+//! stream's probabilities by [`super::denoise::LATENCY_CHUNKS`] chunks (the probability of chunk
+//! `k` is known once chunk `k + 2` has arrived; [`ChunkProbabilities::finish`] and
+//! [`VadIterator::finish`] flush the rest at the end), never shifts them: probability `k` is
+//! still chunk `k`'s. [`SileroVad`] and [`TractSileroVad`] are the network alone. With
+//! `denoise: false` everything is the wheel's, which is how the tests compare the network and
+//! the post-processing with ONNX Runtime and Python.
+//!
+//! Samples must be finite: [`ChunkProbabilities`] (every path's entry) and the front end
+//! refuse a NaN or infinity with an error; [`SileroVad`] does not check (a NaN would poison
+//! its recurrent state until a reset), and cadence's WAV reader refuses them in files.
+//!
 //! Tests: `media/tests/silero.rs` against `fixtures/vad/silero_reference.json`, written by
-//! `scripts/make_vad_fixtures.py` with ONNX Runtime and the wheel's own Python code.
+//! `scripts/make_vad_fixtures.py` with ONNX Runtime and the wheel's own Python code (front end
+//! off); the front end's own tests are in `denoise.rs`.
 
 use std::io::Cursor;
 use std::sync::{Arc, OnceLock};
 
 use tract_onnx::prelude::*;
 
+use super::denoise::{self, Denoiser};
 use super::silero_net;
 use crate::error::{MediaError, Result};
 
@@ -100,8 +119,11 @@ fn model_err(e: TractError) -> MediaError {
 
 /// Silero VAD on a stream of 512-sample chunks at 16 kHz: the network (cadence's own, on `gemm`:
 /// `silero_net`) with its recurrent state and its 64-sample context, as the wheel's
-/// `OnnxWrapper` keeps them. [`SileroVad::process_chunks`] runs many chunks at once (the front end
-/// as matrix products over all of them), with the same results as one call per chunk.
+/// `OnnxWrapper` keeps them. [`SileroVad::process_chunks`] runs many chunks at once (the
+/// network's STFT and convolutions as matrix products over all of them), with the same results
+/// as one call per chunk. The network alone: the noise suppression and AGC in front of it
+/// ([`SileroConfig::denoise`]) are applied by [`ChunkProbabilities`], [`speech_probabilities`]
+/// and [`VadIterator`], which every cadence path uses.
 pub struct SileroVad {
     net: Arc<silero_net::SileroNet>,
     /// The LSTM state [h; c], fed to the next call.
@@ -228,9 +250,11 @@ impl TractSileroVad {
 }
 
 /// Speech probability of every 512-sample chunk of a clip (mono 16 kHz), from a reset detector:
-/// `ceil(len / 512)` values, the last chunk zero-padded, as `get_speech_timestamps` computes them.
-pub fn speech_probabilities(samples_16k: &[f32]) -> Result<Vec<f32>> {
-    let mut chunks = ChunkProbabilities::new()?;
+/// `ceil(len / 512)` values, the last chunk zero-padded, as `get_speech_timestamps` computes them;
+/// through the front end first if `cfg.denoise` (the only field read here). A non-finite
+/// sample is an error.
+pub fn speech_probabilities(samples_16k: &[f32], cfg: &SileroConfig) -> Result<Vec<f32>> {
+    let mut chunks = ChunkProbabilities::new(cfg)?;
     chunks.push(samples_16k)?;
     chunks.finish()?;
     Ok(chunks.take())
@@ -239,9 +263,15 @@ pub fn speech_probabilities(samples_16k: &[f32]) -> Result<Vec<f32>> {
 /// [`speech_probabilities`] of audio that arrives a piece at a time (a WAV read as it goes, a
 /// live stream): pieces of any length, cut into the same 512-sample chunks from the first
 /// sample, the last one zero-padded by [`ChunkProbabilities::finish`]; so the same values as for
-/// the clip whole.
+/// the clip whole. With the front end ([`SileroConfig::denoise`]) the probabilities come
+/// [`ChunkProbabilities::latency_chunks`] chunks behind the samples (after `n` samples, those of
+/// the first `max(floor(n / 512) - 2, 0)` chunks), and `finish` gives the rest.
 pub struct ChunkProbabilities {
     vad: SileroVad,
+    /// The front end, when on.
+    front: Option<Box<Denoiser>>,
+    /// The front end's output (scratch).
+    cleaned: Vec<f32>,
     /// Samples not yet a whole chunk.
     pending: Vec<f32>,
     /// Probabilities not yet taken.
@@ -249,12 +279,52 @@ pub struct ChunkProbabilities {
 }
 
 impl ChunkProbabilities {
-    pub fn new() -> Result<Self> {
-        Ok(Self { vad: SileroVad::new()?, pending: Vec::with_capacity(CHUNK_SAMPLES), probs: Vec::new() })
+    /// Probabilities with the front end if `cfg.denoise` (the only field read here).
+    pub fn new(cfg: &SileroConfig) -> Result<Self> {
+        Ok(Self {
+            vad: SileroVad::new()?,
+            front: cfg.denoise.then(|| Box::new(Denoiser::new())),
+            cleaned: Vec::new(),
+            pending: Vec::with_capacity(CHUNK_SAMPLES),
+            probs: Vec::new(),
+        })
     }
 
-    /// Runs the network on every chunk these samples complete.
-    pub fn push(&mut self, mut samples_16k: &[f32]) -> Result<()> {
+    /// Chunks the probabilities lag the samples by: [`denoise::LATENCY_CHUNKS`] with the front
+    /// end, 0 without.
+    pub fn latency_chunks(&self) -> usize {
+        if self.front.is_some() {
+            denoise::LATENCY_CHUNKS
+        } else {
+            0
+        }
+    }
+
+    /// Runs the network on every chunk these samples complete (with the front end: every chunk
+    /// it gives out). A non-finite sample is an error, and then none of `samples_16k` is taken.
+    pub fn push(&mut self, samples_16k: &[f32]) -> Result<()> {
+        match self.front.as_mut() {
+            Some(front) => {
+                let mut cleaned = std::mem::take(&mut self.cleaned);
+                cleaned.clear();
+                let pushed = front.push(samples_16k, &mut cleaned).and_then(|()| self.run(&cleaned));
+                self.cleaned = cleaned;
+                pushed
+            }
+            None => {
+                if let Some(i) = samples_16k.iter().position(|v| !v.is_finite()) {
+                    return Err(MediaError::InvalidInput(format!(
+                        "Silero VAD: sample {i} of a piece is not a finite number ({})",
+                        samples_16k[i]
+                    )));
+                }
+                self.run(samples_16k)
+            }
+        }
+    }
+
+    /// Runs the network on every chunk these (front-end) samples complete.
+    fn run(&mut self, mut samples_16k: &[f32]) -> Result<()> {
         if !self.pending.is_empty() {
             let n = (CHUNK_SAMPLES - self.pending.len()).min(samples_16k.len());
             self.pending.extend_from_slice(&samples_16k[..n]);
@@ -271,8 +341,18 @@ impl ChunkProbabilities {
         Ok(())
     }
 
-    /// The end of the audio: a last, partial chunk is zero-padded and run.
+    /// The end of the audio: the front end's last chunks are run, and a last, partial chunk
+    /// is zero-padded and run. The front end is then back at the start of a stream (the
+    /// network's state is not: a new stream needs a new `ChunkProbabilities`).
     pub fn finish(&mut self) -> Result<()> {
+        if let Some(front) = self.front.as_mut() {
+            let mut cleaned = std::mem::take(&mut self.cleaned);
+            cleaned.clear();
+            front.finish(&mut cleaned);
+            let run = self.run(&cleaned);
+            self.cleaned = cleaned;
+            run?;
+        }
         if !self.pending.is_empty() {
             self.pending.resize(CHUNK_SAMPLES, 0.0);
             self.probs.push(self.vad.process_chunk(&self.pending)?);
@@ -315,6 +395,11 @@ pub struct SileroConfig {
     /// With a finite `max_speech_duration_s`: cut at the longest such silence (`true`, default) or
     /// at the last one (`false`, the wheel's older behaviour).
     pub use_max_poss_sil_at_max_speech: bool,
+    /// cadence's front end before the network ([`super::denoise`]: Wiener noise suppression and
+    /// AGC; not in the wheel): `true` (the default) or `false` (the samples as they are, the
+    /// wheel's behaviour). Read where probabilities are made ([`speech_probabilities`],
+    /// [`ChunkProbabilities::new`], [`VadIterator::new`]), not by [`speech_segments`].
+    pub denoise: bool,
 }
 
 impl Default for SileroConfig {
@@ -328,6 +413,7 @@ impl Default for SileroConfig {
             speech_pad_ms: 30.0,
             min_silence_at_max_speech_ms: 98.0,
             use_max_poss_sil_at_max_speech: true,
+            denoise: true,
         }
     }
 }
@@ -544,7 +630,7 @@ pub fn speech_segments(probs: &[f32], audio_len: usize, cfg: &SileroConfig) -> V
 /// ([`speech_probabilities`]) post-processed by [`speech_segments`].
 pub fn speech_timestamps(samples_16k: &[f32], cfg: &SileroConfig) -> Result<Vec<SpeechSegment>> {
     cfg.validate()?;
-    let probs = speech_probabilities(samples_16k)?;
+    let probs = speech_probabilities(samples_16k, cfg)?;
     Ok(speech_segments(&probs, samples_16k.len(), cfg))
 }
 
@@ -604,9 +690,17 @@ pub enum SpeechEvent {
 /// probability has stayed below `threshold - 0.15` for `min_silence_duration_ms`). Uses
 /// `threshold`, `min_silence_duration_ms` and `speech_pad_ms` of the [`SileroConfig`] (the
 /// wheel's iterator has no minimum speech duration nor configurable silence threshold).
+///
+/// With the front end ([`SileroConfig::denoise`], the default) each chunk's decision comes
+/// [`super::denoise::LATENCY_CHUNKS`] chunks later (the positions in the events are unchanged),
+/// and [`VadIterator::finish`] decides the last chunks at the end of the stream.
 #[derive(Debug)]
 pub struct VadIterator {
     vad: SileroVad,
+    /// The front end, when on.
+    front: Option<Box<Denoiser>>,
+    /// The front end's output (scratch).
+    cleaned: Vec<f32>,
     threshold: f64,
     min_silence_samples: f64,
     speech_pad_samples: f64,
@@ -624,6 +718,8 @@ impl VadIterator {
         let sr = SAMPLE_RATE as f64;
         Ok(Self {
             vad: SileroVad::new()?,
+            front: cfg.denoise.then(|| Box::new(Denoiser::new())),
+            cleaned: Vec::new(),
             threshold: cfg.threshold,
             min_silence_samples: sr * cfg.min_silence_duration_ms / 1000.0,
             speech_pad_samples: sr * cfg.speech_pad_ms / 1000.0,
@@ -638,6 +734,9 @@ impl VadIterator {
     /// The start of another stream (`reset_states`).
     pub fn reset(&mut self) {
         self.vad.reset();
+        if let Some(front) = self.front.as_mut() {
+            front.reset();
+        }
         self.triggered = false;
         self.temp_end = 0;
         self.current_sample = 0;
@@ -654,8 +753,59 @@ impl VadIterator {
         self.last_probability
     }
 
-    /// One chunk of [`CHUNK_SAMPLES`] samples (`VADIterator.__call__`).
+    /// One chunk of [`CHUNK_SAMPLES`] samples (`VADIterator.__call__`). With the front end, the
+    /// chunk decided is the one [`super::denoise::LATENCY_CHUNKS`] before (none for the first
+    /// ones).
     pub fn push_chunk(&mut self, chunk: &[f32]) -> Result<Option<SpeechEvent>> {
+        if chunk.len() != CHUNK_SAMPLES {
+            return Err(MediaError::InvalidInput(format!(
+                "Silero VAD: a chunk is {CHUNK_SAMPLES} samples at 16 kHz, got {}",
+                chunk.len()
+            )));
+        }
+        let Some(front) = self.front.as_mut() else {
+            return self.step(chunk);
+        };
+        let mut cleaned = std::mem::take(&mut self.cleaned);
+        cleaned.clear();
+        let mut event = front.push(chunk, &mut cleaned).map(|()| None);
+        // Whole chunks in, so at most one chunk out.
+        debug_assert!(cleaned.len() <= CHUNK_SAMPLES);
+        if let (Ok(_), Some(c)) = (&event, cleaned.chunks_exact(CHUNK_SAMPLES).next()) {
+            event = self.step(c);
+        }
+        self.cleaned = cleaned;
+        event
+    }
+
+    /// The end of the stream: with the front end, the chunks it still holds are decided (their
+    /// events returned); without, nothing (a partial chunk is never run, as in the wheel).
+    /// [`VadIterator::reset`] before another stream.
+    pub fn finish(&mut self) -> Result<Vec<SpeechEvent>> {
+        let Some(front) = self.front.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let mut cleaned = std::mem::take(&mut self.cleaned);
+        cleaned.clear();
+        front.finish(&mut cleaned);
+        let mut events = Vec::new();
+        let mut result = Ok(());
+        for c in cleaned.chunks_exact(CHUNK_SAMPLES) {
+            match self.step(c) {
+                Ok(Some(ev)) => events.push(ev),
+                Ok(None) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.cleaned = cleaned;
+        result.map(|()| events)
+    }
+
+    /// One chunk (after the front end) through the network and the iterator's rules.
+    fn step(&mut self, chunk: &[f32]) -> Result<Option<SpeechEvent>> {
         let window = chunk.len() as i64;
         let p = self.vad.process_chunk(chunk)?;
         self.current_sample += window;
