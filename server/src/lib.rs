@@ -20,6 +20,7 @@ pub mod job_routes;
 pub mod jobs;
 pub mod linger;
 pub mod listen;
+pub mod livetalking;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;

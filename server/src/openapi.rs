@@ -172,6 +172,36 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "post",
+        path: "/offer",
+        summary: "LiveTalking-compatible: start a live session (JSON: sdp, type \"offer\"; avatar, a registered avatar's id, else the default avatar; stride, decoder as for /v1/sessions; LiveTalking's refaudio, reftext and custom_config are ignored)",
+        responses: &[(200, "{\"sdp\", \"type\": \"answer\", \"sessionid\"} (six digits, as a string) and session_id (cadence's id); or {\"code\": -1, \"msg\"} when no session starts (the reasons /v1/sessions answers 4xx or 503 for)")],
+    },
+    Route {
+        method: "post",
+        path: "/human",
+        summary: "LiveTalking-compatible: text for a session (JSON: sessionid, text, type echo or chat, interrupt). interrupt: true interrupts; text to speak is refused (no text to speech, no LLM in this build: send audio to /humanaudio)",
+        responses: &[(200, "{\"code\": 0, \"msg\": \"ok\"} with no text to speak; {\"code\": -1, \"msg\"} for text (no TTS or LLM), an unknown session or a malformed body")],
+    },
+    Route {
+        method: "post",
+        path: "/humanaudio",
+        summary: "LiveTalking-compatible: queue speech for a session (multipart: file, a WAV, or raw 16 kHz s16le with the part's Content-Type audio/L16; sessionid)",
+        responses: &[(200, "{\"code\": 0, \"msg\": \"ok\"}; or {\"code\": -1, \"msg\"}: no file, not audio, an unknown or ended session, the queue full (--session-max-queued-seconds)")],
+    },
+    Route {
+        method: "post",
+        path: "/interrupt_talk",
+        summary: "LiveTalking-compatible: drop a session's speech not yet sent (JSON: sessionid)",
+        responses: &[(200, "{\"code\": 0, \"msg\": \"ok\"}; or {\"code\": -1, \"msg\"} for an unknown or ended session")],
+    },
+    Route {
+        method: "post",
+        path: "/is_speaking",
+        summary: "LiveTalking-compatible: whether a session is sending speech now (JSON: sessionid)",
+        responses: &[(200, "{\"code\": 0, \"msg\": \"ok\", \"data\": true | false}; or {\"code\": -1, \"msg\"} for an unknown or ended session")],
+    },
+    Route {
+        method: "post",
         path: "/calibrate",
         summary: "Measure the engines (the source's JSON: benchmarks.musetalk.{unet, taesd, stride_projections.stride_1..3}), with a render per stride beside each projection, the hardware, backend, device, profile, weights and recommended_render_slots; holds every render slot while it runs. Query: frames (5..=250, default 50), runs (1..=5, default 3), infill (latent or image, default latent: the infill projected and rendered)",
         responses: &[
@@ -256,6 +286,34 @@ fn error_schema() -> Value {
     })
 }
 
+/// The bodies of the LiveTalking-compatible routes (LiveTalking reads JSON whatever the
+/// Content-Type; sessionid a string, or an integer as older LiveTalking clients send it).
+fn livetalking_body(path: &str) -> Option<Value> {
+    let sessionid =
+        json!({"type": ["string", "integer"], "description": "/offer's sessionid (or cadence's session_id)"});
+    let schema = match path {
+        "/offer" => json!({"type": "object", "required": ["sdp"], "properties": {
+            "sdp": {"type": "string"}, "type": {"type": "string", "enum": ["offer"]},
+            "avatar": {"type": "string", "description": "a registered avatar's id"},
+            "stride": {"type": "integer", "minimum": 1, "maximum": 12, "default": 3},
+            "decoder": {"type": "string", "enum": ["taesd", "full_vae"]}}}),
+        "/human" => json!({"type": "object", "required": ["sessionid", "type"], "properties": {
+            "sessionid": sessionid, "text": {"type": "string"}, "type": {"type": "string", "enum": ["echo", "chat"]},
+            "interrupt": {"type": "boolean", "default": false}}}),
+        "/interrupt_talk" | "/is_speaking" => {
+            json!({"type": "object", "required": ["sessionid"], "properties": {"sessionid": sessionid}})
+        }
+        "/humanaudio" => {
+            return Some(json!({"required": true, "content": {"multipart/form-data": {"schema": {
+                "type": "object", "required": ["file", "sessionid"], "properties": {
+                    "file": {"type": "string", "format": "binary", "description": "speech: a WAV, or raw 16 kHz s16le with the part's Content-Type audio/L16"},
+                    "sessionid": {"type": "string"}}}}}}))
+        }
+        _ => return None,
+    };
+    Some(json!({"required": true, "content": {"application/json": {"schema": schema}}}))
+}
+
 pub fn document() -> Value {
     let mut paths = serde_json::Map::new();
     for r in ROUTES {
@@ -311,6 +369,9 @@ pub fn document() -> Value {
                     "face_index": {"type": "integer", "minimum": 0, "default": 0},
                     "bbox_shift": {"type": "integer", "default": 0},
                     "decoder": {"type": "string", "enum": ["taesd", "full_vae", "sd-vae"]}}}}}});
+        }
+        if let Some(body) = livetalking_body(r.path) {
+            op["requestBody"] = body;
         }
         let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
         entry[r.method] = op;

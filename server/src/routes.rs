@@ -7,6 +7,7 @@ use crate::calibration;
 use crate::error::ApiError;
 use crate::generate::generate;
 use crate::job_routes;
+use crate::livetalking;
 use crate::middleware;
 use crate::openapi;
 use crate::sessions;
@@ -35,6 +36,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/audio", post(sessions::audio))
         .route("/v1/sessions/{id}/speak", post(sessions::speak))
         .route("/v1/sessions/{id}/interrupt", post(sessions::interrupt))
+        // LiveTalking's routes, its shapes (livetalking.rs).
+        .route("/offer", post(livetalking::offer))
+        .route("/human", post(livetalking::human))
+        .route("/humanaudio", post(livetalking::humanaudio))
+        .route("/interrupt_talk", post(livetalking::interrupt_talk))
+        .route("/is_speaking", post(livetalking::is_speaking))
         .route("/calibrate", post(calibration::post))
         .route("/v1/calibration", get(calibration::get))
         .route("/", get(page))

@@ -46,6 +46,8 @@ pub struct Sessions {
 
 pub struct LiveSession {
     pub id: String,
+    /// Another id the session is found by ([`Sessions::alias`]).
+    alias: std::sync::OnceLock<String>,
     session: Mutex<Option<Session>>,
     created: Instant,
     /// When audio was last queued (or the session made).
@@ -66,7 +68,7 @@ impl Sessions {
         self.len() == 0
     }
 
-    fn get(&self, id: &str) -> Result<Arc<LiveSession>, ApiError> {
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<LiveSession>, ApiError> {
         self.map.lock().unwrap().get(id).cloned().ok_or_else(|| {
             ApiError::not_found("session_not_found", format!("no session {id} (it ended, or never was)"))
         })
@@ -74,6 +76,28 @@ impl Sessions {
 
     fn remove(&self, id: &str) -> Option<Arc<LiveSession>> {
         self.map.lock().unwrap().remove(id)
+    }
+
+    /// The session whose id, or whose alias ([`Sessions::alias`]), is `key`.
+    pub(crate) fn find(&self, key: &str) -> Option<Arc<LiveSession>> {
+        let map = self.map.lock().unwrap();
+        map.get(key).or_else(|| map.values().find(|s| s.alias.get().is_some_and(|a| a == key))).cloned()
+    }
+
+    /// Gives `s` an alias (another id it is found by, such as a LiveTalking client's): the first
+    /// of `make`'s that no running session holds as its id or alias. Its alias, if it had one.
+    pub(crate) fn alias(&self, s: &LiveSession, mut make: impl FnMut() -> String) -> String {
+        let map = self.map.lock().unwrap();
+        if let Some(a) = s.alias.get() {
+            return a.clone();
+        }
+        let a = loop {
+            let a = make();
+            if !map.contains_key(&a) && !map.values().any(|x| x.alias.get() == Some(&a)) {
+                break a;
+            }
+        };
+        s.alias.get_or_init(|| a).clone()
     }
 
     /// Ends every session (the server is draining).
@@ -113,6 +137,11 @@ impl Sessions {
 }
 
 impl LiveSession {
+    /// Whether the wire is sending speech now; `None` once the session is closed.
+    pub(crate) fn speaking(&self) -> Option<bool> {
+        self.session.lock().unwrap().as_ref().map(|s| s.timeline().speaking())
+    }
+
     fn close(&self) {
         if let Some(s) = self.session.lock().unwrap().take() {
             // Joining the threads waits for at most one part of the render: off the runtime.
@@ -234,6 +263,20 @@ fn default_entry(state: &AppState) -> Result<Arc<AvatarEntry>, ApiError> {
 pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let set = state.ready_engines().map_err(rejected(&state, "not_ready"))?;
     let offer = offer_of(&headers, &body).map_err(rejected(&state, "invalid"))?;
+    let (live, answer) = start(&state, set, offer).await?;
+    let id = live.id.clone();
+    let mut body = live.describe();
+    body["sdp"] = json!(answer);
+    body["type"] = json!("answer");
+    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/sessions/{id}"))], Json(body)).into_response())
+}
+
+/// Starts a session from its offer (the engines ready): the session, and the SDP answer.
+pub(crate) async fn start(
+    state: &AppState,
+    set: Arc<crate::engines::EngineSet>,
+    offer: Offer,
+) -> Result<(Arc<LiveSession>, String), ApiError> {
     let max = state.config.sessions.max_sessions;
     if state.sessions.len() >= max {
         state.metrics.rejection("session_limit");
@@ -325,6 +368,7 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
     let id = format!("s-{}", state.request_id());
     let live = Arc::new(LiveSession {
         id: id.clone(),
+        alias: std::sync::OnceLock::new(),
         session: Mutex::new(Some(session)),
         created: Instant::now(),
         last_audio: Mutex::new(Instant::now()),
@@ -334,12 +378,9 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
         width,
         height,
     });
-    state.sessions.map.lock().unwrap().insert(id.clone(), live.clone());
+    state.sessions.map.lock().unwrap().insert(id, live.clone());
     state.metrics.session_started();
-    let mut body = live.describe();
-    body["sdp"] = json!(answer);
-    body["type"] = json!("answer");
-    Ok((StatusCode::CREATED, [(header::LOCATION, format!("/v1/sessions/{id}"))], Json(body)).into_response())
+    Ok((live, answer))
 }
 
 /// `GET /v1/sessions/{id}`.
