@@ -482,7 +482,7 @@ impl Running {
                 let spf = RATE as f64 / self.config.fps;
                 let margin = (self.config.ramp + 5) as f64;
                 let span = ((f as f64 - margin).max(0.0) * spf) as usize..((f as f64 + 1.0 + margin) * spf) as usize;
-                if (self.rest_frame.is_none() || f % 25 == 0) && self.timeline.silent(span) {
+                if (self.rest_frame.is_none() || f.is_multiple_of(25)) && self.timeline.silent(span) {
                     self.rest_frame = Some(fr.clone());
                 }
                 self.last_frame = Some(fr);

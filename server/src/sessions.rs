@@ -53,6 +53,7 @@ pub struct LiveSession {
     /// When audio was last queued (or the session made).
     last_audio: Mutex<Instant>,
     stride: usize,
+    infill: &'static str,
     decoder: &'static str,
     delay: Duration,
     width: usize,
@@ -181,6 +182,7 @@ impl LiveSession {
             "eased_frames": wire.map_or(0, |w| w.eased_frames),
             "discarded_frames": wire.map_or(0, |w| w.discarded_frames),
             "stride": self.stride,
+            "infill": self.infill,
             "decoder": self.decoder,
             "fps": FPS,
             "width": self.width,
@@ -206,6 +208,9 @@ pub struct Offer {
     pub stride: Option<serde_json::Value>,
     /// `taesd` (default) or `full_vae`.
     pub decoder: Option<String>,
+    /// `image` (default: the decoder runs on keyframes only, what holds real time on a CPU)
+    /// or `latent`.
+    pub infill: Option<String>,
 }
 
 /// The JSON body of `POST /v1/sessions` (415 for another media type, 400 for JSON that does
@@ -225,9 +230,15 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
     })
 }
 
+/// A session's stride when its request names none: on a 2-core CPU with the cpu-reduced
+/// engines and a receiver on the same cores, the smallest stride (of 6, 8, 12) whose session
+/// kept up with speech pushed at real time (30 s runs of `live_sessions`: 45%, 15% and 1.8%
+/// of frames repeated; docs/live.md). A GPU holds smaller strides.
+pub const DEFAULT_STRIDE: usize = 12;
+
 fn stride_of(v: Option<&serde_json::Value>) -> Result<usize, ApiError> {
     match v {
-        None => Ok(3),
+        None => Ok(DEFAULT_STRIDE),
         Some(serde_json::Value::Number(n)) => match n.as_u64() {
             Some(k @ 1..=12) => Ok(k as usize),
             _ => Err(ApiError::invalid("invalid_stride", "stride: a whole number from 1 to 12, or \"auto\"")),
@@ -315,14 +326,23 @@ pub(crate) async fn start(
     let (set, engines) = engines;
 
     let c = &state.config.sessions;
+    let infill = match offer.infill.as_deref() {
+        None | Some("image") => cadence::musetalk::MuseTalkInfill::Image,
+        Some("latent") => cadence::musetalk::MuseTalkInfill::Latent,
+        Some(other) => {
+            return Err(ApiError::invalid("invalid_infill", format!("infill: image or latent, not {other:?}")));
+        }
+    };
     let opts = RenderOptions {
         fps: FrameRate::whole(FPS),
         window: None,
         vad: state.config.vad.vad(),
+        infill,
         ..RenderOptions::default()
     };
-    // Parts of about 0.24 s: the shorter the part, the sooner speech reaches the wire.
-    let part = stride * 6usize.div_ceil(stride);
+    // Parts of two strides: a part renders the keyframe that ends it twice (it starts the
+    // next), so one stride a part would double the UNet's work; longer parts delay speech.
+    let part = 2 * stride;
     let live = LiveOptions::new(stride, Some(part), &opts)
         .map_err(|e| ApiError::invalid("invalid_stride", format!("{e:#}")))?;
     let delay = Duration::from_secs_f64((live.part_frames + 1 + live.lookahead_frames) as f64 / FPS as f64) + c.margin;
@@ -344,18 +364,27 @@ pub(crate) async fn start(
         let stream = cadence_media::AudioStream::new(wav, "session")?;
         let opts = RenderOptions { cancel: Some(stop), ..opts };
         let mut send = |i: usize, nv12: &[u8]| frames.send(i, nv12.to_vec());
-        let r = cadence::musetalk::live::render_live_to(
-            &engines,
-            &set.backend,
-            &opts,
-            live,
-            &prepared,
-            stream,
-            LiveTarget::<std::io::Sink>::Frames(&mut send),
-            "session",
-            false,
-            |_| {},
-        );
+        // The render's threads yield to the wire's: a frame late on the wire is a gap the peer
+        // sees, a render a few milliseconds later is absorbed by the session's margin.
+        lower_priority();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("cadence-session-{i}"))
+            .start_handler(|_| lower_priority())
+            .build()?;
+        let r = pool.install(|| {
+            cadence::musetalk::live::render_live_to(
+                &engines,
+                &set.backend,
+                &opts,
+                live,
+                &prepared,
+                stream,
+                LiveTarget::<std::io::Sink>::Frames(&mut send),
+                "session",
+                false,
+                |_| {},
+            )
+        });
         match r {
             Ok(_) => Ok(()),
             Err(e) if e.chain().any(|c| c.is::<Cancelled>()) => Ok(()),
@@ -373,6 +402,7 @@ pub(crate) async fn start(
         created: Instant::now(),
         last_audio: Mutex::new(Instant::now()),
         stride,
+        infill: infill.name(),
         decoder: crate::avatars::decoder_name(decoder),
         delay,
         width,
@@ -381,6 +411,17 @@ pub(crate) async fn start(
     state.sessions.map.lock().unwrap().insert(id, live.clone());
     state.metrics.session_started();
     Ok((live, answer))
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10): sessions' render threads, so
+/// that the wire's thread, at the default priority, runs as soon as a frame is due.
+fn lower_priority() {
+    // SAFETY: setpriority on this thread's id (Linux: a thread is a task with its own nice
+    // value); a failure (another OS) leaves the priority as it was.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
 }
 
 /// `GET /v1/sessions/{id}`.
@@ -423,7 +464,7 @@ fn speech_of(headers: &HeaderMap, body: &[u8]) -> Result<Vec<i16>, ApiError> {
     let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let raw = kind.starts_with("audio/l16") || kind.starts_with("audio/L16") || kind == "application/octet-stream";
     if raw && !body.starts_with(b"RIFF") {
-        if body.len() % 2 != 0 {
+        if !body.len().is_multiple_of(2) {
             return Err(ApiError::invalid("invalid_audio", "raw PCM: an odd number of bytes (16-bit samples)"));
         }
         return Ok(body.chunks_exact(2).map(|b| i16::from_le_bytes([b[0], b[1]])).collect());

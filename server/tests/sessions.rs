@@ -38,17 +38,19 @@ fn a_session_streams_the_idle_avatar_speaks_what_it_is_sent_and_stops_when_inter
     let _lock = render_lock();
     let s = start(&["--max-sessions", "1", "--session-idle-seconds", "60"]);
     let (mut peer, id, created) = connect(&s);
-    assert_eq!(created["stride"], 3);
+    assert_eq!((created["stride"].as_u64(), created["infill"].as_str()), (Some(12), Some("image")));
     let (w, h) = (created["width"].as_u64().unwrap() as usize, created["height"].as_u64().unwrap() as usize);
 
     // Idle: frames of the avatar at rest, and silence.
-    peer.run_for(Duration::from_secs(3)).unwrap();
+    peer.run_for(Duration::from_secs(4)).unwrap();
     assert!(peer.connected);
-    assert!(peer.frames.len() >= 25, "{} frames in 3 s", peer.frames.len());
+    assert!(peer.frames.len() >= 25, "{} frames in 4 s (2 s of them the session's delay)", peer.frames.len());
     assert_eq!(peer.size, Some((w, h)), "the avatar's size");
     assert_eq!(peer.undecodable, 0);
     assert!(peer.speech.iter().all(|p| p.rms < 0.01), "silence while idle");
     assert_eq!(metric(&s, "cadence_sessions"), 1.0);
+    let idle: Value = get(&s, &format!("/v1/sessions/{id}")).json().unwrap();
+    assert_eq!(idle["repeated_frames"], 0, "an idle session keeps up: {idle}");
 
     // A second session is refused while the first runs.
     let (_other, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
@@ -75,7 +77,7 @@ fn a_session_streams_the_idle_avatar_speaks_what_it_is_sent_and_stops_when_inter
     assert_eq!(post_audio(&s, &id, speech_clip(4.0)).status(), 200);
     let mark = peer.speech.len();
     let t = Instant::now();
-    while !peer.speech[mark..].iter().filter(|p| p.rms > 0.02).nth(25).is_some() {
+    while peer.speech[mark..].iter().filter(|p| p.rms > 0.02).nth(25).is_none() {
         assert!(t.elapsed() < Duration::from_secs(6), "the second utterance was not heard");
         peer.run_for(Duration::from_millis(20)).unwrap();
     }
@@ -109,8 +111,10 @@ fn a_session_streams_the_idle_avatar_speaks_what_it_is_sent_and_stops_when_inter
 fn a_peer_that_leaves_ends_its_session() {
     let _lock = render_lock();
     let s = start(&["--session-peer-timeout-seconds", "1"]);
-    let (mut peer, id, _) = connect(&s);
-    peer.run_for(Duration::from_secs(2)).unwrap();
+    let (mut peer, id, created) = connect(&s);
+    // Frames start after the session's delay.
+    let delay = created["delay_ms"].as_f64().unwrap() / 1e3;
+    peer.run_for(Duration::from_secs_f64(delay + 1.0)).unwrap();
     assert!(peer.connected && !peer.frames.is_empty());
     drop(peer);
     wait_for(Duration::from_secs(10), || get(&s, &format!("/v1/sessions/{id}")).status() == 404);

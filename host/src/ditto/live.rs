@@ -21,7 +21,9 @@
 use crate::backend::elem::Method;
 use crate::backend::resident::Residency;
 use crate::ditto::{self, DittoAvatar, DittoEngines, DittoInfill, DITTO_FPS};
-use crate::frame_loop::live::{add_part, stream_stats, whole_frames, LiveOptions, LiveOutput, LiveTarget, Received, ShownSpeech};
+use crate::frame_loop::live::{
+    add_part, stream_stats, whole_frames, LiveOptions, LiveOutput, LiveTarget, Received, ShownSpeech,
+};
 use crate::frame_loop::video::RenderResult;
 use crate::frame_loop::RenderOptions;
 use crate::schedules::keyframes::KeyframeSchedule;

@@ -200,7 +200,8 @@ pub enum LiveTarget<'a, W: Write> {
 }
 
 enum Writer<'a, W: Write> {
-    Mp4(FragmentedWriter<W>),
+    /// Boxed: the writer's encoder state dwarfs a reference.
+    Mp4(Box<FragmentedWriter<W>>),
     Frames(&'a mut (dyn FnMut(usize, &[u8]) -> Result<()> + Send)),
 }
 
@@ -231,7 +232,7 @@ impl<'a, W: Write> LiveOutput<'a, W> {
         t0: Instant,
     ) -> Result<Self> {
         let writer = match target {
-            LiveTarget::Mp4 { out, encoder } => Writer::Mp4(FragmentedWriter::new(
+            LiveTarget::Mp4 { out, encoder } => Writer::Mp4(Box::new(FragmentedWriter::new(
                 out,
                 name,
                 width as u32,
@@ -239,7 +240,7 @@ impl<'a, W: Write> LiveOutput<'a, W> {
                 fps,
                 encoder,
                 Some(track_format),
-            )?),
+            )?)),
             LiveTarget::Frames(f) => Writer::Frames(f),
         };
         Ok(Self {

@@ -24,8 +24,8 @@
 //! part, the lookahead and one part's render time.
 
 use crate::frame_loop::live::{
-    add_part, aligned_frame_step, frame_start_sample, stream_stats, whole_frames, LiveOptions, LiveOutput, LiveTarget, Received,
-    ShownSpeech,
+    add_part, aligned_frame_step, frame_start_sample, stream_stats, whole_frames, LiveOptions, LiveOutput, LiveTarget,
+    Received, ShownSpeech,
 };
 use crate::frame_loop::live_vad::frame_sample;
 use crate::frame_loop::video::RenderResult;
