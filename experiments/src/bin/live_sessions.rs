@@ -51,9 +51,9 @@ struct Args {
     /// The server's --session-margin-ms.
     #[arg(long, default_value_t = 300)]
     margin_ms: u64,
-    /// The sessions' stride.
-    #[arg(long, default_value_t = 3)]
-    stride: u32,
+    /// The sessions' stride [default: the server's default for a session].
+    #[arg(long)]
+    stride: Option<u32>,
     /// The `cadence` binary [default: `cadence` beside this binary, built by
     /// `cargo build --release -p cadence-cli`].
     #[arg(long)]
@@ -205,7 +205,10 @@ fn run_sessions(a: &Args, base: &str, n: usize, clip: &[i16], http: &reqwest::bl
         let (mut peer, offer) = Receiver::offer([127, 0, 0, 1].into())?;
         let r = http
             .post(format!("{base}/v1/sessions"))
-            .json(&json!({"sdp": offer, "type": "offer", "stride": a.stride}))
+            .json(&match a.stride {
+                Some(k) => json!({"sdp": offer, "type": "offer", "stride": k}),
+                None => json!({"sdp": offer, "type": "offer"}),
+            })
             .send()?;
         ensure!(r.status() == 201, "POST /v1/sessions: {} {}", r.status(), r.text()?);
         let v: Value = r.json()?;
