@@ -66,6 +66,16 @@ fn params(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, Jso
 }
 
 /// The session a `sessionid` names (a string, or the integer older LiveTalking clients send).
+/// A request's JSON body, and the session its `sessionid` names.
+type Addressed = (Map<String, Value>, Arc<LiveSession>);
+
+/// The body and session of a request to a session (LiveTalking's error shape when either is bad).
+fn addressed(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Addressed, Json<Value>> {
+    let p = params(body)?;
+    let s = session(state, p.get("sessionid"))?;
+    Ok((p, s))
+}
+
 fn session(state: &AppState, id: Option<&Value>) -> Result<Arc<LiveSession>, Json<Value>> {
     let key = match id {
         Some(Value::String(s)) => s.trim().to_string(),
@@ -147,12 +157,8 @@ pub async fn offer(State(state): State<AppState>, body: Result<Bytes, BytesRejec
 /// `POST /human`: `{"sessionid", "text", "type": "echo" | "chat", "interrupt"}`. The interrupt is
 /// done; text to speak is an error (no text to speech, no LLM).
 pub async fn human(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Json<Value> {
-    let p = match params(body) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
-    let s = match session(&state, p.get("sessionid")) {
-        Ok(s) => s,
+    let (p, s) = match addressed(&state, body) {
+        Ok(x) => x,
         Err(e) => return e,
     };
     if truthy(p.get("interrupt")) {
@@ -216,12 +222,8 @@ pub async fn humanaudio(State(state): State<AppState>, form: Result<Multipart, M
 
 /// `POST /interrupt_talk`: `{"sessionid"}`; the speech not yet sent is dropped.
 pub async fn interrupt_talk(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Json<Value> {
-    let p = match params(body) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
-    let s = match session(&state, p.get("sessionid")) {
-        Ok(s) => s,
+    let (_, s) = match addressed(&state, body) {
+        Ok(x) => x,
         Err(e) => return e,
     };
     match sessions::interrupt(State(state.clone()), Path(s.id.clone())).await {
@@ -232,12 +234,8 @@ pub async fn interrupt_talk(State(state): State<AppState>, body: Result<Bytes, B
 
 /// `POST /is_speaking`: `{"sessionid"}`; `{"code": 0, "msg": "ok", "data": true | false}`.
 pub async fn is_speaking(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Json<Value> {
-    let p = match params(body) {
-        Ok(p) => p,
-        Err(e) => return e,
-    };
-    let s = match session(&state, p.get("sessionid")) {
-        Ok(s) => s,
+    let (_, s) = match addressed(&state, body) {
+        Ok(x) => x,
         Err(e) => return e,
     };
     match s.speaking() {
