@@ -20,4 +20,4 @@ pub mod wire;
 
 pub use session::{Session, SessionStats};
 pub use timeline::{QueueError, Timeline, TimelineReader};
-pub use wire::{FrameSender, NetConfig, WireConfig, WireStats};
+pub use wire::{parse_offer, FrameSender, NetConfig, StartError, WireConfig, WireStats};

@@ -2,10 +2,10 @@
 //! [`wire`](crate::wire) that sends both to the peer.
 
 use crate::timeline::{QueueError, Timeline, RATE};
-use crate::wire::{FrameSender, NetConfig, Wire, WireConfig, WireShared, WireStats};
+use crate::wire::{FrameSender, NetConfig, StartError, Wire, WireConfig, WireShared, WireStats};
 use anyhow::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// What makes the session's frames: given the timeline (to read as a live stream), where to
@@ -19,7 +19,9 @@ pub struct Session {
     shared: Arc<WireShared>,
     render_stop: Arc<AtomicBool>,
     wire: Option<JoinHandle<()>>,
-    render: Option<JoinHandle<Result<()>>>,
+    render: Option<JoinHandle<()>>,
+    /// The render's error, once it has failed.
+    render_failed: Arc<Mutex<Option<String>>>,
     fps: f64,
     ramp: usize,
 }
@@ -33,7 +35,7 @@ pub struct SessionStats {
     pub queued_audio_s: f64,
     #[serde(flatten)]
     pub wire: WireStats,
-    /// Whether the render has stopped, and its error if it failed.
+    /// The render's error, if it failed (the session's stream has ended then).
     pub render_error: Option<String>,
 }
 
@@ -48,23 +50,36 @@ impl Session {
         queue: usize,
         max_queued_s: f64,
         render: Render,
-    ) -> Result<(Self, String)> {
+    ) -> Result<(Self, String), StartError> {
         let (w, answer) = Wire::accept(offer, net)?;
         let timeline = Timeline::new(max_queued_s);
         let (fps, ramp) = (wire.fps, wire.ramp);
-        let (frames, shared, wire_thread) = w.spawn(wire, timeline.clone(), queue)?;
+        let (frames, shared, wire_thread) =
+            w.spawn(wire, timeline.clone(), queue).map_err(|e| StartError::Internal(format!("{e:#}")))?;
         let render_stop = Arc::new(AtomicBool::new(false));
-        let (t, s) = (timeline.clone(), render_stop.clone());
-        let render_thread = std::thread::Builder::new().name("cadence-session-render".into()).spawn(move || {
-            let r = render(t.clone(), frames, s);
-            // The render has stopped: so has the session's stream.
-            t.close();
-            r
-        })?;
-        Ok((
-            Self { timeline, shared, render_stop, wire: Some(wire_thread), render: Some(render_thread), fps, ramp },
-            answer,
-        ))
+        let render_failed = Arc::new(Mutex::new(None));
+        let (t, s, failed) = (timeline.clone(), render_stop.clone(), render_failed.clone());
+        let render_thread = std::thread::Builder::new()
+            .name("cadence-session-render".into())
+            .spawn(move || {
+                if let Err(e) = render(t.clone(), frames, s) {
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{e:#}"));
+                }
+                // The render has stopped: so has the session's stream.
+                t.close();
+            })
+            .map_err(|e| StartError::Internal(format!("starting the render's thread: {e}")))?;
+        let session = Self {
+            timeline,
+            shared,
+            render_stop,
+            wire: Some(wire_thread),
+            render: Some(render_thread),
+            render_failed,
+            fps,
+            ramp,
+        };
+        Ok((session, answer))
     }
 
     /// Queues speech (16 kHz mono); returns the seconds from the session's start where it begins.
@@ -112,10 +127,7 @@ impl Session {
     /// The session's figures now.
     pub fn stats(&self) -> SessionStats {
         let wire = self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let render_error = match &self.render {
-            Some(h) if h.is_finished() => Some("the render stopped".into()),
-            _ => None,
-        };
+        let render_error = self.render_failed.lock().unwrap_or_else(|p| p.into_inner()).clone();
         SessionStats {
             speaking: self.timeline.speaking(),
             queued_audio_s: self.timeline.queued_seconds(),
@@ -136,13 +148,14 @@ impl Session {
         if let Some(h) = self.wire.take() {
             let _ = h.join();
         }
-        let rendered = match self.render.take().map(|h| h.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(anyhow::anyhow!("the session's render panicked")),
-            None => Ok(()),
-        };
+        if let Some(Err(_)) = self.render.take().map(|h| h.join()) {
+            return Err(anyhow::anyhow!("the session's render panicked"));
+        }
         let stats = self.stats();
-        rendered.map(|()| stats)
+        match &stats.render_error {
+            Some(e) => Err(anyhow::anyhow!("the session's render failed: {e}")),
+            None => Ok(stats),
+        }
     }
 }
 

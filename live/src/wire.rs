@@ -18,7 +18,7 @@
 
 use crate::encode::{FrameEncoder, SpeechEncoder, OPUS_CLOCK, SPEECH_FRAME, VIDEO_CLOCK};
 use crate::timeline::{Timeline, RATE};
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -125,21 +125,25 @@ pub struct WireShared {
 impl Wire {
     /// Accepts `offer` (SDP text): a peer that receives video and audio. Returns the wire and
     /// the SDP answer.
-    pub fn accept(offer: &str, net: &NetConfig) -> Result<(Self, String)> {
-        let offer = SdpOffer::from_sdp_string(offer).map_err(|e| anyhow!("the SDP offer does not parse: {e}"))?;
+    pub fn accept(offer: &str, net: &NetConfig) -> Result<(Self, String), StartError> {
+        let offer = parse_offer(offer)?;
         let socket = bind(net)?;
-        let local = socket.local_addr()?;
+        let local = socket.local_addr().map_err(|e| StartError::Internal(format!("the socket's address: {e}")))?;
         let config = RtcConfig::new().set_ice_lite(true).clear_codecs().enable_h264(true).enable_opus(true, false);
         let mut rtc = config.build(Instant::now());
-        let host = Candidate::host(local, "udp").map_err(|e| anyhow!("a host candidate on {local}: {e}"))?;
+        let host = Candidate::host(local, "udp")
+            .map_err(|e| StartError::Internal(format!("a host candidate on {local}: {e}")))?;
         rtc.add_local_candidate(host);
         if let Some(public) = net.public_ip {
             let addr = SocketAddr::new(public, local.port());
             let srflx = Candidate::server_reflexive(addr, local, "udp")
-                .map_err(|e| anyhow!("a candidate on the public address {addr}: {e}"))?;
+                .map_err(|e| StartError::Internal(format!("a candidate on the public address {addr}: {e}")))?;
             rtc.add_local_candidate(srflx);
         }
-        let answer = rtc.sdp_api().accept_offer(offer).map_err(|e| anyhow!("the SDP offer cannot be answered: {e}"))?;
+        let answer = rtc
+            .sdp_api()
+            .accept_offer(offer)
+            .map_err(|e| StartError::Offer(format!("the SDP offer cannot be answered: {e}")))?;
         Ok((Self { rtc, socket, local }, answer.to_sdp_string()))
     }
 
@@ -189,18 +193,31 @@ impl Wire {
     }
 }
 
+/// Why a session could not start: the peer's offer (its fault), no port free (try later), or
+/// anything else (the server's).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Offer(String),
+    #[error("{0}")]
+    NoPort(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Checks that `offer` is SDP, before anything is spent on a session.
+pub fn parse_offer(offer: &str) -> Result<SdpOffer, StartError> {
+    SdpOffer::from_sdp_string(offer).map_err(|e| StartError::Offer(format!("the SDP offer does not parse: {e}")))
+}
+
 /// Binds the session's socket: a port of the range, or any.
-fn bind(net: &NetConfig) -> Result<UdpSocket> {
+fn bind(net: &NetConfig) -> Result<UdpSocket, StartError> {
     match net.ports {
-        None => UdpSocket::bind((net.bind, 0)).with_context(|| format!("binding a UDP port on {}", net.bind)),
-        Some((a, b)) => {
-            for port in a..=b {
-                if let Ok(s) = UdpSocket::bind((net.bind, port)) {
-                    return Ok(s);
-                }
-            }
-            bail!("no free UDP port in {a}-{b} on {}", net.bind)
-        }
+        None => UdpSocket::bind((net.bind, 0))
+            .map_err(|e| StartError::NoPort(format!("binding a UDP port on {}: {e}", net.bind))),
+        Some((a, b)) => (a..=b)
+            .find_map(|port| UdpSocket::bind((net.bind, port)).ok())
+            .ok_or_else(|| StartError::NoPort(format!("no free UDP port in {a}-{b} on {}", net.bind))),
     }
 }
 

@@ -7,7 +7,7 @@
 //! an interrupt that silences the speech at once, and a peer that leaves.
 
 use cadence_live::receiver::Receiver;
-use cadence_live::{FrameSender, NetConfig, Session, Timeline, WireConfig};
+use cadence_live::{FrameSender, NetConfig, Session, StartError, Timeline, WireConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -168,7 +168,35 @@ fn a_peer_that_goes_away_ends_the_session() {
 #[test]
 fn an_offer_that_is_not_sdp_is_refused() {
     let err = Session::start("hello", &loopback(), config(), 4, 10.0, Box::new(synthetic_render)).err().unwrap();
-    assert!(format!("{err:#}").contains("SDP"), "{err:#}");
+    assert!(matches!(err, StartError::Offer(_)), "{err:?}");
+    assert!(err.to_string().contains("SDP"), "{err}");
+}
+
+#[test]
+fn a_port_range_with_no_free_port_is_told_apart_from_a_bad_offer() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (_peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
+    let net = NetConfig { ports: Some((port, port)), ..loopback() };
+    let err = Session::start(&offer, &net, config(), 4, 10.0, Box::new(synthetic_render)).err().unwrap();
+    assert!(matches!(err, StartError::NoPort(_)), "{err:?}");
+    assert!(err.to_string().contains(&format!("no free UDP port in {port}-{port}")), "{err}");
+}
+
+#[test]
+fn a_render_that_fails_says_why_in_the_figures_and_at_close() {
+    let (mut peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
+    let failing = |_t: Arc<Timeline>, _f: FrameSender, _s: Arc<AtomicBool>| -> anyhow::Result<()> {
+        anyhow::bail!("the engines are gone")
+    };
+    let (session, answer) = Session::start(&offer, &loopback(), config(), 4, 10.0, Box::new(failing)).unwrap();
+    peer.accept(&answer).unwrap();
+    peer.run_for(Duration::from_millis(300)).unwrap();
+    let stats = session.stats();
+    assert_eq!(stats.render_error.as_deref(), Some("the engines are gone"), "{stats:?}");
+    assert!(session.speak(&[0; 10]).is_err(), "the render's end closes the timeline");
+    let err = session.close().unwrap_err();
+    assert!(format!("{err:#}").contains("the engines are gone"), "{err:#}");
 }
 
 /// A render that follows the audio at the clock, as the real one does (without its lookahead):

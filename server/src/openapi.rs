@@ -130,7 +130,7 @@ pub const ROUTES: &[Route] = &[
             (422, "an offer that does not parse or cannot be answered (no video or audio to receive, no H.264 or Opus), a bad stride or decoder"),
             (429, "--max-sessions sessions run already (Retry-After)"),
             (501, "stride \"auto\" (not built yet)"),
-            (503, "loading or draining"),
+            (503, "loading or draining, or no UDP port free in --webrtc-ports (no_port; Retry-After)"),
         ],
     },
     Route {

@@ -26,10 +26,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cadence::frame_loop::live::{LiveOptions, LiveTarget};
 use cadence::frame_loop::{Cancelled, RenderOptions};
-use cadence_live::{NetConfig, QueueError, Session, WireConfig};
+use cadence_live::{NetConfig, QueueError, Session, StartError, WireConfig};
 use cadence_media::FrameRate;
 use serde_json::json;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,19 @@ const QUEUE_FRAMES: usize = 4;
 #[derive(Default)]
 pub struct Sessions {
     map: Mutex<HashMap<String, Arc<LiveSession>>>,
+    /// Sessions being started (their avatar prepared, their offer answered): they count
+    /// against `--max-sessions` from the request on, so that requests at the same instant
+    /// cannot start more than it allows.
+    starting: AtomicUsize,
+}
+
+/// A place among `--max-sessions` held while a session starts; given back when dropped.
+struct Reservation<'a>(&'a Sessions);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.0.starting.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 pub struct LiveSession {
@@ -67,6 +81,16 @@ impl Sessions {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A place for one more session, if fewer than `max` run or are starting.
+    fn reserve(&self, max: usize) -> Option<Reservation<'_>> {
+        let map = self.map.lock().unwrap();
+        if map.len() + self.starting.load(Ordering::SeqCst) >= max {
+            return None;
+        }
+        self.starting.fetch_add(1, Ordering::SeqCst);
+        Some(Reservation(self))
     }
 
     pub(crate) fn get(&self, id: &str) -> Result<Arc<LiveSession>, ApiError> {
@@ -289,7 +313,7 @@ pub(crate) async fn start(
     offer: Offer,
 ) -> Result<(Arc<LiveSession>, String), ApiError> {
     let max = state.config.sessions.max_sessions;
-    if state.sessions.len() >= max {
+    let Some(reservation) = state.sessions.reserve(max) else {
         state.metrics.rejection("session_limit");
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -297,10 +321,12 @@ pub(crate) async fn start(
             format!("{max} sessions run already (--max-sessions); end one, or try later"),
         )
         .with_retry_after(5));
-    }
+    };
     if offer.kind.as_deref().is_some_and(|k| k != "offer") {
         return Err(ApiError::invalid("invalid_sdp_type", "type: a session starts from an \"offer\""));
     }
+    // The offer is checked before the avatar is prepared: a bad one costs nothing.
+    cadence_live::parse_offer(&offer.sdp).map_err(start_error)?;
     let stride = stride_of(offer.stride.as_ref())?;
     let decoder = match offer.decoder.as_deref() {
         None => cadence::musetalk::DecoderKind::Taesd,
@@ -392,8 +418,8 @@ pub(crate) async fn start(
         }
     });
     let net = NetConfig { bind: state.config.listen.ip(), public_ip: c.public_ip, ports: c.ports };
-    let (session, answer) = Session::start(&offer.sdp, &net, wire, QUEUE_FRAMES, c.max_queued_seconds, render)
-        .map_err(|e| ApiError::invalid("invalid_offer", format!("{e:#}")))?;
+    let (session, answer) =
+        Session::start(&offer.sdp, &net, wire, QUEUE_FRAMES, c.max_queued_seconds, render).map_err(start_error)?;
     let id = format!("s-{}", state.request_id());
     let live = Arc::new(LiveSession {
         id: id.clone(),
@@ -409,8 +435,19 @@ pub(crate) async fn start(
         height,
     });
     state.sessions.map.lock().unwrap().insert(id, live.clone());
+    drop(reservation);
     state.metrics.session_started();
     Ok((live, answer))
+}
+
+/// A session that could not start: 422 for the peer's offer, 503 when no UDP port is free,
+/// 500 otherwise.
+fn start_error(e: StartError) -> ApiError {
+    match e {
+        StartError::Offer(m) => ApiError::invalid("invalid_offer", m),
+        StartError::NoPort(m) => ApiError::unavailable("no_port", m),
+        StartError::Internal(m) => ApiError::internal("starting the session", m),
+    }
 }
 
 /// Lowers the calling thread's scheduling priority (nice 10): sessions' render threads, so

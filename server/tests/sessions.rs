@@ -177,3 +177,42 @@ fn bad_session_requests_say_why() {
         .unwrap();
     assert_eq!(r.status(), 200, "0.1 s of raw PCM");
 }
+
+#[test]
+fn offers_at_the_same_instant_start_no_more_sessions_than_allowed() {
+    let _lock = render_lock();
+    let s = start(&["--max-sessions", "1"]);
+    let offers: Vec<(Receiver, String)> = (0..3).map(|_| Receiver::offer([127, 0, 0, 1].into()).unwrap()).collect();
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = offers
+            .iter()
+            .map(|(_, offer)| {
+                let s = &s;
+                scope.spawn(move || post_json(s, "/v1/sessions", &json!({"sdp": offer})).status().as_u16())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut sorted = statuses.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec![201, 429, 429], "{statuses:?}");
+    assert_eq!(metric(&s, "cadence_sessions"), 1.0);
+}
+
+#[test]
+fn no_free_udp_port_is_a_503_not_the_offers_fault() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let range = format!("{port}-{port}");
+    let s = start(&["--webrtc-ports", &range]);
+    let (_peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
+    let r = post_json(&s, "/v1/sessions", &json!({"sdp": offer}));
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().get("retry-after").is_some());
+    assert_eq!(error_code(r), "no_port");
+    assert_eq!(metric(&s, "cadence_sessions"), 0.0);
+    // The place it held is free again: with the port back, a session starts.
+    drop(taken);
+    let (_peer, offer) = Receiver::offer([127, 0, 0, 1].into()).unwrap();
+    assert_eq!(post_json(&s, "/v1/sessions", &json!({"sdp": offer})).status(), 201);
+}
