@@ -254,10 +254,11 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
     })
 }
 
-/// A session's stride when its request names none: on a 2-core CPU with the cpu-reduced
-/// engines and a receiver on the same cores, the smallest stride (of 6, 8, 12) whose session
-/// kept up with speech pushed at real time (30 s runs of `live_sessions`: 45%, 15% and 1.8%
-/// of frames repeated; docs/live.md). A GPU holds smaller strides.
+/// A session's stride when its request names none: two sessions held real time at it on a
+/// 2-core CPU with the cpu-reduced engines and their receivers on the same cores (the
+/// `live_sessions` experiment, docs/live.md). One session held 6 too, but the stride is fixed
+/// for a session's life and that machine's speed drifts: 12 leaves the margin. A GPU holds
+/// smaller strides.
 pub const DEFAULT_STRIDE: usize = 12;
 
 fn stride_of(v: Option<&serde_json::Value>) -> Result<usize, ApiError> {
