@@ -27,19 +27,9 @@ fn json_report_matches_the_reference() {
     assert_eq!(got["model"], want["model"]);
     assert_eq!(got["sample_rate"], 16000);
     assert_eq!(got["chunk_samples"], 512);
-    let (p, q) = (got["probabilities"].as_array().unwrap(), want["probabilities"].as_array().unwrap());
-    assert_eq!(p.len(), q.len());
-    let max_err = p.iter().zip(q).map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs()).fold(0.0, f64::max);
+    let max_err = max_probability_difference(&got, &want);
     assert!(max_err < 1e-3, "max probability error {max_err}");
-    let segs = got["segments"].as_array().unwrap();
-    let want_segs = want["segments"]["default"]["segments"].as_array().unwrap();
-    assert_eq!(segs.len(), want_segs.len());
-    for (g, w) in segs.iter().zip(want_segs) {
-        for k in 0..2 {
-            let want_s = w[k].as_f64().unwrap() / 16000.0;
-            assert!((g[k].as_f64().unwrap() - want_s).abs() < 1e-9, "{g} vs {w}");
-        }
-    }
+    assert_segments_within(&got, &want, 1e-9);
 }
 
 /// With the front end (the default): the JSON says so, the probabilities are not the wheel's,
@@ -52,19 +42,9 @@ fn json_report_with_the_front_end() {
     let got: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object on stdout");
     let want = reference();
     assert_eq!(got["denoise"], true);
-    let (p, q) = (got["probabilities"].as_array().unwrap(), want["probabilities"].as_array().unwrap());
-    assert_eq!(p.len(), q.len());
-    let max_diff = p.iter().zip(q).map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs()).fold(0.0, f64::max);
+    let max_diff = max_probability_difference(&got, &want);
     assert!(max_diff > 0.05, "the front end changed no probability by more than {max_diff}");
-    let segs = got["segments"].as_array().unwrap();
-    let want_segs = want["segments"]["default"]["segments"].as_array().unwrap();
-    assert_eq!(segs.len(), want_segs.len());
-    for (g, w) in segs.iter().zip(want_segs) {
-        for k in 0..2 {
-            let want_s = w[k].as_f64().unwrap() / 16000.0;
-            assert!((g[k].as_f64().unwrap() - want_s).abs() <= 2.0 * 512.0 / 16000.0, "{g} vs {w}");
-        }
-    }
+    assert_segments_within(&got, &want, 2.0 * 512.0 / 16000.0);
     let o = cadence(&["vad", s(&wav), "--denoise", "maybe"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--denoise"), "{}", stderr(&o));
@@ -162,5 +142,25 @@ fn render_refuses_bad_vad_flags() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
         assert!(err.contains("invalid value") && err.contains(flag), "{flag} {value}: {err}");
+    }
+}
+
+/// The largest difference between `cadence vad --json`'s probabilities and the wheel's (same count).
+fn max_probability_difference(got: &serde_json::Value, want: &serde_json::Value) -> f64 {
+    let (p, q) = (got["probabilities"].as_array().unwrap(), want["probabilities"].as_array().unwrap());
+    assert_eq!(p.len(), q.len());
+    p.iter().zip(q).map(|(a, b)| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs()).fold(0.0, f64::max)
+}
+
+/// The same speech segments as the wheel's default ones, each boundary within `tol` seconds.
+fn assert_segments_within(got: &serde_json::Value, want: &serde_json::Value, tol: f64) {
+    let segs = got["segments"].as_array().unwrap();
+    let want_segs = want["segments"]["default"]["segments"].as_array().unwrap();
+    assert_eq!(segs.len(), want_segs.len());
+    for (g, w) in segs.iter().zip(want_segs) {
+        for k in 0..2 {
+            let want_s = w[k].as_f64().unwrap() / 16000.0;
+            assert!((g[k].as_f64().unwrap() - want_s).abs() <= tol, "{g} vs {w}");
+        }
     }
 }
