@@ -64,6 +64,12 @@ thread_local! {
 
 /// y = conv3x3(upsample2?(x)) + bias (+ residual), then ReLU if `relu`: stride 1, padding 1,
 /// the same contract as [`crate::conv::conv3x3`].
+///
+/// Tiles are counted across the batch: a task takes about [`TILES`] tiles in whole rows of tiles,
+/// which may span images. At the UNet's 4x4 and 8x8 levels (1280 channels, 4 and 16 tiles an
+/// image) a task per image multiplied 4-16 rows by the whole of U (105 MB at 1280 channels) once
+/// per image; across the batch U is read once a layer. When there are fewer tasks than threads,
+/// the 16 products of a task run in parallel instead.
 pub fn conv3x3(
     x: &Nhwc,
     p: &WinogradWeights,
@@ -74,76 +80,130 @@ pub fn conv3x3(
 ) -> Nhwc {
     assert_eq!(x.c, p.cin, "winograd conv3x3: channel mismatch");
     let (oh, ow) = if upsample { (2 * x.h, 2 * x.w) } else { (x.h, x.w) };
-    let (cin, cout) = (p.cin, p.cout);
+    let cout = p.cout;
     if let Some(r) = residual {
         assert_eq!((r.n, r.h, r.w, r.c), (x.n, oh, ow, cout), "winograd conv3x3: residual shape");
     }
-    let tiles_x = ow.div_ceil(2);
-    // Whole rows of tiles per task (2 output rows each), about TILES tiles.
-    let tile_rows = (TILES / tiles_x).max(1);
-    let band = 2 * tile_rows * ow * cout;
-    let img_in = x.h * x.w * cin;
-    let img_out = oh * ow * cout;
-    let mut out = vec![0f32; x.n * img_out];
-    out.par_chunks_mut(img_out).enumerate().for_each(|(b, oimg)| {
-        let src = &x.data[b * img_in..(b + 1) * img_in];
-        oimg.par_chunks_mut(band).enumerate().for_each(|(t, dst)| {
-            let oy0 = 2 * t * tile_rows;
-            let rows = dst.len() / (ow * cout);
-            let n_tiles = rows.div_ceil(2) * tiles_x;
-            SCRATCH.with_borrow_mut(|(v, m)| {
-                v.resize(v.len().max(16 * n_tiles * cin), 0.0);
-                m.resize(m.len().max(16 * n_tiles * cout), 0.0);
-                let (v, m) = (&mut v[..16 * n_tiles * cin], &mut m[..16 * n_tiles * cout]);
-                let zeros = vec![0f32; cin];
-                for tile in 0..n_tiles {
-                    let (ty, tx) = (tile / tiles_x, tile % tiles_x);
-                    // The 16 input pixels of the patch (zeros outside the image; nearest x2
-                    // upsampling folded into the index).
-                    let patch: [&[f32]; 16] = std::array::from_fn(|k| {
-                        let iy = (oy0 + 2 * ty + k / 4) as isize - 1;
-                        let ix = (2 * tx + k % 4) as isize - 1;
-                        if iy < 0 || ix < 0 || iy >= oh as isize || ix >= ow as isize {
-                            return &zeros[..];
-                        }
-                        let (sy, sx) =
-                            if upsample { (iy as usize / 2, ix as usize / 2) } else { (iy as usize, ix as usize) };
-                        let s = (sy * x.w + sx) * cin;
-                        &src[s..s + cin]
-                    });
-                    input_transform(v, &patch, tile, n_tiles, cin);
-                }
-                for xi in 0..16 {
-                    // SAFETY: M_ξ is n_tiles x cout, V_ξ n_tiles x cin, U_ξ cin x cout, all
-                    // row-major inside their buffers and disjoint.
-                    unsafe {
-                        gemm_st(
-                            n_tiles,
-                            cout,
-                            cin,
-                            m.as_mut_ptr().add(xi * n_tiles * cout),
-                            cout,
-                            v.as_ptr().add(xi * n_tiles * cin),
-                            cin,
-                            1,
-                            p.u.as_ptr().add(xi * cin * cout),
-                            cout,
-                            1,
-                            1.0,
-                        )
-                    };
-                }
-                for tile in 0..n_tiles {
-                    let (ty, tx) = (tile / tiles_x, tile % tiles_x);
-                    output_transform(dst, m, tile, n_tiles, cout, (2 * ty, 2 * tx), (rows, ow));
-                }
-            });
-            let o0 = oy0 * ow * cout;
-            let res = residual.map(|r| &r.data[b * img_out + o0..b * img_out + o0 + dst.len()]);
-            epilogue(dst, cout, bias, res, relu);
-        });
+    let geo = Geometry { oh, ow, tiles_y: oh.div_ceil(2), tiles_x: ow.div_ceil(2), upsample };
+    let tile_rows = (TILES / geo.tiles_x).max(1);
+    let all_rows = x.n * geo.tiles_y;
+    // Each task's output is a contiguous run of whole output rows: the rows of its tile rows.
+    let mut out = vec![0f32; x.n * oh * ow * cout];
+    let mut tasks = Vec::with_capacity(all_rows.div_ceil(tile_rows));
+    let mut rest = &mut out[..];
+    for r0 in (0..all_rows).step_by(tile_rows) {
+        let r1 = (r0 + tile_rows).min(all_rows);
+        let (dst, tail) = rest.split_at_mut((geo.row_start(r1) - geo.row_start(r0)) * ow * cout);
+        rest = tail;
+        tasks.push((r0..r1, dst));
+    }
+    let nested = tasks.len() < rayon::current_num_threads();
+    tasks.into_par_iter().for_each(|(rows, dst)| {
+        let o0 = geo.row_start(rows.start) * ow * cout;
+        if nested {
+            // Few tasks: buffers of the task's own (the thread-local ones could be borrowed again
+            // by a task this thread steals while it waits for the products).
+            let n_tiles = rows.len() * geo.tiles_x;
+            let (mut v, mut m) = (vec![0f32; 16 * n_tiles * p.cin], vec![0f32; 16 * n_tiles * cout]);
+            task(x, p, &geo, rows, dst, &mut v, &mut m, true);
+        } else {
+            SCRATCH.with_borrow_mut(|(v, m)| task(x, p, &geo, rows, dst, v, m, false));
+        }
+        let res = residual.map(|r| &r.data[o0..o0 + dst.len()]);
+        epilogue(dst, cout, bias, res, relu);
     });
     Nhwc { n: x.n, h: oh, w: ow, c: cout, data: out }
+}
+
+/// Output size and tiling of one convolution.
+struct Geometry {
+    oh: usize,
+    ow: usize,
+    tiles_y: usize,
+    tiles_x: usize,
+    upsample: bool,
+}
+
+impl Geometry {
+    /// The first output row (counted across the batch) of global tile row `r`; rows of tiles are
+    /// numbered image after image, so consecutive tile rows own consecutive output rows.
+    fn row_start(&self, r: usize) -> usize {
+        (r / self.tiles_y) * self.oh + 2 * (r % self.tiles_y)
+    }
+}
+
+/// One task: the tiles of global tile rows `rows`, transformed into `v`, multiplied into `m`
+/// (the 16 products in parallel when `parallel`), transformed back into `dst`.
+#[allow(clippy::too_many_arguments)]
+fn task(
+    x: &Nhwc,
+    p: &WinogradWeights,
+    geo: &Geometry,
+    rows: std::ops::Range<usize>,
+    dst: &mut [f32],
+    v: &mut Vec<f32>,
+    m: &mut Vec<f32>,
+    parallel: bool,
+) {
+    let (cin, cout, tiles_x) = (p.cin, p.cout, geo.tiles_x);
+    let n_tiles = rows.len() * tiles_x;
+    v.resize(v.len().max(16 * n_tiles * cin), 0.0);
+    m.resize(m.len().max(16 * n_tiles * cout), 0.0);
+    let (v, m) = (&mut v[..16 * n_tiles * cin], &mut m[..16 * n_tiles * cout]);
+    let zeros = vec![0f32; cin];
+    let img_in = x.h * x.w * cin;
+    let base = geo.row_start(rows.start);
+    for tile in 0..n_tiles {
+        let r = rows.start + tile / tiles_x;
+        let (b, ty, tx) = (r / geo.tiles_y, r % geo.tiles_y, tile % tiles_x);
+        let src = &x.data[b * img_in..(b + 1) * img_in];
+        // The 16 input pixels of the patch (zeros outside the image; nearest x2 upsampling folded
+        // into the index).
+        let patch: [&[f32]; 16] = std::array::from_fn(|k| {
+            let iy = (2 * ty + k / 4) as isize - 1;
+            let ix = (2 * tx + k % 4) as isize - 1;
+            if iy < 0 || ix < 0 || iy >= geo.oh as isize || ix >= geo.ow as isize {
+                return &zeros[..];
+            }
+            let (sy, sx) = if geo.upsample { (iy as usize / 2, ix as usize / 2) } else { (iy as usize, ix as usize) };
+            let s = (sy * x.w + sx) * cin;
+            &src[s..s + cin]
+        });
+        input_transform(v, &patch, tile, n_tiles, cin);
+    }
+    let product = |xi: usize, mx: &mut [f32]| {
+        // SAFETY: M_ξ is n_tiles x cout, V_ξ n_tiles x cin, U_ξ cin x cout, all row-major inside
+        // their buffers; `mx` is M_ξ alone.
+        unsafe {
+            gemm_st(
+                n_tiles,
+                cout,
+                cin,
+                mx.as_mut_ptr(),
+                cout,
+                v.as_ptr().add(xi * n_tiles * cin),
+                cin,
+                1,
+                p.u.as_ptr().add(xi * cin * cout),
+                cout,
+                1,
+                1.0,
+            )
+        };
+    };
+    if parallel {
+        m.par_chunks_mut(n_tiles * cout).enumerate().for_each(|(xi, mx)| product(xi, mx));
+    } else {
+        m.chunks_mut(n_tiles * cout).enumerate().for_each(|(xi, mx)| product(xi, mx));
+    }
+    for tile in 0..n_tiles {
+        let r = rows.start + tile / tiles_x;
+        let (ty, tx) = (r % geo.tiles_y, tile % tiles_x);
+        // The tile's rows in `dst`, clipped at its image's last row.
+        let y0 = geo.row_start(r) - base;
+        let valid = (geo.oh - 2 * ty).min(2);
+        output_transform(dst, m, tile, n_tiles, cout, (y0, 2 * tx), (y0 + valid, geo.ow));
+    }
 }
 
 /// Channels per step of the transforms: one 16-float vector per patch position.
@@ -248,7 +308,21 @@ mod tests {
             (1, 34, 37, 32, 40, false, true, true),
             (1, 17, 300, 12, 20, false, false, false),
             (2, 6, 5, 64, 48, true, true, false),
+            // Tasks whose tile rows span images: one task for all three images; tasks of three
+            // tile rows over images of four (an odd height: each image's last row is half a tile).
+            (3, 7, 6, 16, 8, false, true, true),
+            (2, 7, 80, 8, 8, false, true, false),
         ];
+        // One thread (the products in turn) and four (more threads than tasks: the products in
+        // parallel, on buffers of the task's own).
+        for threads in [1, 4] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| check_cases(&cases));
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn check_cases(cases: &[(usize, usize, usize, usize, usize, bool, bool, bool)]) {
         for (i, &(n, h, w, cin, cout, up, res, relu)) in cases.iter().enumerate() {
             let x = Nhwc { n, h, w, c: cin, data: lcg(10 + i as u64, n * h * w * cin) };
             let wt = lcg(20 + i as u64, cout * cin * 9);
