@@ -26,8 +26,8 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use str0m::change::SdpOffer;
-use str0m::format::Codec;
-use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid};
+use str0m::format::{Codec, PayloadParams};
+use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid, Pt};
 use str0m::net::{Protocol, Receive};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
 
@@ -255,6 +255,21 @@ struct Easing {
     /// The render's first frame that is its own again.
     resume: usize,
     from: Vec<u8>,
+}
+
+/// The payload type the frames go out as, of those the peer's offer and this side share: H.264
+/// in packetization mode 1 (FU-A: a frame larger than a packet is split) and a baseline
+/// profile, which is what OpenH264 writes (constrained baseline), before other profiles (a
+/// browser's offer lists main and high too, and any order); mode 0 only if nothing else.
+fn video_pt<'a>(params: impl Iterator<Item = &'a PayloadParams>) -> Option<Pt> {
+    params
+        .filter(|p| p.spec().codec == Codec::H264)
+        .min_by_key(|p| {
+            let f = &p.spec().format;
+            let baseline = f.profile_level_id.is_some_and(|id| id >> 16 == 0x42);
+            (f.packetization_mode != Some(1), !baseline)
+        })
+        .map(|p| p.pt())
 }
 
 /// `from` eased toward `to` by weight `w` (0: from, 1: to), byte by byte over the NV12 planes.
@@ -516,12 +531,7 @@ impl Running {
                     Frequency::NINETY_KHZ,
                 );
                 if let Some(w) = self.rtc.writer(mid) {
-                    let pt = w
-                        .payload_params()
-                        .find(|p| p.spec().codec == Codec::H264 && p.spec().format.packetization_mode == Some(1))
-                        .or_else(|| w.payload_params().find(|p| p.spec().codec == Codec::H264))
-                        .map(|p| p.pt());
-                    if let Some(pt) = pt {
+                    if let Some(pt) = video_pt(w.payload_params()) {
                         w.write(pt, due, time, unit.data).map_err(|e| anyhow!("writing a frame: {e}"))?;
                         let written = Instant::now();
                         let gap = self.last_frame_written.map(|t| (written - t).as_secs_f64() * 1e3);
@@ -544,5 +554,73 @@ impl Running {
             self.stats().next_frame = self.next_frame as u64;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chromium 156's offer from the page's live mode (two `recvonly` transceivers; this one
+    /// taken after ICE gathering, so it holds an mDNS host candidate): VP8, VP9, AV1, H.264 in
+    /// six profile and packetization-mode pairs, rtx, red, ulpfec, flexfec; Opus, red, G.722...
+    const CHROMIUM_OFFER: &str = include_str!("testdata/chromium_156_offer.sdp");
+
+    fn loopback() -> NetConfig {
+        NetConfig { bind: [127, 0, 0, 1].into(), public_ip: None, ports: None }
+    }
+
+    /// The lines of the answer's media section `m` (0 video, 1 audio).
+    fn section(answer: &str, m: usize) -> Vec<&str> {
+        answer.split("\r\nm=").nth(m + 1).unwrap().lines().collect()
+    }
+
+    #[test]
+    fn a_chromium_offer_is_answered_with_h264_packetization_mode_1_baseline_and_opus() {
+        let (mut wire, answer) = Wire::accept(CHROMIUM_OFFER, &loopback()).unwrap();
+        // ICE-lite, the browser's BUNDLE kept, DTLS with the browser as client, rtcp-mux.
+        for line in ["a=ice-lite", "a=group:BUNDLE 0 1", "a=setup:passive"] {
+            assert!(answer.lines().any(|l| l == line), "no {line} in\n{answer}");
+        }
+        let (video, audio) = (section(&answer, 0), section(&answer, 1));
+        for s in [&video, &audio] {
+            assert!(s.contains(&"a=sendonly") && s.contains(&"a=rtcp-mux"), "{s:?}");
+        }
+        // Only what this side sends: H.264 (and its rtx), Opus.
+        let codecs = |s: &[&str]| -> Vec<String> {
+            s.iter()
+                .filter_map(|l| l.strip_prefix("a=rtpmap:"))
+                .map(|l| l.split([' ', '/']).nth(1).unwrap().to_string())
+                .collect()
+        };
+        assert!(codecs(&video).iter().all(|c| c == "H264" || c == "rtx"), "{video:?}");
+        assert_eq!(codecs(&audio), ["opus"]);
+        // The frames go out as baseline in packetization mode 1: the offer's 102 (42001f).
+        let w = wire.rtc.writer(Mid::from("0")).unwrap();
+        let pt = video_pt(w.payload_params()).unwrap();
+        let p = w.payload_params().find(|p| p.pt() == pt).unwrap();
+        assert_eq!(p.spec().format.packetization_mode, Some(1));
+        assert_eq!(p.spec().format.profile_level_id.map(|id| id >> 16), Some(0x42));
+        assert_eq!(*pt, 102);
+    }
+
+    #[test]
+    fn frames_go_out_as_baseline_in_packetization_mode_1_whatever_the_offers_order() {
+        use str0m::format::{CodecSpec, FormatParams};
+        let h264 = |pt: u8, profile: u32, mode: u8| {
+            let format = FormatParams {
+                profile_level_id: Some(profile),
+                packetization_mode: Some(mode),
+                ..FormatParams::default()
+            };
+            let spec = CodecSpec { codec: Codec::H264, clock_rate: Frequency::NINETY_KHZ, channels: None, format };
+            PayloadParams::new(Pt::from(pt), None, spec)
+        };
+        // Safari lists high first; single-NAL mode cannot carry a frame larger than a packet.
+        let offered = [h264(96, 0x640c1f, 1), h264(97, 0x42e01f, 0), h264(98, 0x4d001f, 1), h264(99, 0x42e01f, 1)];
+        assert_eq!(video_pt(offered.iter()), Some(Pt::from(99)));
+        assert_eq!(video_pt(offered[..3].iter()), Some(Pt::from(96)), "mode 1 before a baseline profile");
+        assert_eq!(video_pt(offered[1..2].iter()), Some(Pt::from(97)), "mode 0 if nothing else");
+        assert_eq!(video_pt([].iter()), None);
     }
 }
