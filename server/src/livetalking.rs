@@ -7,9 +7,10 @@
 //! `data` for `/is_speaking`), or `{"code": -1, "msg": "..."}` for an error; `/offer` answers
 //! `{"sdp", "type": "answer", "sessionid"}`. The session id is a string of six digits (LiveTalking
 //! sends a UUID string now, a six-digit integer before): requests may give it as a string or an
-//! integer, and may give cadence's own session id instead. What cadence has no engine for is an
-//! error: `/human` with text to speak (no text to speech in this build) and `type: "chat"` (no
-//! LLM). The routes take the bearer token like every other (`--token`).
+//! integer, and may give cadence's own session id instead. `/human` with `type: "echo"` speaks its
+//! text through libespeak-ng where the server has it (as `/v1/sessions/{id}/speak`), and says
+//! why not where it has not; `type: "chat"` is an error (cadence has no LLM). The routes take the
+//! bearer token like every other (`--token`).
 
 use crate::error::ApiError;
 use crate::generate::rejected;
@@ -27,9 +28,9 @@ use std::sync::Arc;
 /// The message LiveTalking answers for an unknown session id.
 pub const SESSION_NOT_FOUND: &str = "session not found";
 
-/// `/human`'s answer to text: cadence cannot speak it.
-pub const NO_TTS: &str = "text-to-speech is not available in cadence (this build has no TTS engine): \
-    send the speech as audio with POST /humanaudio (multipart: file, a WAV; sessionid)";
+/// `/human`'s answer to text where libespeak-ng cannot be loaded.
+pub const NO_TTS: &str = "text-to-speech is not available on this server (it needs libespeak-ng: \
+    apt-get install libespeak-ng1): send the speech as audio with POST /humanaudio (multipart: file, a WAV; sessionid)";
 
 /// `/human`'s answer to `type: "chat"`.
 pub const NO_CHAT: &str = "chat is not available in cadence (it has no LLM and no text-to-speech): \
@@ -155,7 +156,8 @@ pub async fn offer(State(state): State<AppState>, body: Result<Bytes, BytesRejec
 }
 
 /// `POST /human`: `{"sessionid", "text", "type": "echo" | "chat", "interrupt"}`. The interrupt is
-/// done; text to speak is an error (no text to speech, no LLM).
+/// done first; `echo` text is spoken (libespeak-ng) after what is queued; `chat` is an error
+/// (no LLM).
 pub async fn human(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Json<Value> {
     let (p, s) = match addressed(&state, body) {
         Ok(x) => x,
@@ -170,7 +172,14 @@ pub async fn human(State(state): State<AppState>, body: Result<Bytes, BytesRejec
     match p.get("type").and_then(Value::as_str) {
         // Nothing to say: done (the interrupt, if asked for).
         Some("echo" | "chat") if text.is_empty() => ok(None),
-        Some("echo") => fail(NO_TTS),
+        Some("echo") => {
+            let request = sessions::SpeakRequest { text: text.to_string(), voice: None, words_per_minute: None };
+            match sessions::speak_text(&s, request).await {
+                Ok(_) => ok(None),
+                Err(e) if e.code == "tts_unavailable" => fail(NO_TTS),
+                Err(e) => from_api(e),
+            }
+        }
         Some("chat") => fail(NO_CHAT),
         Some(t) => fail(format!("type: echo (speak the text) or chat (answer it), not {t:?}")),
         None => fail("type: echo (speak the text) or chat (answer it)"),

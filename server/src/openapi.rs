@@ -121,7 +121,7 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/v1/sessions",
-        summary: "Start a live WebRTC session (JSON: sdp, the browser's offer to receive video and audio; type \"offer\"; avatar_id, else the default avatar; stride 1..=12, default 3; decoder): the SDP answer and the session (Location: /v1/sessions/{id}). H.264 and Opus over ICE-lite; the avatar idles at rest until audio is sent",
+        summary: "Start a live WebRTC session (JSON: sdp, the browser's offer to receive video and audio; type \"offer\"; avatar_id, else the default avatar; stride 1..=12, default 12; decoder; infill, image (default) or latent): the SDP answer and the session (Location: /v1/sessions/{id}). H.264 and Opus over ICE-lite; the avatar idles at rest until audio is sent",
         responses: &[
             (201, "the session with sdp (the answer) and type \"answer\""),
             (400, "malformed JSON"),
@@ -161,8 +161,16 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/v1/sessions/{id}/speak",
-        summary: "Speak text (needs libespeak-ng, not linked in this build: 501)",
-        responses: &[(404, "unknown session"), (501, "no text to speech in this build")],
+        summary: "Speak text with libespeak-ng and queue the speech as /audio does (JSON: text, voice, default en-us, words_per_minute 80..=450, default 150; or the body itself as UTF-8 text; text that starts with <speak is SSML)",
+        responses: &[
+            (200, "start_s, duration_s, queued_audio_s"),
+            (400, "malformed JSON"),
+            (404, "unknown session"),
+            (410, "the session has ended"),
+            (422, "empty text, over 2000 characters, not UTF-8, a rate outside 80..=450, an unknown voice or field"),
+            (429, "more than --session-max-queued-seconds would wait (Retry-After)"),
+            (501, "tts_unavailable: libespeak-ng cannot be loaded on this server (Debian: libespeak-ng1)"),
+        ],
     },
     Route {
         method: "post",
@@ -179,8 +187,8 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/human",
-        summary: "LiveTalking-compatible: text for a session (JSON: sessionid, text, type echo or chat, interrupt). interrupt: true interrupts; text to speak is refused (no text to speech, no LLM in this build: send audio to /humanaudio)",
-        responses: &[(200, "{\"code\": 0, \"msg\": \"ok\"} with no text to speak; {\"code\": -1, \"msg\"} for text (no TTS or LLM), an unknown session or a malformed body")],
+        summary: "LiveTalking-compatible: text for a session (JSON: sessionid, text, type echo or chat, interrupt). interrupt: true interrupts first; echo text is spoken by libespeak-ng as /v1/sessions/{id}/speak speaks it; chat is refused (no LLM)",
+        responses: &[(200, "{\"code\": 0, \"msg\": \"ok\"} with nothing to speak or the echo text queued; {\"code\": -1, \"msg\"} for chat, echo text without libespeak-ng, an unknown session or a malformed body")],
     },
     Route {
         method: "post",
@@ -295,7 +303,7 @@ fn livetalking_body(path: &str) -> Option<Value> {
         "/offer" => json!({"type": "object", "required": ["sdp"], "properties": {
             "sdp": {"type": "string"}, "type": {"type": "string", "enum": ["offer"]},
             "avatar": {"type": "string", "description": "a registered avatar's id"},
-            "stride": {"type": "integer", "minimum": 1, "maximum": 12, "default": 3},
+            "stride": {"type": "integer", "minimum": 1, "maximum": 12, "default": 12},
             "decoder": {"type": "string", "enum": ["taesd", "full_vae"]}}}),
         "/human" => json!({"type": "object", "required": ["sessionid", "type"], "properties": {
             "sessionid": sessionid, "text": {"type": "string"}, "type": {"type": "string", "enum": ["echo", "chat"]},
@@ -341,6 +349,9 @@ pub fn document() -> Value {
         if r.path.contains("{id}") {
             let pattern = if r.path.starts_with("/v1/jobs/") {
                 format!("^[0-9a-f]{{{}}}$", crate::jobs::ID_LEN)
+            } else if r.path.starts_with("/v1/sessions/") {
+                // `s-` and the request id that started the session.
+                "^s-[0-9a-f]+-[0-9a-f]+$".to_string()
             } else {
                 "^[0-9a-f]{64}$".to_string()
             };

@@ -8,6 +8,9 @@
 //! the clock: the live render's part and lookahead, plus `--session-margin-ms` for the render
 //! itself, so that a frame is made before its time on the wire.
 //!
+//! Text sent to `/speak` is spoken by libespeak-ng, loaded at run time as `render --text` does
+//! (`cadence::schedules::espeak`): a server without it answers 501 `tts_unavailable`.
+//!
 //! Sessions do not take render slots (they last as long as their peer stays); their number is
 //! bounded by `--max-sessions`. A session ends when its peer leaves (ICE consent stops, or
 //! DTLS closes), when it is deleted, when no audio came for `--session-idle-seconds` while it
@@ -26,6 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cadence::frame_loop::live::{LiveOptions, LiveTarget};
 use cadence::frame_loop::{Cancelled, RenderOptions};
+use cadence::schedules::espeak;
 use cadence_live::{NetConfig, QueueError, Session, StartError, WireConfig};
 use cadence_media::FrameRate;
 use serde_json::json;
@@ -537,30 +541,138 @@ pub async fn audio(
     let pcm = tokio::task::spawn_blocking(move || speech_of(&headers, &body))
         .await
         .map_err(|e| ApiError::internal("a worker thread failed", e))??;
+    queue(&s, &pcm).map(Json)
+}
+
+/// Queues 16 kHz speech on a session: when it starts, how long it is, and what waits.
+fn queue(s: &LiveSession, pcm: &[i16]) -> Result<serde_json::Value, ApiError> {
     let guard = s.session.lock().unwrap();
-    let session = guard.as_ref().ok_or_else(|| ended(&id))?;
-    let start = session.speak(&pcm).map_err(|e| match e {
+    let session = guard.as_ref().ok_or_else(|| ended(&s.id))?;
+    let start = session.speak(pcm).map_err(|e| match e {
         QueueError::Full { .. } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "audio_queue_full", e.to_string())
             .with_retry_after(session.timeline().queued_seconds().ceil() as u64),
-        QueueError::Closed => ended(&id),
+        QueueError::Closed => ended(&s.id),
     })?;
     *s.last_audio.lock().unwrap() = Instant::now();
-    Ok(Json(json!({
-        "session_id": id,
+    Ok(json!({
+        "session_id": s.id,
         "start_s": start,
         "duration_s": pcm.len() as f64 / 16_000.0,
         "queued_audio_s": session.timeline().queued_seconds(),
-    })))
+    }))
 }
 
-/// `POST /v1/sessions/{id}/speak`: text to speech is not in this build.
-pub async fn speak(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    state.sessions.get(&id)?;
-    Err(ApiError::new(
+/// The most text one `/speak` request may hold: about two minutes of speech at the default
+/// rate, what `--session-max-queued-seconds` holds by default; longer text would be spoken
+/// (at the server's cost) only to be refused.
+pub const MAX_TEXT_CHARS: usize = 2000;
+
+/// What `/speak` says: `{"text", "voice"?, "words_per_minute"?}` as JSON, or the body itself as
+/// UTF-8 text with any other Content-Type. Text that starts with `<speak` is SSML
+/// (`<break time="500ms"/>` for a pause).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeakRequest {
+    pub text: String,
+    /// An espeak-ng voice (default `en-us`).
+    pub voice: Option<String>,
+    /// 80 to 450 (default 150).
+    pub words_per_minute: Option<u32>,
+}
+
+fn speak_of(headers: &HeaderMap, body: &[u8]) -> Result<SpeakRequest, ApiError> {
+    let kind = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if kind.starts_with("application/json") {
+        return serde_json::from_slice(body).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => ApiError::invalid("invalid_field", format!("{e}")),
+            _ => ApiError::bad_request(format!("the body is not JSON: {e}")),
+        });
+    }
+    let text = std::str::from_utf8(body).map_err(|_| ApiError::invalid("invalid_text", "the text is not UTF-8"))?;
+    Ok(SpeakRequest { text: text.to_string(), voice: None, words_per_minute: None })
+}
+
+/// 422 for text there is nothing to speak in, text longer than [`MAX_TEXT_CHARS`], or a rate
+/// espeak-ng does not take.
+fn check(r: &SpeakRequest) -> Result<(), ApiError> {
+    if r.text.trim().is_empty() {
+        return Err(ApiError::invalid("empty_text", "text: there is nothing to speak"));
+    }
+    if r.text.chars().count() > MAX_TEXT_CHARS {
+        return Err(ApiError::invalid(
+            "text_too_long",
+            format!("text: at most {MAX_TEXT_CHARS} characters a request (send the rest after)"),
+        ));
+    }
+    if r.text.contains('\0') {
+        return Err(ApiError::invalid("invalid_text", "the text contains a NUL character"));
+    }
+    let rate = r.words_per_minute.unwrap_or(espeak::DEFAULT_RATE_WPM);
+    if !(80..=450).contains(&rate) {
+        return Err(ApiError::invalid("invalid_rate", "words_per_minute: 80 to 450"));
+    }
+    Ok(())
+}
+
+/// Text spoken by libespeak-ng, resampled to the timeline's 16 kHz: 501 `tts_unavailable`
+/// when the library cannot be loaded here, 422 for a voice it does not have.
+fn synthesise(r: &SpeakRequest) -> Result<Vec<i16>, ApiError> {
+    if !espeak::available() {
+        return Err(tts_unavailable());
+    }
+    let voice = r.voice.as_deref().unwrap_or(espeak::DEFAULT_VOICE);
+    if voice.is_empty() || voice.contains('\0') {
+        return Err(ApiError::invalid("invalid_voice", "voice: an espeak-ng voice name, such as en-us"));
+    }
+    let rate = r.words_per_minute.unwrap_or(espeak::DEFAULT_RATE_WPM);
+    let speech = espeak::speak(&r.text, voice, rate).map_err(|e| {
+        let m = format!("{e:#}");
+        if m.contains("has no voice") {
+            ApiError::invalid("invalid_voice", m)
+        } else {
+            ApiError::internal("speaking the text", m)
+        }
+    })?;
+    // The same resampler as `render --text`'s (its speech is read through a WAV).
+    let mono: Vec<f32> = speech.samples.iter().map(|&v| v as f32 / 32768.0).collect();
+    let mono = cadence_media::audio::resample(&mono, speech.sample_rate, 16_000)
+        .map_err(|e| ApiError::internal("resampling the speech", format!("{e:#}")))?;
+    Ok(mono.iter().map(|&v| (v.clamp(-1.0, 1.0) * 32767.0).round() as i16).collect())
+}
+
+fn tts_unavailable() -> ApiError {
+    ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
         "tts_unavailable",
-        "text to speech needs libespeak-ng, which this build does not link: send the speech as audio (POST /v1/sessions/{id}/audio)",
-    ))
+        format!(
+            "text to speech needs libespeak-ng, which could not be loaded on this server (Debian: apt-get install {}): \
+             send the speech as audio (POST /v1/sessions/{{id}}/audio)",
+            espeak::PACKAGE
+        ),
+    )
+}
+
+/// `POST /v1/sessions/{id}/speak`: speaks the text with libespeak-ng and queues the speech as
+/// `/audio` does.
+pub async fn speak(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let s = state.sessions.get(&id)?;
+    let request = speak_of(&headers, &body)?;
+    speak_text(&s, request).await.map(Json)
+}
+
+/// Speaks `request` (off the runtime: libespeak-ng takes one synthesis at a time) and queues
+/// it on `s`.
+pub(crate) async fn speak_text(s: &LiveSession, request: SpeakRequest) -> Result<serde_json::Value, ApiError> {
+    check(&request)?;
+    let pcm = tokio::task::spawn_blocking(move || synthesise(&request))
+        .await
+        .map_err(|e| ApiError::internal("a worker thread failed", e))??;
+    queue(s, &pcm)
 }
 
 /// Ends sessions whose peer left or that idled, every second, for as long as the server lives.
