@@ -65,7 +65,7 @@ thread_local! {
 /// y = conv3x3(upsample2?(x)) + bias (+ residual), then ReLU if `relu`: stride 1, padding 1,
 /// the same contract as [`crate::conv::conv3x3`].
 ///
-/// Tiles are counted across the batch: a task takes about [`TILES`] tiles in whole rows of tiles,
+/// Tiles are counted across the batch: a task takes about 128 tiles (`TILES`) in whole rows of tiles,
 /// which may span images. At the UNet's 4x4 and 8x8 levels (1280 channels, 4 and 16 tiles an
 /// image) a task per image multiplied 4-16 rows by the whole of U (105 MB at 1280 channels) once
 /// per image; across the batch U is read once a layer. When there are fewer tasks than threads,
