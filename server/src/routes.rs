@@ -62,8 +62,9 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The page for people: one file, no external assets (it renders with `stream=fmp4` and plays
-/// the stream with Media Source Extensions).
+/// The page for people: one file, no external assets. Its file mode renders with `stream=fmp4`
+/// and plays the stream with Media Source Extensions; its live mode opens a WebRTC session
+/// (`/v1/sessions`) and plays the received H.264 and Opus.
 pub const PAGE: &str = include_str!("page.html");
 
 async fn page() -> axum::response::Html<&'static str> {
