@@ -28,6 +28,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cadence::frame_loop::live::{LiveOptions, LiveTarget};
+use cadence::frame_loop::stride_governor::StrideGovernor;
 use cadence::frame_loop::{Cancelled, RenderOptions};
 use cadence::schedules::espeak;
 use cadence_live::{NetConfig, QueueError, Session, StartError, WireConfig};
@@ -70,7 +71,7 @@ pub struct LiveSession {
     created: Instant,
     /// When audio was last queued (or the session made).
     last_audio: Mutex<Instant>,
-    stride: usize,
+    stride: SessionStride,
     infill: &'static str,
     decoder: &'static str,
     delay: Duration,
@@ -209,7 +210,9 @@ impl LiveSession {
             "interrupt_latency_ms": wire.and_then(|w| w.interrupt_latency_ms),
             "eased_frames": wire.map_or(0, |w| w.eased_frames),
             "discarded_frames": wire.map_or(0, |w| w.discarded_frames),
-            "stride": self.stride,
+            "stride": self.stride.current(),
+            "stride_mode": match self.stride { SessionStride::Fixed(_) => "fixed", SessionStride::Auto(_) => "auto" },
+            "stride_changes": match &self.stride { SessionStride::Fixed(_) => 0, SessionStride::Auto(g) => g.changes() },
             "infill": self.infill,
             "decoder": self.decoder,
             "fps": FPS,
@@ -232,7 +235,8 @@ pub struct Offer {
     #[serde(rename = "type")]
     pub kind: Option<String>,
     pub avatar_id: Option<String>,
-    /// A fixed stride (1 to 12), or `"auto"` (not yet built: 501).
+    /// A fixed stride (1 to 12), or `"auto"`: chosen part by part from the rates the session's
+    /// own parts measure (`cadence::frame_loop::stride_governor`).
     pub stride: Option<serde_json::Value>,
     /// `taesd` (default) or `full_vae`.
     pub decoder: Option<String>,
@@ -265,19 +269,41 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
 /// smaller strides.
 pub const DEFAULT_STRIDE: usize = 12;
 
-fn stride_of(v: Option<&serde_json::Value>) -> Result<usize, ApiError> {
+/// The largest stride a session runs at, named or chosen.
+pub const MAX_STRIDE: usize = 12;
+
+/// What a request asks of the stride.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StrideRequest {
+    Fixed(usize),
+    Auto,
+}
+
+/// A session's stride: named, or chosen by its governor.
+enum SessionStride {
+    Fixed(usize),
+    Auto(Arc<StrideGovernor>),
+}
+
+impl SessionStride {
+    fn current(&self) -> usize {
+        match self {
+            SessionStride::Fixed(k) => *k,
+            SessionStride::Auto(g) => g.stride(),
+        }
+    }
+}
+
+fn stride_of(v: Option<&serde_json::Value>) -> Result<StrideRequest, ApiError> {
+    let invalid = || ApiError::invalid("invalid_stride", "stride: a whole number from 1 to 12, or \"auto\"");
     match v {
-        None => Ok(DEFAULT_STRIDE),
+        None => Ok(StrideRequest::Fixed(DEFAULT_STRIDE)),
         Some(serde_json::Value::Number(n)) => match n.as_u64() {
-            Some(k @ 1..=12) => Ok(k as usize),
-            _ => Err(ApiError::invalid("invalid_stride", "stride: a whole number from 1 to 12, or \"auto\"")),
+            Some(k @ 1..=12) => Ok(StrideRequest::Fixed(k as usize)),
+            _ => Err(invalid()),
         },
-        Some(serde_json::Value::String(s)) if s == "auto" => Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "stride \"auto\" (choosing the stride from measured rates) is not built yet: name a stride",
-        )),
-        Some(_) => Err(ApiError::invalid("invalid_stride", "stride: a whole number from 1 to 12, or \"auto\"")),
+        Some(serde_json::Value::String(s)) if s == "auto" => Ok(StrideRequest::Auto),
+        Some(_) => Err(invalid()),
     }
 }
 
@@ -332,7 +358,7 @@ pub(crate) async fn start(
     }
     // The offer is checked before the avatar is prepared: a bad one costs nothing.
     cadence_live::parse_offer(&offer.sdp).map_err(start_error)?;
-    let stride = stride_of(offer.stride.as_ref())?;
+    let stride_request = stride_of(offer.stride.as_ref())?;
     let decoder = match offer.decoder.as_deref() {
         None => cadence::musetalk::DecoderKind::Taesd,
         Some(s) => crate::options::parse_decoder(s)
@@ -373,9 +399,30 @@ pub(crate) async fn start(
     };
     // Parts of two strides: a part renders the keyframe that ends it twice (it starts the
     // next), so one stride a part would double the UNet's work; longer parts delay speech.
-    let part = 2 * stride;
+    // `auto` keeps the parts of the largest stride (every stride it chooses divides them), so
+    // its delay is the default stride's.
+    let (stride, part) = match stride_request {
+        StrideRequest::Fixed(k) => (k, 2 * k),
+        StrideRequest::Auto => (MAX_STRIDE, 2 * MAX_STRIDE),
+    };
     let live = LiveOptions::new(stride, Some(part), &opts)
         .map_err(|e| ApiError::invalid("invalid_stride", format!("{e:#}")))?;
+    let stride = match stride_request {
+        StrideRequest::Fixed(k) => SessionStride::Fixed(k),
+        StrideRequest::Auto => SessionStride::Auto(Arc::new(
+            StrideGovernor::new(
+                live.part_frames,
+                MAX_STRIDE,
+                FPS as f64,
+                infill == cadence::musetalk::MuseTalkInfill::Image,
+            )
+            .map_err(|e| ApiError::internal("the stride governor", format!("{e:#}")))?,
+        )),
+    };
+    let governor = match &stride {
+        SessionStride::Auto(g) => Some(g.clone()),
+        SessionStride::Fixed(_) => None,
+    };
     let delay = Duration::from_secs_f64((live.part_frames + 1 + live.lookahead_frames) as f64 / FPS as f64) + c.margin;
     let comp = &prepared.compositors[0];
     let (width, height) = (comp.width, comp.height);
@@ -408,6 +455,7 @@ pub(crate) async fn start(
                 &set.backend,
                 &opts,
                 live,
+                governor.as_deref(),
                 &prepared,
                 stream,
                 LiveTarget::<std::io::Sink>::Frames(&mut send),

@@ -51,9 +51,10 @@ struct Args {
     /// The server's --session-margin-ms.
     #[arg(long, default_value_t = 300)]
     margin_ms: u64,
-    /// The sessions' stride [default: the server's default for a session].
-    #[arg(long)]
-    stride: Option<u32>,
+    /// The sessions' stride: 1 to 12, or `auto` (each session chooses its own from the rates
+    /// its parts measure) [default: the server's default for a session].
+    #[arg(long, value_parser = parse_stride)]
+    stride: Option<Value>,
     /// The `cadence` binary [default: `cadence` beside this binary, built by
     /// `cargo build --release -p cadence-cli`].
     #[arg(long)]
@@ -67,7 +68,12 @@ struct Args {
 struct Row {
     sessions: usize,
     session: usize,
+    /// The stride the session started at, `fixed` or `auto`, and (auto) where it ended and how
+    /// many times it changed.
     stride: u64,
+    stride_mode: String,
+    final_stride: u64,
+    stride_changes: u64,
     delay_ms: f64,
     seconds: f64,
     chunks: usize,
@@ -144,6 +150,7 @@ fn run(a: Args) -> Result<()> {
     }
     let mut prov = prov.context("no run")?;
     prov.note("chunk_ms", a.chunk_ms.to_string());
+    prov.note("stride", a.stride.as_ref().map_or("the server's default".to_string(), |k| k.to_string()));
     prov.note("audio", "experiments/assets/newscast_25s6.wav looped, a 3 s pause every 15 s");
     prov.note("receiver", "cadence_live::receiver (str0m over loopback UDP, OpenH264 and opus-rs decoding)");
     let csv = out.join("live_sessions.csv");
@@ -169,9 +176,13 @@ fn run(a: Args) -> Result<()> {
     println!("live_sessions: wrote {}, {} and {}", csv.display(), files.png.display(), files.svg.display());
     for r in &rows {
         println!(
-            "  {} session(s), #{}: audio to mouth p50 {:.0} / p95 {:.0} ms ({}), largest gap {:.1} ms ({}; on the wire {:.1} ms), repeated {:.2}% ({}), skew {:.1} ms ({}), interrupt p95 {:.1} ms ({}), one more session: {} ({})",
+            "  {} session(s), #{}: stride {} ({} -> {}, {} changes), audio to mouth p50 {:.0} / p95 {:.0} ms ({}), largest gap {:.1} ms ({}; on the wire {:.1} ms), repeated {:.2}% ({}), skew {:.1} ms ({}), interrupt p95 {:.1} ms ({}), one more session: {} ({})",
             r.sessions,
             r.session,
+            r.stride_mode,
+            r.stride,
+            r.final_stride,
+            r.stride_changes,
             r.audio_to_mouth_p50_ms,
             r.audio_to_mouth_p95_ms,
             verdict(r.audio_to_mouth_p95_ms <= 1000.0),
@@ -197,6 +208,17 @@ fn speech(path: &Path) -> Result<Vec<i16>> {
     Ok(audio.samples_16k.iter().map(|&v| (v.clamp(-1.0, 1.0) * 32767.0).round() as i16).collect())
 }
 
+/// `--stride`: a whole number from 1 to 12 or `auto`, as the session's JSON takes it.
+fn parse_stride(s: &str) -> Result<Value, String> {
+    match s {
+        "auto" => Ok(json!("auto")),
+        _ => match s.parse::<u32>() {
+            Ok(k @ 1..=12) => Ok(json!(k)),
+            _ => Err(format!("{s:?}: a whole number from 1 to 12, or auto")),
+        },
+    }
+}
+
 /// Runs `n` sessions at once against the server at `base`.
 fn run_sessions(a: &Args, base: &str, n: usize, clip: &[i16], http: &reqwest::blocking::Client) -> Result<Vec<Row>> {
     // Connect every session first.
@@ -205,7 +227,7 @@ fn run_sessions(a: &Args, base: &str, n: usize, clip: &[i16], http: &reqwest::bl
         let (mut peer, offer) = Receiver::offer([127, 0, 0, 1].into())?;
         let r = http
             .post(format!("{base}/v1/sessions"))
-            .json(&match a.stride {
+            .json(&match &a.stride {
                 Some(k) => json!({"sdp": offer, "type": "offer", "stride": k}),
                 None => json!({"sdp": offer, "type": "offer"}),
             })
@@ -368,6 +390,9 @@ fn row(
         sessions: n,
         session: i,
         stride: created["stride"].as_u64().unwrap_or(0),
+        stride_mode: stats["stride_mode"].as_str().unwrap_or("fixed").to_string(),
+        final_stride: stats["stride"].as_u64().unwrap_or(0),
+        stride_changes: stats["stride_changes"].as_u64().unwrap_or(0),
         delay_ms: created["delay_ms"].as_f64().unwrap_or(f64::NAN),
         seconds: a.seconds,
         chunks: m.chunks.len(),

@@ -25,6 +25,7 @@ pub mod clock;
 pub mod live;
 pub mod live_vad;
 pub mod report;
+pub mod stride_governor;
 pub mod video;
 
 use crate::avatar::cycle_index;

@@ -28,6 +28,7 @@ use crate::frame_loop::live::{
     Received, ShownSpeech,
 };
 use crate::frame_loop::live_vad::frame_sample;
+use crate::frame_loop::stride_governor::{PartMeasure, StrideGovernor};
 use crate::frame_loop::video::RenderResult;
 use crate::frame_loop::{ClipPart, RenderOptions};
 use crate::musetalk::features::FrameFeatures;
@@ -84,17 +85,32 @@ pub fn render_live<R: Read, W: Write>(
     pace: bool,
     progress: impl FnMut(usize),
 ) -> Result<RenderResult> {
-    render_live_to(engines, backend, opts, live, avatar, input, LiveTarget::Mp4 { out, encoder }, name, pace, progress)
+    render_live_to(
+        engines,
+        backend,
+        opts,
+        live,
+        None,
+        avatar,
+        input,
+        LiveTarget::Mp4 { out, encoder },
+        name,
+        pace,
+        progress,
+    )
 }
 
 /// As [`render_live`], with the frames going to `target`: a fragmented MP4, or a caller that
-/// takes each frame (a WebRTC session).
+/// takes each frame (a WebRTC session). With a `governor`, each part runs at the stride it
+/// chooses from what the parts before measured (its part length must be `live`'s); without,
+/// at `live.stride`.
 #[allow(clippy::too_many_arguments)]
 pub fn render_live_to<R: Read, W: Write>(
     engines: &Engines,
     backend: &Backend,
     opts: &RenderOptions,
     live: LiveOptions,
+    governor: Option<&StrideGovernor>,
     avatar: &PreparedAvatar,
     input: AudioStream<R>,
     target: LiveTarget<'_, W>,
@@ -104,8 +120,14 @@ pub fn render_live_to<R: Read, W: Write>(
 ) -> Result<RenderResult> {
     let t0 = Instant::now();
     let fps = opts.fps;
-    let k = live.stride;
-    ensure!(k > 0 && live.part_frames > 0 && live.part_frames.is_multiple_of(k), "a part is a multiple of the stride");
+    ensure!(
+        live.stride > 0 && live.part_frames > 0 && live.part_frames.is_multiple_of(live.stride),
+        "a part is a multiple of the stride"
+    );
+    ensure!(
+        governor.is_none_or(|g| g.part_frames() == live.part_frames),
+        "the stride governor's parts are not the render's"
+    );
     let c = &avatar.compositors[0];
     let mut received = Received::new(input, &opts.vad)?;
     let track_format = received.stream.track_format();
@@ -118,6 +140,8 @@ pub fn render_live_to<R: Read, W: Write>(
     let mut a = 0; // the next frame to show: a keyframe of the stream
     loop {
         received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
+        let t_part = Instant::now();
+        let k = governor.map_or(live.stride, StrideGovernor::stride);
         let available = whole_frames(received.mono_total, fps);
         // The stream's frame count once it has ended: ceil(seconds x fps), as for a file.
         let total = received
@@ -184,6 +208,18 @@ pub fn render_live_to<R: Read, W: Write>(
         )
         .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
         add_part(&mut stats, &part_stats, &distance, shown, opts.ramp);
+        if let Some(g) = governor {
+            g.observe(&PartMeasure {
+                shown_frames: shown,
+                rendered_frames: part_len,
+                unet_evaluations: part_stats.keyframes_evaluated,
+                decoded_frames: part_stats.decoded_frames,
+                unet_ms: part_stats.times.unet_ms,
+                decoder_ms: part_stats.times.decoder_ms,
+                // Without the time the frames waited for the wire to take them.
+                compute_ms: (t_part.elapsed().as_secs_f64() * 1e3 - part_stats.times.encoder_ms).max(0.0),
+            });
+        }
 
         shown_speech.shown(a, &decided, shown);
         a += shown;
