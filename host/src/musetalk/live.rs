@@ -134,7 +134,9 @@ pub fn render_live_to<R: Read, W: Write>(
     let mut output = LiveOutput::new(target, name, (c.width, c.height), fps, track_format, pace, t0)?;
     let step = aligned_frame_step(fps);
     let ramp = opts.ramp as usize;
-    let part_opts = RenderOptions { window: None, ..opts.clone() };
+    // Windows of one stride: a part's frames go out as soon as the keyframes around them are
+    // made (with keyframe batches of `opts.batch`), not after every keyframe of the part.
+    let mut part_opts = opts.clone();
     let mut shown_speech = ShownSpeech::new(opts.ramp);
     let mut stats = stream_stats(crate::backend::resident::residency(backend, &engines.device));
     let mut a = 0; // the next frame to show: a keyframe of the stream
@@ -163,6 +165,7 @@ pub fn render_live_to<R: Read, W: Write>(
             "the stream's audio ({available} frames) does not reach past the part"
         );
         let schedule = KeyframeSchedule::fixed_stride(part_len, k)?;
+        part_opts.window = Some(k);
 
         // Voice activity for frames a.. (up to `ramp` past the part), with the reference so far.
         let known_frames = total.unwrap_or(available);
