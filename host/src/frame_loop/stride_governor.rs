@@ -266,6 +266,20 @@ mod tests {
     }
 
     #[test]
+    fn a_projection_over_budget_raises_without_waiting() {
+        let g = StrideGovernor::new(24, 12, 25.0, true).unwrap();
+        let mut k = g.stride();
+        for _ in 0..2 {
+            k = g.observe(&speech_part(&g, k, 40.0, 10.0, 2.0));
+        }
+        assert_eq!(k, 3);
+        // The first part at 3 is 1.72 times slower: it took 860 ms, under the 864 ms that
+        // counts as overloaded, but the smoothed rates (1.36 times) project 680 ms at stride 3,
+        // over the 672 ms budget: the next part is at 4 (544 ms), without settled parts.
+        assert_eq!(g.observe(&speech_part(&g, 3, 40.0 * 1.72, 10.0 * 1.72, 2.0 * 1.72)), 4);
+    }
+
+    #[test]
     fn latent_infill_counts_every_frame_decoded() {
         // Latent infill decodes all 25 frames: 25 x 20 ms = 500 ms at every stride, so only the
         // UNet's 40 ms x (24/k + 1) is left to fit in 672 - 500 = 172: k = 8 (160), not 6 (200).
