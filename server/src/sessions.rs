@@ -395,9 +395,6 @@ pub(crate) async fn start(
         window: None,
         vad: state.config.vad.vad(),
         infill,
-        // One keyframe a batch: a part's first frames wait for two UNet evaluations, not for
-        // every keyframe of the part (the session's margin must cover that wait).
-        batch: 1,
         ..RenderOptions::default()
     };
     // Parts of two strides: a part renders the keyframe that ends it twice (it starts the
