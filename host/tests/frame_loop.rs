@@ -124,22 +124,35 @@ struct Run {
     evaluated: Vec<Vec<usize>>,
     decoded: Vec<Range<usize>>,
     stats: cadence::frame_loop::RenderStats,
+    /// The last keyframe's key, as `run_carrying` hands it on.
+    last_key: Option<f32>,
 }
 
 fn run(schedule: &KeyframeSchedule, speech: &[bool], batch: usize, window: Option<usize>) -> Run {
+    run_carrying(schedule, speech, batch, window, None)
+}
+
+fn run_carrying(
+    schedule: &KeyframeSchedule,
+    speech: &[bool],
+    batch: usize,
+    window: Option<usize>,
+    carried: Option<f32>,
+) -> Run {
     let n = schedule.n_frames();
     let distance = speech_distance(speech);
     let c = compositor();
     let mut toy = Toy::new(n, batch);
     let opts = RenderOptions { batch, window, ..RenderOptions::default() };
     let mut frames = Vec::new();
-    let stats = frame_loop::run(
+    let (stats, last_key) = frame_loop::run_carrying(
         &mut toy,
         &Backend::Cpu,
         &opts,
         ClipPart::whole(&distance),
         schedule,
         std::slice::from_ref(&c),
+        carried,
         |i, f| {
             assert_eq!(i, frames.len(), "frames reach the sink in order");
             frames.push(f.to_vec());
@@ -148,7 +161,7 @@ fn run(schedule: &KeyframeSchedule, speech: &[bool], batch: usize, window: Optio
         |_| {},
     )
     .unwrap();
-    Run { frames, evaluated: toy.evaluated, decoded: toy.decoded, stats }
+    Run { frames, evaluated: toy.evaluated, decoded: toy.decoded, stats, last_key }
 }
 
 /// Speech, a pause long enough to bypass (12 frames with a ramp of 4), speech again.
@@ -223,4 +236,40 @@ fn one_frame_and_one_keyframe() {
     assert_eq!(silent.frames.len(), 9);
     assert!(silent.evaluated.is_empty() && silent.decoded.is_empty(), "silence runs no network");
     assert!(silent.frames.iter().all(|f| *f == expected_frame(&compositor(), 0.9)));
+}
+
+#[test]
+fn a_carried_key_stands_for_frame_0_and_the_last_key_is_handed_on() {
+    let n = 25;
+    let schedule = KeyframeSchedule::fixed_stride(n, 12).unwrap();
+    let speech = vec![true; n];
+    let c = compositor();
+    let plain = run(&schedule, &speech, 8, Some(12));
+    assert_eq!((plain.evaluated.concat(), plain.last_key), (vec![0, 12, 24], Some(24.0)));
+
+    // The key the part before made for frame 0 is the one the network would make: the same
+    // frames, without evaluating frame 0 again.
+    let same = run_carrying(&schedule, &speech, 8, Some(12), Some(0.0));
+    assert!(same.frames == plain.frames, "a carried key equal to frame 0's changed the frames");
+    assert_eq!(same.evaluated.concat(), vec![12, 24], "frame 0 was evaluated again");
+    assert_eq!((same.stats.keyframes_evaluated, same.last_key), (2, Some(24.0)));
+
+    // Another key: frame 0 and the frames up to keyframe 12 are made from it.
+    let other = run_carrying(&schedule, &speech, 8, Some(12), Some(100.0));
+    assert!(other.frames[0] == expected_frame(&c, 1.0), "frame 0 does not show the carried key");
+    assert!(other.frames[6] == expected_frame(&c, 0.56), "frame 6 is not between the carried key and 12");
+    assert!(other.frames[12..] == plain.frames[12..]);
+
+    // Frame 0 bypassed here: its rest key, whatever was carried; a bypassed last keyframe hands
+    // nothing on.
+    let silence_first: Vec<bool> = (0..n).map(|f| f >= 14).collect();
+    let rest = run_carrying(&schedule, &silence_first, 8, Some(12), Some(100.0));
+    assert!(rest.frames[0] == expected_frame(&c, 0.9), "a bypassed frame 0 showed the carried key");
+    let silence_last: Vec<bool> = (0..n).map(|f| f < 10).collect();
+    assert_eq!(run_carrying(&schedule, &silence_last, 8, Some(12), Some(0.0)).last_key, None);
+
+    // One frame, one keyframe: the carried key is the render's only and last key.
+    let one = run_carrying(&KeyframeSchedule::fixed_stride(1, 3).unwrap(), &[true], 8, None, Some(0.0));
+    assert!(one.evaluated.is_empty());
+    assert_eq!(one.last_key, Some(0.0));
 }

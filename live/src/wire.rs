@@ -272,9 +272,11 @@ fn video_pt<'a>(params: impl Iterator<Item = &'a PayloadParams>) -> Option<Pt> {
         .map(|p| p.pt())
 }
 
-/// `from` eased toward `to` by weight `w` (0: from, 1: to), byte by byte over the NV12 planes.
+/// `from` eased toward `to` by weight `w` (0: from, 1: to), byte by byte over the NV12 planes,
+/// rounded to nearest (half up: the values are not negative, so `+ 0.5` and truncation is
+/// `round`, without a libm call per byte that keeps the loop from vectorising).
 fn blend(from: &[u8], to: &[u8], w: f32) -> Vec<u8> {
-    from.iter().zip(to).map(|(&a, &b)| (a as f32 + (b as f32 - a as f32) * w).round() as u8).collect()
+    from.iter().zip(to).map(|(&a, &b)| (a as f32 + (b as f32 - a as f32) * w + 0.5) as u8).collect()
 }
 
 impl Running {

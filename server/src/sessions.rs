@@ -397,13 +397,13 @@ pub(crate) async fn start(
         infill,
         ..RenderOptions::default()
     };
-    // Parts of two strides: a part renders the keyframe that ends it twice (it starts the
-    // next), so one stride a part would double the UNet's work; longer parts delay speech.
-    // `auto` keeps the parts of the largest stride (every stride it chooses divides them), so
-    // its delay is the default stride's.
+    // Parts of one stride: a part starts from the key its predecessor made for its first
+    // frame (no UNet evaluation is repeated), and a shorter part is a shorter delay. `auto`
+    // keeps the parts of the largest stride (every stride it chooses divides them), so its
+    // delay is the default stride's.
     let (stride, part) = match stride_request {
-        StrideRequest::Fixed(k) => (k, 2 * k),
-        StrideRequest::Auto => (MAX_STRIDE, 2 * MAX_STRIDE),
+        StrideRequest::Fixed(k) => (k, k),
+        StrideRequest::Auto => (MAX_STRIDE, MAX_STRIDE),
     };
     let live = LiveOptions::new(stride, Some(part), &opts)
         .map_err(|e| ApiError::invalid("invalid_stride", format!("{e:#}")))?;

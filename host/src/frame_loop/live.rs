@@ -8,8 +8,9 @@
 //! - parts are [`LiveOptions::part_frames`] frames (the render window, rounded up to a multiple
 //!   of the stride), starting on keyframes of the stream's fixed-stride schedule (every k-th
 //!   frame, and the last frame, as in a file's render). A part is rendered with the keyframe
-//!   that ends it, which the next part starts from and renders again (one UNet evaluation more
-//!   per part);
+//!   that ends it, which the next part starts from: MuseTalk hands that keyframe's key on
+//!   (`frame_loop::run_carrying`: the UNet does not run on it again), Ditto renders it again
+//!   (one warp more per part);
 //! - whisper encodes, for each part, the last 30 s of audio received (the lookahead included):
 //!   one encoder pass per part instead of one per 30 s;
 //! - voice activity is decided with what has arrived ([`super::live_vad`]: Silero's

@@ -257,9 +257,29 @@ pub fn run<E: FrameEngine>(
     part: ClipPart,
     schedule: &KeyframeSchedule,
     compositors: &[Compositor],
+    sink: impl FnMut(usize, &[u8]) -> Result<()>,
+    progress: impl FnMut(usize),
+) -> Result<RenderStats> {
+    run_carrying(engine, backend, opts, part, schedule, compositors, None, sink, progress).map(|(stats, _)| stats)
+}
+
+/// As [`run`], for one part of a live stream that starts on the keyframe the part before ended
+/// on: `carried` is that keyframe's key as the part before made it (the keyframe network does
+/// not run on frame 0 again, unless frame 0 is bypassed here, when its rest key is used), and
+/// the key of this part's last keyframe comes back for the next part (`None` where the network
+/// did not make it: bypassed).
+#[allow(clippy::too_many_arguments)]
+pub fn run_carrying<E: FrameEngine>(
+    engine: &mut E,
+    backend: &Backend,
+    opts: &RenderOptions,
+    part: ClipPart,
+    schedule: &KeyframeSchedule,
+    compositors: &[Compositor],
+    carried: Option<E::Key>,
     mut sink: impl FnMut(usize, &[u8]) -> Result<()>,
     mut progress: impl FnMut(usize),
-) -> Result<RenderStats> {
+) -> Result<(RenderStats, Option<E::Key>)> {
     let t_total = Instant::now();
     let mut times = StageTimes::default();
     let n = schedule.n_frames();
@@ -280,7 +300,11 @@ pub fn run<E: FrameEngine>(
     let bypassed = bypassed_frames(distance, opts.ramp);
     let keys = schedule.keyframes();
     let m = keys.len();
-    let evaluate: Vec<usize> = (0..m).filter(|&j| !bypassed[keys[j] as usize]).collect();
+    // A carried key stands for keyframe 0 (always frame 0) where the network would run on it.
+    ensure!(carried.is_none() || keys[0] == 0, "a carried key stands for frame 0, which is not a keyframe here");
+    let carried = carried.filter(|_| !bypassed[0]);
+    let evaluate: Vec<usize> =
+        (0..m).filter(|&j| !bypassed[keys[j] as usize] && !(j == 0 && carried.is_some())).collect();
     let key_batches: Vec<&[usize]> = evaluate.chunks(engine.key_batch()).collect();
     let range = engine.crop_range();
     // One frame buffer for the whole render: outside the face box it keeps the background (of
@@ -289,6 +313,7 @@ pub fn run<E: FrameEngine>(
 
     // Keys from the keyframe network, kept from the current window's first keyframe on.
     let mut key_out: Vec<Option<E::Key>> = vec![None; m];
+    key_out[0] = carried;
     let mut next_batch = 0;
     let mut first_key = 0; // the current window's first keyframe (index into `keys`)
     let mut produced = 0; // frames infilled so far
@@ -386,7 +411,7 @@ pub fn run<E: FrameEngine>(
     }
     times.total_ms = ms(t_total);
     times.other_ms = (times.total_ms - times.stages_ms()).max(0.0);
-    Ok(RenderStats {
+    let stats = RenderStats {
         frames: n,
         keyframes_scheduled: m,
         keyframes_evaluated: evaluate.len(),
@@ -394,5 +419,7 @@ pub fn run<E: FrameEngine>(
         decoded_frames: engine.decoded_frames(),
         residency: engine.residency(),
         times,
-    })
+    };
+    // The last window keeps its first keyframe's slot: the last keyframe's key is still there.
+    Ok((stats, key_out[m - 1].take()))
 }

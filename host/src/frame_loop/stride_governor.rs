@@ -3,8 +3,9 @@
 //!
 //! A live render must make each part before the wire needs it. How fast a part renders depends
 //! on the machine, on what else runs on it (other sessions) and on the stride: a part of `P`
-//! frames all in speech evaluates the UNet on `P / k + 1` keyframes (both ends) and decodes
-//! those keyframes (`image` infill) or all `P + 1` frames (`latent`). The governor keeps, per
+//! frames all in speech evaluates the UNet on `P / k` keyframes (the one it starts on was made
+//! by the part before: `frame_loop::run_carrying`) and decodes those keyframes (`image` infill)
+//! or all `P + 1` frames it renders (`latent`). The governor keeps, per
 //! part, the wall time of one UNet evaluation, of one decoded frame and of the rest of the part
 //! per frame (whisper, infill, compositing), smoothed over parts, and projects from them what a
 //! part in speech would cost at each stride, as `/calibrate` projects a render from its
@@ -127,7 +128,7 @@ impl StrideGovernor {
     /// Projected wall time of a part in speech at stride `k`, once the rates are known.
     fn projected_ms(&self, r: &Rates, k: usize) -> Option<f64> {
         let rendered = self.part_frames + 1;
-        let evaluations = self.part_frames / k + 1;
+        let evaluations = self.part_frames / k;
         let decoded = if self.keyframes_only { evaluations } else { rendered };
         Some(r.unet_ms? * evaluations as f64 + r.decoder_ms? * decoded as f64 + r.rest_ms? * rendered as f64)
     }
@@ -180,11 +181,11 @@ impl StrideGovernor {
 mod tests {
     use super::*;
 
-    /// A part of `p` frames (+1 rendered) in speech at stride `k`, with UNet `u` ms per
-    /// evaluation, decoder `d` ms per decoded frame, `rest` ms per frame.
+    /// A part of `p` frames (+1 rendered) in speech at stride `k`, its first key carried, with
+    /// UNet `u` ms per evaluation, decoder `d` ms per decoded frame, `rest` ms per frame.
     fn speech_part(g: &StrideGovernor, k: usize, u: f64, d: f64, rest: f64) -> PartMeasure {
         let p = g.part_frames();
-        let evaluations = p / k + 1;
+        let evaluations = p / k;
         let decoded = if g.keyframes_only { evaluations } else { p + 1 };
         let (unet_ms, decoder_ms) = (u * evaluations as f64, d * decoded as f64);
         PartMeasure {
@@ -225,14 +226,14 @@ mod tests {
     #[test]
     fn a_fast_machine_settles_at_the_smallest_stride_that_fits() {
         // 24 frames = 960 ms; budget 0.7 x 960 = 672 ms. UNet 40 ms, decoder 10 ms, rest 2 ms
-        // per frame (50 ms a part): keyframes only, stride k costs 50 + 50 (24/k + 1).
-        // k = 2: 50 + 650 = 700 > 672; k = 3: 50 + 450 = 500 fits.
+        // per frame (50 ms a part): keyframes only, stride k costs 50 + 50 x 24/k.
+        // k = 1: 1250 > 672; k = 2: 650 fits.
         let g = StrideGovernor::new(24, 12, 25.0, true).unwrap();
         let mut k = g.stride();
         for _ in 0..8 {
             k = g.observe(&speech_part(&g, k, 40.0, 10.0, 2.0));
         }
-        assert_eq!(k, 3);
+        assert_eq!(k, 2);
         // Settled: it lowered once, straight to the stride that fits.
         assert_eq!(g.changes(), 1);
     }
@@ -241,7 +242,7 @@ mod tests {
     fn lowering_waits_for_settled_parts() {
         let g = StrideGovernor::new(24, 12, 25.0, true).unwrap();
         assert_eq!(g.observe(&speech_part(&g, 12, 40.0, 10.0, 2.0)), 12, "one part is not enough to lower");
-        assert_eq!(g.observe(&speech_part(&g, 12, 40.0, 10.0, 2.0)), 3);
+        assert_eq!(g.observe(&speech_part(&g, 12, 40.0, 10.0, 2.0)), 2);
     }
 
     #[test]
@@ -251,18 +252,18 @@ mod tests {
         for _ in 0..4 {
             k = g.observe(&speech_part(&g, k, 40.0, 10.0, 2.0));
         }
-        assert_eq!(k, 3);
-        // Another session arrives: everything takes three times as long. The part at stride 3
-        // took 1500 ms of 960: raised on that part, past what the old rates would have chosen.
-        let next = g.observe(&speech_part(&g, 3, 120.0, 30.0, 6.0));
-        assert!(next > 3, "stayed at {next}");
+        assert_eq!(k, 2);
+        // Another session arrives: everything takes three times as long. The part at stride 2
+        // took 1950 ms of 960: raised on that part, past the next stride (3) to where the
+        // smoothed rates (twice the old) fit: 100 + 100 x 24/k <= 672 at k = 6.
+        assert_eq!(g.observe(&speech_part(&g, 2, 120.0, 30.0, 6.0)), 6);
         // With the new rates smoothed in, it ends where the slower machine fits:
-        // 150 + 150 (24/k + 1) <= 672 needs 24/k <= 2.48: k = 12.
-        let mut k = next;
+        // 150 + 150 x 24/k <= 672 needs 24/k <= 3.48: k = 8.
+        let mut k = 6;
         for _ in 0..6 {
             k = g.observe(&speech_part(&g, k, 120.0, 30.0, 6.0));
         }
-        assert_eq!(k, 12);
+        assert_eq!(k, 8);
     }
 
     #[test]
@@ -272,23 +273,23 @@ mod tests {
         for _ in 0..2 {
             k = g.observe(&speech_part(&g, k, 40.0, 10.0, 2.0));
         }
-        assert_eq!(k, 3);
-        // The first part at 3 is 1.72 times slower: it took 860 ms, under the 864 ms that
-        // counts as overloaded, but the smoothed rates (1.36 times) project 680 ms at stride 3,
-        // over the 672 ms budget: the next part is at 4 (544 ms), without settled parts.
-        assert_eq!(g.observe(&speech_part(&g, 3, 40.0 * 1.72, 10.0 * 1.72, 2.0 * 1.72)), 4);
+        assert_eq!(k, 2);
+        // The first part at 2 is 1.2 times slower: it took 780 ms, under the 864 ms that counts
+        // as overloaded, but the smoothed rates (1.1 times) project 715 ms at stride 2, over the
+        // 672 ms budget: the next part is at 3 (495 ms), without settled parts.
+        assert_eq!(g.observe(&speech_part(&g, 2, 40.0 * 1.2, 10.0 * 1.2, 2.0 * 1.2)), 3);
     }
 
     #[test]
     fn latent_infill_counts_every_frame_decoded() {
         // Latent infill decodes all 25 frames: 25 x 20 ms = 500 ms at every stride, so only the
-        // UNet's 40 ms x (24/k + 1) is left to fit in 672 - 500 = 172: k = 8 (160), not 6 (200).
+        // UNet's 40 ms x 24/k is left to fit in 672 - 500 = 172: k = 6 (160), not 4 (240).
         let g = StrideGovernor::new(24, 12, 25.0, false).unwrap();
         let mut k = g.stride();
         for _ in 0..6 {
             k = g.observe(&speech_part(&g, k, 40.0, 20.0, 0.0));
         }
-        assert_eq!(k, 8);
+        assert_eq!(k, 6);
     }
 
     #[test]

@@ -280,6 +280,27 @@ pub fn render(
     sink: impl FnMut(usize, &[u8]) -> Result<()>,
     progress: impl FnMut(usize),
 ) -> Result<RenderStats> {
+    render_carrying(engines, backend, opts, features, part, schedule, avatar, compositors, None, sink, progress)
+        .map(|(stats, _)| stats)
+}
+
+/// As [`render`], for a part of a live stream ([`frame_loop::run_carrying`]): `carried` is the
+/// key (the UNet's latent, or with `image` infill its decoded crop) of frame 0 as the part
+/// before made it, and the key of this part's last keyframe comes back.
+#[allow(clippy::too_many_arguments)]
+pub fn render_carrying(
+    engines: &Engines,
+    backend: &Backend,
+    opts: &RenderOptions,
+    features: &dyn FrameFeatures,
+    part: ClipPart,
+    schedule: &KeyframeSchedule,
+    avatar: &[AvatarLatents],
+    compositors: &[Compositor],
+    carried: Option<Tensor>,
+    sink: impl FnMut(usize, &[u8]) -> Result<()>,
+    progress: impl FnMut(usize),
+) -> Result<(RenderStats, Option<Tensor>)> {
     let n = schedule.n_frames();
     ensure!(
         part.distance.len() == n && features.frames() == n,
@@ -292,7 +313,8 @@ pub fn render(
         compositors.len()
     );
     let bypassed = crate::schedules::keyframes::bypassed_frames(part.distance, opts.ramp);
-    let evaluated = schedule.keyframes().iter().filter(|&&k| !bypassed[k as usize]).count();
+    let carries = carried.is_some() && bypassed.first() == Some(&false);
+    let evaluated = schedule.keyframes().iter().filter(|&&k| !bypassed[k as usize]).count() - usize::from(carries);
     let mut engine = MuseTalkFrames::new(engines, backend, opts, features, avatar, part.first_frame, evaluated)?;
-    frame_loop::run(&mut engine, backend, opts, part, schedule, compositors, sink, progress)
+    frame_loop::run_carrying(&mut engine, backend, opts, part, schedule, compositors, carried, sink, progress)
 }

@@ -8,8 +8,9 @@
 //! - parts are [`LiveOptions::part_frames`] frames (the render window, rounded up to a multiple
 //!   of the stride), starting on keyframes of the stream's fixed-stride schedule (every k-th
 //!   frame, and the last frame, as in a file's render). A part is rendered with the keyframe
-//!   that ends it, which the next part starts from and renders again (one UNet evaluation more
-//!   per part);
+//!   that ends it, which the next part starts from with the key this part made for it
+//!   (`frame_loop::run_carrying`: the UNet does not run on it again; its audio features are
+//!   the ones of this part's whisper pass);
 //! - whisper encodes, for each part, the last 30 s of audio received (the lookahead included):
 //!   one encoder pass per part instead of one per 30 s;
 //! - the loudness reference is the percentile of the levels received so far
@@ -140,6 +141,8 @@ pub fn render_live_to<R: Read, W: Write>(
     let mut shown_speech = ShownSpeech::new(opts.ramp);
     let mut stats = stream_stats(crate::backend::resident::residency(backend, &engines.device));
     let mut a = 0; // the next frame to show: a keyframe of the stream
+    // The key of frame `a` as the part before made it (its last keyframe): not evaluated again.
+    let mut carried = None;
     loop {
         received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
         let t_part = Instant::now();
@@ -197,7 +200,7 @@ pub fn render_live_to<R: Read, W: Write>(
 
         let part = ClipPart { first_frame: a, distance: &distance };
         let track = &mut received.track;
-        let part_stats = crate::musetalk::frames::render(
+        let (part_stats, last_key) = crate::musetalk::frames::render_carrying(
             engines,
             backend,
             &part_opts,
@@ -206,10 +209,12 @@ pub fn render_live_to<R: Read, W: Write>(
             &schedule,
             &avatar.avatar,
             &avatar.compositors,
+            carried.take(),
             output.part_sink(a, shown, track, &mut progress),
             |_| {},
         )
         .with_context(|| format!("rendering frames {a}..{}", a + shown))?;
+        carried = last_key;
         add_part(&mut stats, &part_stats, &distance, shown, opts.ramp);
         if let Some(g) = governor {
             g.observe(&PartMeasure {
