@@ -264,9 +264,9 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
 
 /// A session's stride when its request names none: two sessions held real time at it on a
 /// 2-core AVX-512 Xeon with the cpu-reduced engines and their receivers on the same cores (the
-/// `live_sessions` experiment, docs/results.md); on a 2-core AVX2 EPYC one session repeats about
-/// 3% of its frames at it. `"auto"` starts here and lowers it where the parts measure room. A
-/// GPU holds smaller strides.
+/// `live_sessions` experiment, docs/results.md); on a 2-core AVX2 EPYC one session holds it
+/// (and 6), two are at the edge. `"auto"` starts here and lowers it where the parts measure
+/// room. A GPU holds smaller strides.
 pub const DEFAULT_STRIDE: usize = 12;
 
 /// The largest stride a session runs at, named or chosen.

@@ -141,7 +141,7 @@ pub fn render_live_to<R: Read, W: Write>(
     let mut shown_speech = ShownSpeech::new(opts.ramp);
     let mut stats = stream_stats(crate::backend::resident::residency(backend, &engines.device));
     let mut a = 0; // the next frame to show: a keyframe of the stream
-    // The key of frame `a` as the part before made it (its last keyframe): not evaluated again.
+                   // The key of frame `a` as the part before made it (its last keyframe): not evaluated again.
     let mut carried = None;
     loop {
         received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
