@@ -303,8 +303,8 @@ pub fn run_carrying<E: FrameEngine>(
     // A carried key stands for keyframe 0 (always frame 0) where the network would run on it.
     ensure!(carried.is_none() || keys[0] == 0, "a carried key stands for frame 0, which is not a keyframe here");
     let carried = carried.filter(|_| !bypassed[0]);
-    let evaluate: Vec<usize> =
-        (0..m).filter(|&j| !bypassed[keys[j] as usize] && !(j == 0 && carried.is_some())).collect();
+    let carried_first = |j: usize| j == 0 && carried.is_some();
+    let evaluate: Vec<usize> = (0..m).filter(|&j| !bypassed[keys[j] as usize] && !carried_first(j)).collect();
     let key_batches: Vec<&[usize]> = evaluate.chunks(engine.key_batch()).collect();
     let range = engine.crop_range();
     // One frame buffer for the whole render: outside the face box it keeps the background (of
