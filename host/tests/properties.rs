@@ -24,12 +24,18 @@ proptest! {
         let mut out = vec![0.0f32; v0.len()];
         cpu::slerp_pairs(&v0, &v1, &[alpha], v0.len(), Method::Slerp, &mut out);
         let target = (1.0 - alpha as f64) * norm(&a) + alpha as f64 * norm(&b);
-        prop_assert!((norm(&to64(&out)) / target - 1.0).abs() < 2e-5 / theta.sin().max(0.05));
+        // The chords' sums lose about a factor of the norms' ratio (gpu/src/slerp.rs, accuracy):
+        // 4 f32 ulps per unit of ratio beside the well-separated bound.
+        let ratio = norm(&a).max(norm(&b)) / norm(&a).min(norm(&b));
+        let spread = 2.4e-7 * ratio;
+        let rel = (norm(&to64(&out)) / target - 1.0).abs();
+        prop_assert!(rel < (2e-5 + spread) / theta.sin().max(0.05), "norm off by {rel:e} (norm ratio {ratio}, theta {theta})");
         // The output lies at angle alpha * theta from v0 on the v0 -> v1 great circle.
         if alpha > 0.0 && theta > 1e-3 {
             let got = to64(&out);
-            prop_assert!((angle(&a, &got) - alpha as f64 * theta).abs() < 5e-5 / theta.sin().max(0.05));
-            prop_assert!((angle(&got, &b) - (1.0 - alpha as f64) * theta).abs() < 5e-5 / theta.sin().max(0.05));
+            let tol = (5e-5 + spread) / theta.sin().max(0.05);
+            prop_assert!((angle(&a, &got) - alpha as f64 * theta).abs() < tol);
+            prop_assert!((angle(&got, &b) - (1.0 - alpha as f64) * theta).abs() < tol);
         }
     }
 
