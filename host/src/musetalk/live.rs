@@ -140,8 +140,9 @@ pub fn render_live_to<R: Read, W: Write>(
     let mut part_opts = opts.clone();
     let mut shown_speech = ShownSpeech::new(opts.ramp);
     let mut stats = stream_stats(crate::backend::resident::residency(backend, &engines.device));
-    let mut a = 0; // the next frame to show: a keyframe of the stream
-                   // The key of frame `a` as the part before made it (its last keyframe): not evaluated again.
+    // The next frame to show (a keyframe of the stream), and its key as the part before made
+    // it (that part's last keyframe): not evaluated again.
+    let mut a = 0;
     let mut carried = None;
     loop {
         received.wait_for(a + live.part_frames + 1 + live.lookahead_frames, fps)?;
