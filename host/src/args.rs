@@ -189,9 +189,11 @@ pub fn parse_min_face_size(s: &str) -> std::result::Result<f64, String> {
 pub struct VadArgs {
     /// Voice activity, which decides where silence eases into the rest state and where
     /// sustained silence bypasses every network: `silero` (Silero VAD v5, a trained model
-    /// committed with cadence; the default) or `energy` (an RMS level against the clip's
-    /// loudness: fooled by breaths, music and noise). A live render (--audio -) decides as the
-    /// stream arrives, with a lookahead the detector sets (docs/vad.md).
+    /// committed with cadence; the default), `energy` (an RMS level against the clip's
+    /// loudness: fooled by breaths, music and noise) or `digital` (a frame is silence when its
+    /// samples are all zero: for audio whose pauses are written, as a speech synthesizer
+    /// writes them; recorded pauses are speech to it). A live render (--audio -) decides as
+    /// the stream arrives, with a lookahead the detector sets (none for `digital`; docs/vad.md).
     #[arg(long, value_enum, default_value = "silero")]
     pub vad: VadKind,
     /// Silero: a 32 ms chunk at or above this speech probability is speech (0 to 1).
@@ -232,6 +234,7 @@ impl OnOff {
 pub enum VadKind {
     Silero,
     Energy,
+    Digital,
 }
 
 impl VadArgs {
@@ -244,6 +247,7 @@ impl VadArgs {
     pub fn with_kind(&self, kind: VadKind) -> Vad {
         match kind {
             VadKind::Energy => Vad::Energy,
+            VadKind::Digital => Vad::Digital,
             VadKind::Silero => Vad::Silero(SileroConfig {
                 threshold: self.vad_threshold,
                 min_speech_duration_ms: self.vad_min_speech_ms,

@@ -58,6 +58,8 @@ pub struct FrameEncoder {
     v: Vec<u8>,
     /// Seconds spent encoding.
     pub encode_s: f64,
+    /// The longest one frame took, seconds.
+    pub max_encode_s: f64,
 }
 
 /// One encoded frame.
@@ -88,7 +90,15 @@ impl FrameEncoder {
             .vui(VuiConfig::bt709());
         let enc = Encoder::with_api_config(OpenH264API::from_source(), config)
             .map_err(|e| anyhow!("the H.264 encoder: {e}"))?;
-        Ok(Self { enc, width, height, u: vec![0; width * height / 4], v: vec![0; width * height / 4], encode_s: 0.0 })
+        Ok(Self {
+            enc,
+            width,
+            height,
+            u: vec![0; width * height / 4],
+            v: vec![0; width * height / 4],
+            encode_s: 0.0,
+            max_encode_s: 0.0,
+        })
     }
 
     /// Bytes of one NV12 frame.
@@ -113,7 +123,9 @@ impl FrameEncoder {
         let src = YUVSlices::new((y, &self.u, &self.v), (w, h), (w, w / 2, w / 2));
         let bs = self.enc.encode(&src).map_err(|e| anyhow!("H.264: {e}"))?;
         let unit = AccessUnit { data: bs.to_vec(), keyframe: matches!(bs.frame_type(), FrameType::IDR) };
-        self.encode_s += t.elapsed().as_secs_f64();
+        let took = t.elapsed().as_secs_f64();
+        self.encode_s += took;
+        self.max_encode_s = self.max_encode_s.max(took);
         Ok(unit)
     }
 }

@@ -15,6 +15,8 @@ use str0m::{Candidate, Event, Input, Output, Rtc, RtcConfig};
 /// A decoded frame's arrival.
 #[derive(Clone, Copy, Debug)]
 pub struct FrameArrival {
+    /// When its last packet was taken in (before it was decoded: the decoder's time is the
+    /// receiver's, not the wire's).
     pub at: Instant,
     /// Its RTP time in seconds.
     pub rtp_s: f64,
@@ -122,6 +124,7 @@ impl Receiver {
         match e {
             Event::Connected => self.connected = true,
             Event::MediaData(d) if d.mid == self.video => {
+                let at = Instant::now();
                 anyhow::ensure!(d.params.spec().codec == Codec::H264, "video arrived as {:?}", d.params.spec().codec);
                 match self.decoder.decode(&d.data) {
                     Ok(Some(yuv)) => {
@@ -133,7 +136,7 @@ impl Receiver {
                             (0..h).map(|r| y[r * ys..r * ys + w].iter().map(|&v| v as u64).sum::<u64>()).sum();
                         self.size = Some((w, h));
                         self.frames.push(FrameArrival {
-                            at: Instant::now(),
+                            at,
                             rtp_s: d.time.as_seconds(),
                             keyframe: d.is_keyframe(),
                             mean_luma: sum as f64 / (w * h) as f64,
@@ -143,11 +146,12 @@ impl Receiver {
                 }
             }
             Event::MediaData(d) if d.mid == self.audio => {
+                let at = Instant::now();
                 anyhow::ensure!(d.params.spec().codec == Codec::Opus, "audio arrived as {:?}", d.params.spec().codec);
                 let mut pcm = vec![0f32; 960];
                 let n = self.opus.decode(&d.data, 960, &mut pcm).map_err(|e| anyhow!("Opus: {e}"))?;
                 let rms = (pcm[..n].iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / n.max(1) as f64).sqrt();
-                self.speech.push(SpeechArrival { at: Instant::now(), rtp_s: d.time.as_seconds(), rms });
+                self.speech.push(SpeechArrival { at, rtp_s: d.time.as_seconds(), rms });
             }
             _ => {}
         }

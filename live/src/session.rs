@@ -83,9 +83,11 @@ impl Session {
     }
 
     /// Queues speech (16 kHz mono); returns the seconds from the session's start where it begins.
-    pub fn speak(&self, pcm: &[i16]) -> Result<f64, QueueError> {
-        let r = self.timeline.queue(pcm)?;
-        Ok(r.start as f64 / RATE as f64)
+    /// Queues `pcm` (16 kHz mono): returns where it starts on the timeline and how long it
+    /// waits there behind the speech queued before it (0 when it starts at once), in seconds.
+    pub fn speak(&self, pcm: &[i16]) -> Result<(f64, f64), QueueError> {
+        let (r, clock) = self.timeline.queue(pcm)?;
+        Ok((r.start as f64 / RATE as f64, r.start.saturating_sub(clock) as f64 / RATE as f64))
     }
 
     /// Drops the speech not yet sent and eases the picture to rest from the next frame on;

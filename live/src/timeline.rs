@@ -107,13 +107,14 @@ impl Timeline {
     }
 
     /// Queues `pcm` (16 kHz mono): after the last speech, or now when that is later. Returns
-    /// the samples it occupies.
-    pub fn queue(&self, pcm: &[i16]) -> Result<std::ops::Range<usize>, QueueError> {
+    /// the samples it occupies and the clock's sample when it was queued.
+    pub fn queue(&self, pcm: &[i16]) -> Result<(std::ops::Range<usize>, usize), QueueError> {
         let mut st = self.lock();
         if st.closed {
             return Err(QueueError::Closed);
         }
-        let start = st.written().max(self.clock_sample()).max(st.wire_at);
+        let clock = self.clock_sample();
+        let start = st.written().max(clock).max(st.wire_at);
         let end = start + pcm.len();
         let queued = (end - st.wire_at) as f64 / RATE as f64;
         if queued > self.max_queued_s {
@@ -125,7 +126,7 @@ impl Timeline {
         st.speech.push(start..end);
         drop(st);
         self.changed.notify_all();
-        Ok(start..end)
+        Ok((start..end, clock))
     }
 
     /// Drops the speech queued from sample `at` on (silence takes its place) and returns the
@@ -295,11 +296,13 @@ mod tests {
     fn speech_is_placed_at_the_clock_and_after_earlier_speech() {
         let t = Timeline::new(60.0);
         std::thread::sleep(Duration::from_millis(50));
-        let first = t.queue(&[1; 1600]).unwrap();
+        let (first, clock) = t.queue(&[1; 1600]).unwrap();
         // Queued 50 ms or more after the start: at the clock, not at sample 0.
         assert!(first.start >= 800, "{first:?}");
-        let second = t.queue(&[2; 1600]).unwrap();
+        assert_eq!(first.start, clock, "nothing before it: it starts at the clock");
+        let (second, clock) = t.queue(&[2; 1600]).unwrap();
         assert_eq!(second.start, first.end, "utterances follow each other");
+        assert!(clock < second.start, "it waits behind the first");
         assert!((t.queued_seconds() - (second.end as f64 / RATE as f64)).abs() < 1e-9);
         // The wire reads silence, then the first utterance, then the second.
         let head = t.take_for_wire(0, first.start);
@@ -314,7 +317,7 @@ mod tests {
     #[test]
     fn an_interrupt_drops_what_follows_and_keeps_what_precedes() {
         let t = Timeline::new(60.0);
-        let r = t.queue(&[5; 16_000]).unwrap();
+        let (r, _) = t.queue(&[5; 16_000]).unwrap();
         let cut = r.start + 4000;
         let dropped = t.interrupt(cut);
         assert!((dropped - 0.75).abs() < 1e-9, "{dropped}");
@@ -324,14 +327,14 @@ mod tests {
         assert!(after.iter().all(|&s| s == 0), "silence after the cut");
         assert!(!t.speaking());
         // Speech queued after the interrupt starts at the clock, not where the old speech ended.
-        let next = t.queue(&[7; 160]).unwrap();
+        let (next, _) = t.queue(&[7; 160]).unwrap();
         assert!(next.start < r.end, "{next:?} after {r:?}");
     }
 
     #[test]
     fn silence_is_known_around_speech_and_after_a_cut() {
         let t = Timeline::new(60.0);
-        let r = t.queue(&[3; 8000]).unwrap();
+        let (r, _) = t.queue(&[3; 8000]).unwrap();
         assert!(t.silent(0..r.start));
         assert!(!t.silent(r.start..r.start + 1));
         assert!(!t.silent(r.end - 1..r.end + 10));

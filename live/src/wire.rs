@@ -16,7 +16,7 @@
 //! Speech is never stretched or dropped: its packets go out at their times whatever the video
 //! does.
 
-use crate::encode::{FrameEncoder, SpeechEncoder, OPUS_CLOCK, SPEECH_FRAME, VIDEO_CLOCK};
+use crate::encode::{AccessUnit, FrameEncoder, SpeechEncoder, OPUS_CLOCK, SPEECH_FRAME, VIDEO_CLOCK};
 use crate::timeline::{Timeline, RATE};
 use anyhow::{anyhow, Context, Result};
 use std::collections::VecDeque;
@@ -89,6 +89,8 @@ pub struct WireStats {
     pub interrupt_latency_ms: Option<f64>,
     /// Seconds spent in the H.264 encoder.
     pub video_encode_s: f64,
+    /// The longest one frame took in the H.264 encoder, milliseconds.
+    pub max_video_encode_ms: f64,
 }
 
 /// The render's end of the frame queue: NV12 frames with their timeline index, in order.
@@ -244,7 +246,30 @@ struct Running {
     /// A frame of the render at rest (no speech near it), kept to ease to after an interrupt.
     rest_frame: Option<Vec<u8>>,
     easing: Option<Easing>,
+    /// The next frame, taken from the render and encoded, waiting for its time.
+    encoded: Option<Encoded>,
 }
+
+/// A frame encoded before its time.
+struct Encoded {
+    unit: AccessUnit,
+    /// The render had not made it: the last frame again.
+    repeated: bool,
+    /// The first eased frame after an interrupt: when the interrupt was asked.
+    interrupt: Option<Instant>,
+}
+
+/// How long before its time a frame is taken from the render and encoded; it is written at its
+/// time. OpenH264 (built without assembly) encodes a 1080x1920 P frame in about 10 ms but an
+/// IDR in about 60: encoded at its time, an IDR was written that much late, a gap of about
+/// 90 ms on the wire. Under a frame's period, so at most one frame waits encoded (a frame an
+/// interrupt can no longer change).
+const ENCODE_LEAD: Duration = Duration::from_millis(35);
+
+/// How early the first eased frame after an interrupt may be written (it is encoded at once):
+/// the interrupt takes effect within about this much of the request, and the next frame,
+/// written at its time, follows at most a period plus this much later.
+const EASE_EARLY: Duration = Duration::from_millis(20);
 
 /// The frames after an interrupt: from the last frame sent to the rest frame over the ramp,
 /// then rest, until the render's frames are made from audio read after the cut.
@@ -311,6 +336,7 @@ impl Running {
             last_heard: Instant::now(),
             rest_frame: None,
             easing: None,
+            encoded: None,
         }
     }
 
@@ -362,7 +388,7 @@ impl Running {
             // Wait for a packet until the earliest of str0m's timeout and the next media.
             let mut until = rtc_due.min(Instant::now() + Duration::from_millis(50));
             if self.connected {
-                until = until.min(self.frame_due(self.next_frame)).min(self.sample_due(self.next_sample));
+                until = until.min(self.frame_wake()).min(self.sample_due(self.next_sample));
             }
             let now = Instant::now();
             if until <= now {
@@ -474,86 +500,141 @@ impl Running {
         }
         if let Some((asked, resume)) = self.shared.interrupt.lock().unwrap_or_else(|e| e.into_inner()).take() {
             if let Some(from) = self.last_frame.clone() {
-                self.easing = Some(Easing { asked, from_index: self.next_frame, resume, from });
+                // A frame already encoded goes out as it is: the easing starts after it.
+                let from_index = self.next_frame + self.encoded.is_some() as usize;
+                self.easing = Some(Easing { asked, from_index, resume, from });
                 self.stats().interrupts += 1;
             }
         }
-        while self.frame_due(self.next_frame) <= now {
+        loop {
             let f = self.next_frame;
-            while self.waiting.front().is_some_and(|(i, _)| *i < f) {
-                self.waiting.pop_front();
-                self.stats().late_frames += 1;
-            }
-            let frame = match self.waiting.front() {
-                Some((i, _)) if *i == f => self.waiting.pop_front().map(|(_, fr)| fr),
-                _ => None,
-            };
-            let mut repeated = frame.is_none();
-            if self.easing.as_ref().is_some_and(|e| f >= e.resume) {
-                self.easing = None;
-            }
-            if let Some(e) = &self.easing {
-                // The render's frame was made with the speech that was cut: ease from the last
-                // frame sent before the interrupt to rest instead (Hermite, over the ramp).
-                let t = (f - e.from_index + 1) as f32 / self.config.ramp.max(1) as f32;
-                let eased = match &self.rest_frame {
-                    Some(rest) => blend(&e.from, rest, cadence_kernels::math::hermite(t)),
-                    None => e.from.clone(),
-                };
-                let first = f == e.from_index;
-                let asked = e.asked;
-                let mut st = self.stats();
-                st.eased_frames += 1;
-                st.discarded_frames += frame.is_some() as u64;
-                if first {
-                    st.interrupt_latency_ms = Some(asked.elapsed().as_secs_f64() * 1e3);
+            if self.encoded.is_none() {
+                let first_eased = self.easing.as_ref().is_some_and(|e| e.from_index == f);
+                if !first_eased && Instant::now() + ENCODE_LEAD < self.frame_due(f) {
+                    return Ok(());
                 }
-                drop(st);
-                self.last_frame = Some(eased);
-                repeated = false;
-            } else if let Some(fr) = frame {
-                // A frame with no speech near it is the avatar at rest.
-                let spf = RATE as f64 / self.config.fps;
-                let margin = (self.config.ramp + 5) as f64;
-                let span = ((f as f64 - margin).max(0.0) * spf) as usize..((f as f64 + 1.0 + margin) * spf) as usize;
-                if (self.rest_frame.is_none() || f.is_multiple_of(25)) && self.timeline.silent(span) {
-                    self.rest_frame = Some(fr.clone());
-                }
-                self.last_frame = Some(fr);
-            }
-            if let (Some(fr), Some(mid)) = (&self.last_frame, self.video_mid) {
-                let keyframe = self.want_keyframe || self.shared.keyframe.swap(false, Ordering::Relaxed);
-                let unit = self.video.encode(fr, keyframe)?;
-                if unit.keyframe {
-                    self.want_keyframe = false;
-                }
-                let due = self.frame_due(f);
-                let time = MediaTime::new(
-                    (f as f64 * VIDEO_CLOCK as f64 / self.config.fps).round() as u64,
-                    Frequency::NINETY_KHZ,
-                );
-                if let Some(w) = self.rtc.writer(mid) {
-                    if let Some(pt) = video_pt(w.payload_params()) {
-                        w.write(pt, due, time, unit.data).map_err(|e| anyhow!("writing a frame: {e}"))?;
-                        let written = Instant::now();
-                        let gap = self.last_frame_written.map(|t| (written - t).as_secs_f64() * 1e3);
-                        self.last_frame_written = Some(written);
-                        let mut st = self.stats();
-                        st.frames_sent += 1;
-                        st.repeated_frames += repeated as u64;
-                        st.keyframes_sent += unit.keyframe as u64;
-                        st.video_encode_s = self.video.encode_s;
-                        if let Some(g) = gap {
-                            st.max_frame_gap_ms = st.max_frame_gap_ms.max(g);
-                        }
+                self.encoded = self.encode_frame(f)?;
+                if self.encoded.is_none() {
+                    // Nothing rendered yet (nothing to repeat either), or no video track.
+                    if Instant::now() < self.frame_due(f) {
+                        return Ok(());
                     }
+                    self.stats().repeated_frames += self.last_frame.is_none() as u64;
+                    self.advance();
+                    continue;
                 }
-            } else if self.last_frame.is_none() {
-                // Nothing rendered yet: nothing to repeat either.
-                self.stats().repeated_frames += 1;
             }
-            self.next_frame += 1;
-            self.stats().next_frame = self.next_frame as u64;
+            if Instant::now() < self.write_time() {
+                return Ok(());
+            }
+            let e = self.encoded.take().expect("encoded above");
+            self.write_frame(e)?;
+            self.advance();
+        }
+    }
+
+    /// When the wire next has a frame to take from the render or to write.
+    fn frame_wake(&self) -> Instant {
+        match &self.encoded {
+            Some(_) => self.write_time(),
+            None => self.frame_due(self.next_frame).checked_sub(ENCODE_LEAD).unwrap_or_else(Instant::now),
+        }
+    }
+
+    /// When the frame encoded now may be written: at its time, or up to [`EASE_EARLY`] before
+    /// it when it is the first eased frame after an interrupt.
+    fn write_time(&self) -> Instant {
+        let due = self.frame_due(self.next_frame);
+        match &self.encoded {
+            Some(e) if e.interrupt.is_some() => due.checked_sub(EASE_EARLY).unwrap_or(due),
+            _ => due,
+        }
+    }
+
+    fn advance(&mut self) {
+        self.next_frame += 1;
+        self.stats().next_frame = self.next_frame as u64;
+    }
+
+    /// Takes frame `f` from the render (or, when it has not arrived, the last frame again; after
+    /// an interrupt, the easing to rest) and encodes it. `None` when there is nothing to send:
+    /// no frame yet, or no video track.
+    fn encode_frame(&mut self, f: usize) -> Result<Option<Encoded>> {
+        while self.waiting.front().is_some_and(|(i, _)| *i < f) {
+            self.waiting.pop_front();
+            self.stats().late_frames += 1;
+        }
+        let frame = match self.waiting.front() {
+            Some((i, _)) if *i == f => self.waiting.pop_front().map(|(_, fr)| fr),
+            _ => None,
+        };
+        let mut repeated = frame.is_none();
+        let mut interrupt = None;
+        if self.easing.as_ref().is_some_and(|e| f >= e.resume) {
+            self.easing = None;
+        }
+        if let Some(e) = &self.easing {
+            // The render's frame was made with the speech that was cut: ease from the last
+            // frame sent before the interrupt to rest instead (Hermite, over the ramp).
+            let t = (f - e.from_index + 1) as f32 / self.config.ramp.max(1) as f32;
+            let eased = match &self.rest_frame {
+                Some(rest) => blend(&e.from, rest, cadence_kernels::math::hermite(t)),
+                None => e.from.clone(),
+            };
+            if f == e.from_index {
+                interrupt = Some(e.asked);
+            }
+            let mut st = self.stats();
+            st.eased_frames += 1;
+            st.discarded_frames += frame.is_some() as u64;
+            drop(st);
+            self.last_frame = Some(eased);
+            repeated = false;
+        } else if let Some(fr) = frame {
+            // A frame with no speech near it is the avatar at rest.
+            let spf = RATE as f64 / self.config.fps;
+            let margin = (self.config.ramp + 5) as f64;
+            let span = ((f as f64 - margin).max(0.0) * spf) as usize..((f as f64 + 1.0 + margin) * spf) as usize;
+            if (self.rest_frame.is_none() || f.is_multiple_of(25)) && self.timeline.silent(span) {
+                self.rest_frame = Some(fr.clone());
+            }
+            self.last_frame = Some(fr);
+        }
+        let (Some(fr), Some(_)) = (&self.last_frame, self.video_mid) else {
+            return Ok(None);
+        };
+        let keyframe = self.want_keyframe || self.shared.keyframe.swap(false, Ordering::Relaxed);
+        let unit = self.video.encode(fr, keyframe)?;
+        if unit.keyframe {
+            self.want_keyframe = false;
+        }
+        Ok(Some(Encoded { unit, repeated, interrupt }))
+    }
+
+    /// Writes the encoded frame `next_frame` to str0m.
+    fn write_frame(&mut self, e: Encoded) -> Result<()> {
+        let f = self.next_frame;
+        let Some(mid) = self.video_mid else { return Ok(()) };
+        let due = self.frame_due(f);
+        let time =
+            MediaTime::new((f as f64 * VIDEO_CLOCK as f64 / self.config.fps).round() as u64, Frequency::NINETY_KHZ);
+        let Some(w) = self.rtc.writer(mid) else { return Ok(()) };
+        let Some(pt) = video_pt(w.payload_params()) else { return Ok(()) };
+        w.write(pt, due, time, e.unit.data).map_err(|e| anyhow!("writing a frame: {e}"))?;
+        let written = Instant::now();
+        let gap = self.last_frame_written.map(|t| (written - t).as_secs_f64() * 1e3);
+        self.last_frame_written = Some(written);
+        let mut st = self.stats();
+        st.frames_sent += 1;
+        st.repeated_frames += e.repeated as u64;
+        st.keyframes_sent += e.unit.keyframe as u64;
+        st.video_encode_s = self.video.encode_s;
+        st.max_video_encode_ms = self.video.max_encode_s * 1e3;
+        if let Some(g) = gap {
+            st.max_frame_gap_ms = st.max_frame_gap_ms.max(g);
+        }
+        if let Some(asked) = e.interrupt {
+            st.interrupt_latency_ms = Some(written.saturating_duration_since(asked).as_secs_f64() * 1e3);
         }
         Ok(())
     }

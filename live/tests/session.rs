@@ -81,7 +81,7 @@ fn a_peer_receives_decodable_video_at_its_rate_speech_at_its_time_and_an_interru
     assert!(session.stats().wire.keyframe_requests >= 1);
 
     // Speak 1.5 s; interrupt after 0.6 s of it on the wire.
-    let at = session.speak(&tone(1.5)).unwrap();
+    let (at, _) = session.speak(&tone(1.5)).unwrap();
     let spoke = Instant::now();
     assert!(session.stats().queued_audio_s > 1.0);
     // The speech reaches the wire after the wire's delay.

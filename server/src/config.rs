@@ -149,6 +149,13 @@ pub struct SessionArgs {
     /// The video bit rate a session aims at, in kb/s.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(100..=50_000))]
     pub session_video_kbps: u32,
+    /// Voice activity in sessions: `digital` (the default: the session writes silence where no
+    /// speech was queued, so a frame is silence when its samples are all zero, decided with no
+    /// lookahead; pauses inside the speech sent are rendered as speech), or `silero` / `energy`
+    /// (they bypass those pauses too, with --vad-*'s settings, but delay every frame by their
+    /// lookahead: 0.48 s / 0.25 s against whisper's 0.12 s). docs/live.md.
+    #[arg(long, value_enum, default_value = "digital")]
+    pub session_vad: cadence::args::VadKind,
     /// The address peers reach this host at, when it differs from the listen address (1:1 NAT,
     /// a cloud VM's public IP): announced as an ICE candidate. There is no TURN: peers behind
     /// symmetric NAT need a TURN server in front (server/README.md).
@@ -179,6 +186,7 @@ pub struct SessionConfig {
     pub margin: Duration,
     pub peer_timeout: Duration,
     pub video_bitrate_bps: u32,
+    pub vad: cadence::args::VadKind,
     pub public_ip: Option<std::net::IpAddr>,
     pub ports: Option<(u16, u16)>,
 }
@@ -192,6 +200,7 @@ impl SessionArgs {
             margin: Duration::from_millis(self.session_margin_ms),
             peer_timeout: Duration::from_secs_f64(self.session_peer_timeout_seconds),
             video_bitrate_bps: self.session_video_kbps * 1000,
+            vad: self.session_vad,
             public_ip: self.webrtc_public_ip,
             ports: self.webrtc_ports,
         }

@@ -149,7 +149,7 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/sessions/{id}/audio",
         summary: "Queue speech: a WAV file, or raw 16 kHz mono s16le PCM (Content-Type audio/L16); it plays after what is queued, or at once",
         responses: &[
-            (200, "start_s, duration_s, queued_audio_s"),
+            (200, "start_s, waits_s (behind the speech queued before it), duration_s, queued_audio_s"),
             (404, "unknown session"),
             (410, "the session has ended"),
             (413, "over --max-body-mb"),
@@ -162,7 +162,7 @@ pub const ROUTES: &[Route] = &[
         path: "/v1/sessions/{id}/speak",
         summary: "Speak text with libespeak-ng and queue the speech as /audio does (JSON: text, voice, default en-us, words_per_minute 80..=450, default 150; or the body itself as UTF-8 text; text that starts with <speak is SSML)",
         responses: &[
-            (200, "start_s, duration_s, queued_audio_s"),
+            (200, "start_s, waits_s (behind the speech queued before it), duration_s, queued_audio_s"),
             (400, "malformed JSON"),
             (404, "unknown session"),
             (410, "the session has ended"),

@@ -60,7 +60,7 @@ pub struct Settings {
     /// MuseTalk's `bbox_shift` (the CLI's `--bbox-shift`).
     pub bbox_shift: i32,
     pub avatar_id: Option<String>,
-    /// The voice activity detector (`silero` or `energy`); absent: the server's `--vad`.
+    /// The voice activity detector (`silero`, `energy` or `digital`); absent: the server's `--vad`.
     pub vad: Option<VadKind>,
 }
 
@@ -154,7 +154,9 @@ impl RawOptions {
         let avatar_id = self.get("avatar_id").map(str::to_string);
         let vad = self
             .get("vad")
-            .map(|s| VadKind::from_str(s, true).map_err(|_| bad("vad", format!("'{s}': expected silero or energy"))))
+            .map(|s| {
+                VadKind::from_str(s, true).map_err(|_| bad("vad", format!("'{s}': expected silero, energy or digital")))
+            })
             .transpose()?;
         Ok(Settings {
             stride,

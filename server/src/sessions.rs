@@ -74,6 +74,8 @@ pub struct LiveSession {
     stride: SessionStride,
     infill: &'static str,
     decoder: &'static str,
+    /// The voice activity detector's name.
+    vad: &'static str,
     delay: Duration,
     width: usize,
     height: usize,
@@ -206,6 +208,7 @@ impl LiveSession {
             // the next speech packet's times on it.
             "av_skew_ms": wire.map_or(0.0, |w| 1e3 * (w.next_frame as f64 / FPS as f64 - w.next_sample as f64 / 16_000.0)),
             "max_frame_gap_ms": wire.map_or(0.0, |w| w.max_frame_gap_ms),
+            "max_video_encode_ms": wire.map_or(0.0, |w| w.max_video_encode_ms),
             "interrupts": wire.map_or(0, |w| w.interrupts),
             "interrupt_latency_ms": wire.and_then(|w| w.interrupt_latency_ms),
             "eased_frames": wire.map_or(0, |w| w.eased_frames),
@@ -214,6 +217,7 @@ impl LiveSession {
             "stride_mode": match self.stride { SessionStride::Fixed(_) => "fixed", SessionStride::Auto(_) => "auto" },
             "stride_changes": match &self.stride { SessionStride::Fixed(_) => 0, SessionStride::Auto(g) => g.changes() },
             "infill": self.infill,
+            "vad": self.vad,
             "decoder": self.decoder,
             "fps": FPS,
             "width": self.width,
@@ -262,12 +266,13 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
     })
 }
 
-/// A session's stride when its request names none: two sessions held real time at it on a
-/// 2-core AVX-512 Xeon with the cpu-reduced engines and their receivers on the same cores (the
-/// `live_sessions` experiment, docs/results.md); on a 2-core AVX2 EPYC one session holds it
-/// (and 6), two are at the edge. `"auto"` starts here and lowers it where the parts measure
-/// room. A GPU holds smaller strides.
-pub const DEFAULT_STRIDE: usize = 12;
+/// A session's stride when its request names none: the largest whose delay keeps audio to
+/// mouth under 1 s (a part of 6 frames, 0.24 s, and the delay 0.86 s with digital silence),
+/// and one session holds real time at it on 2 cores with the cpu-reduced engines (the
+/// `live_sessions` experiment, docs/results.md). Two sessions on 2 cores need 12 (a 1.1 s
+/// delay); `"auto"` keeps parts of 12 frames and chooses its stride from the rates its parts
+/// measure. A GPU holds smaller strides.
+pub const DEFAULT_STRIDE: usize = 6;
 
 /// The largest stride a session runs at, named or chosen.
 pub const MAX_STRIDE: usize = 12;
@@ -393,7 +398,7 @@ pub(crate) async fn start(
     let opts = RenderOptions {
         fps: FrameRate::whole(FPS),
         window: None,
-        vad: state.config.vad.vad(),
+        vad: state.config.vad.with_kind(c.vad),
         infill,
         ..RenderOptions::default()
     };
@@ -424,6 +429,7 @@ pub(crate) async fn start(
         SessionStride::Fixed(_) => None,
     };
     let delay = Duration::from_secs_f64((live.part_frames + 1 + live.lookahead_frames) as f64 / FPS as f64) + c.margin;
+    let opts_vad = opts.vad.name();
     let comp = &prepared.compositors[0];
     let (width, height) = (comp.width, comp.height);
     let wire = WireConfig {
@@ -483,6 +489,7 @@ pub(crate) async fn start(
         stride,
         infill: infill.name(),
         decoder: crate::avatars::decoder_name(decoder),
+        vad: opts_vad,
         delay,
         width,
         height,
@@ -596,7 +603,7 @@ pub async fn audio(
 fn queue(s: &LiveSession, pcm: &[i16]) -> Result<serde_json::Value, ApiError> {
     let guard = s.session.lock().unwrap();
     let session = guard.as_ref().ok_or_else(|| ended(&s.id))?;
-    let start = session.speak(pcm).map_err(|e| match e {
+    let (start, waits) = session.speak(pcm).map_err(|e| match e {
         QueueError::Full { .. } => ApiError::new(StatusCode::TOO_MANY_REQUESTS, "audio_queue_full", e.to_string())
             .with_retry_after(session.timeline().queued_seconds().ceil() as u64),
         QueueError::Closed => ended(&s.id),
@@ -605,6 +612,7 @@ fn queue(s: &LiveSession, pcm: &[i16]) -> Result<serde_json::Value, ApiError> {
     Ok(json!({
         "session_id": s.id,
         "start_s": start,
+        "waits_s": waits,
         "duration_s": pcm.len() as f64 / 16_000.0,
         "queued_audio_s": session.timeline().queued_seconds(),
     }))

@@ -88,8 +88,14 @@ struct Row {
     /// The largest gap between two frames written to the wire (the server's figure): the
     /// receiver's adds its own scheduling on the same two cores.
     wire_max_frame_gap_ms: f64,
+    /// The longest one frame took in the wire's H.264 encoder (the server's figure).
+    wire_max_encode_ms: f64,
     audio_to_mouth_p50_ms: f64,
     audio_to_mouth_p95_ms: f64,
+    /// What of audio to mouth is the chunk's wait behind the speech queued before it (the
+    /// client's pushes jitter; speech is never overlapped or dropped), p50 and p95.
+    speech_wait_p50_ms: f64,
+    speech_wait_p95_ms: f64,
     av_skew_ms: f64,
     interrupts: usize,
     /// From the request to the first eased frame written to the wire (the server's figure).
@@ -103,8 +109,8 @@ struct Row {
 
 /// What one session's client measured.
 struct Measured {
-    /// (sent, timeline seconds) of each chunk.
-    chunks: Vec<(Instant, f64)>,
+    /// (sent, timeline seconds, seconds it waited behind earlier speech) of each chunk.
+    chunks: Vec<(Instant, f64, f64)>,
     /// Each interrupt: when it was asked, the server's latency to its first eased frame and
     /// the request's round trip (ms).
     interrupts: Vec<(Instant, f64, f64)>,
@@ -176,7 +182,7 @@ fn run(a: Args) -> Result<()> {
     println!("live_sessions: wrote {}, {} and {}", csv.display(), files.png.display(), files.svg.display());
     for r in &rows {
         println!(
-            "  {} session(s), #{}: stride {} ({} -> {}, {} changes), audio to mouth p50 {:.0} / p95 {:.0} ms ({}), largest gap {:.1} ms ({}; on the wire {:.1} ms), repeated {:.2}% ({}), skew {:.1} ms ({}), interrupt p95 {:.1} ms ({}), one more session: {} ({})",
+            "  {} session(s), #{}: stride {} ({} -> {}, {} changes), audio to mouth p50 {:.0} / p95 {:.0} ms ({}; of it waiting behind earlier speech p50 {:.0} / p95 {:.0} ms, the delay {:.0} ms), largest gap {:.1} ms ({}; on the wire {:.1} ms, longest encode {:.1} ms), repeated {:.2}% ({}), skew {:.1} ms ({}), interrupt p95 {:.1} ms ({}), one more session: {} ({})",
             r.sessions,
             r.session,
             r.stride_mode,
@@ -186,9 +192,13 @@ fn run(a: Args) -> Result<()> {
             r.audio_to_mouth_p50_ms,
             r.audio_to_mouth_p95_ms,
             verdict(r.audio_to_mouth_p95_ms <= 1000.0),
+            r.speech_wait_p50_ms,
+            r.speech_wait_p95_ms,
+            r.delay_ms,
             r.max_frame_gap_ms,
             verdict(r.max_frame_gap_ms <= 80.0),
             r.wire_max_frame_gap_ms,
+            r.wire_max_encode_ms,
             r.repeated_pct,
             verdict(r.repeated_pct <= 2.0),
             r.av_skew_ms,
@@ -264,8 +274,14 @@ fn run_sessions(a: &Args, base: &str, n: usize, clip: &[i16], http: &reqwest::bl
         }
         let mut done = Vec::new();
         for (i, id, created, receiver, pusher) in handles {
-            let measured = pusher.join().map_err(|_| anyhow::anyhow!("a pusher panicked"))??;
-            done.push((i, id, created, receiver, measured));
+            match pusher.join().map_err(|_| anyhow::anyhow!("a pusher panicked")).and_then(|r| r) {
+                Ok(measured) => done.push((i, id, created, receiver, measured)),
+                Err(e) => {
+                    // Stop the receivers, or the scope would wait for them for ever.
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
         }
         // Let the last speech reach the receivers, then stop them.
         std::thread::sleep(Duration::from_secs(2));
@@ -292,6 +308,7 @@ fn push(a: &Args, base: &str, id: &str, clip: &[i16], http: &reqwest::blocking::
     let mut pos = 0usize;
     let mut pushed = Duration::ZERO;
     let mut next_interrupt = a.interrupt_every;
+    let mut interrupts = Vec::new();
     while pushed.as_secs_f64() < a.seconds {
         let t = pushed.as_secs_f64();
         // A pause of 3 s every 15 s: the session idles.
@@ -302,7 +319,7 @@ fn push(a: &Args, base: &str, id: &str, clip: &[i16], http: &reqwest::blocking::
         }
         if t >= next_interrupt && t % 15.0 >= 1.0 {
             next_interrupt += a.interrupt_every;
-            m.interrupts.push(interrupt(base, id, http)?);
+            interrupts.push(interrupt(base, id, http)?);
         }
         let samples: Vec<u8> = (0..chunk).flat_map(|k| clip[(pos + k) % clip.len()].to_le_bytes()).collect();
         pos += chunk;
@@ -314,23 +331,38 @@ fn push(a: &Args, base: &str, id: &str, clip: &[i16], http: &reqwest::blocking::
             .send()?;
         ensure!(r.status() == 200, "POST audio: {} {}", r.status(), r.text()?);
         let v: Value = r.json()?;
-        m.chunks.push((sent, v["start_s"].as_f64().context("no start_s")?));
+        m.chunks.push((
+            sent,
+            v["start_s"].as_f64().context("no start_s")?,
+            v["waits_s"].as_f64().context("no waits_s")?,
+        ));
         pushed += Duration::from_millis(a.chunk_ms);
         sleep_until(start + pushed);
+    }
+    for figures in interrupts {
+        m.interrupts.push(figures.join().map_err(|_| anyhow::anyhow!("an interrupt's reader panicked"))??);
     }
     Ok(m)
 }
 
-/// Interrupts session `id`: when, the server's latency to the first eased frame, and the time
-/// from the request to its answer (ms).
-fn interrupt(base: &str, id: &str, http: &reqwest::blocking::Client) -> Result<(Instant, f64, f64)> {
+/// The figures of one interrupt: when it was asked, the server's latency to the first eased
+/// frame, and the time from the request to its answer (ms).
+type InterruptFigures = std::thread::JoinHandle<Result<(Instant, f64, f64)>>;
+
+/// Interrupts session `id`. The server's latency is read 300 ms later, once the eased frame is
+/// out, on a thread of its own: the pushes go on at real time meanwhile (a pusher that waited
+/// would fall behind, and the speech it then sends at once would wait behind its own).
+fn interrupt(base: &str, id: &str, http: &reqwest::blocking::Client) -> Result<InterruptFigures> {
     let asked = Instant::now();
     let r = http.post(format!("{base}/v1/sessions/{id}/interrupt")).send()?;
     ensure!(r.status() == 200, "POST interrupt: {}", r.status());
     let answered = asked.elapsed().as_secs_f64() * 1e3;
-    std::thread::sleep(Duration::from_millis(300));
-    let v: Value = http.get(format!("{base}/v1/sessions/{id}")).send()?.json()?;
-    Ok((asked, v["interrupt_latency_ms"].as_f64().unwrap_or(f64::NAN), answered))
+    let (url, http) = (format!("{base}/v1/sessions/{id}"), http.clone());
+    Ok(std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let v: Value = http.get(url).send()?.json()?;
+        Ok((asked, v["interrupt_latency_ms"].as_f64().unwrap_or(f64::NAN), answered))
+    }))
 }
 
 fn sleep_until(t: Instant) {
@@ -354,12 +386,13 @@ fn row(
     let fps = created["fps"].as_f64().unwrap_or(25.0);
     // Audio to mouth: the frame at the chunk's start on the timeline, found by its RTP time.
     let mut a2m = Vec::new();
-    for &(sent, start_s) in &m.chunks {
+    for &(sent, start_s, _) in &m.chunks {
         let f = (start_s * fps).ceil() as i64;
         if let Some(fr) = peer.frames.iter().find(|fr| (fr.rtp_s * fps).round() as i64 == f) {
             a2m.push(fr.at.saturating_duration_since(sent).as_secs_f64() * 1e3);
         }
     }
+    let waits: Vec<f64> = m.chunks.iter().map(|c| c.2 * 1e3).collect();
     // Skew: median (arrival - RTP time) of frames minus that of speech, over the last 5 s.
     let offsets = |v: Vec<(Instant, f64)>| -> f64 {
         let Some(&(last, _)) = v.last() else { return f64::NAN };
@@ -404,8 +437,11 @@ fn row(
         undecodable_frames: peer.undecodable,
         max_frame_gap_ms: peer.max_frame_gap_ms(),
         wire_max_frame_gap_ms: stats["max_frame_gap_ms"].as_f64().unwrap_or(f64::NAN),
+        wire_max_encode_ms: stats["max_video_encode_ms"].as_f64().unwrap_or(f64::NAN),
         audio_to_mouth_p50_ms: percentile(&a2m, 50.0),
         audio_to_mouth_p95_ms: percentile(&a2m, 95.0),
+        speech_wait_p50_ms: percentile(&waits, 50.0),
+        speech_wait_p95_ms: percentile(&waits, 95.0),
         av_skew_ms: (video - audio) * 1e3,
         interrupts: m.interrupts.len(),
         interrupt_wire_p95_ms: percentile(&wire, 95.0),

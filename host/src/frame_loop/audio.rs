@@ -5,7 +5,7 @@
 
 use anyhow::{ensure, Result};
 use cadence_engines::{ClipSamples, EngineError, WhisperAudio, WhisperClip};
-use cadence_media::vad::silero;
+use cadence_media::vad::{digital, silero};
 use cadence_media::{frame_count, Audio, AudioFormat, AudioStream, HopLevels, VadConfig, TARGET_RATE};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ impl ClipAudio {
         frames_for_samples(self.samples_16k(), fps)
     }
 
-    /// Voice activity per video frame, decided by `vad` over the whole clip (both detectors
+    /// Voice activity per video frame, decided by `vad` over the whole clip (every detector
     /// give the same decisions for the audio decoded whole and read as a stream).
     pub fn voice_activity(&self, fps: f64, frames: usize, vad: &Vad) -> Result<Vec<bool>> {
         Ok(match (self, vad) {
@@ -68,6 +68,11 @@ impl ClipAudio {
             (ClipAudio::Whole(a), Vad::Silero(cfg)) => {
                 silero::try_voice_activity_with(&a.samples_16k, fps, frames, cfg)?
             }
+            (ClipAudio::Whole(a), Vad::Digital) => digital::voice_activity(&a.samples_16k, fps, frames),
+            (ClipAudio::Streamed(s), Vad::Digital) => match &s.zero_runs {
+                Some(runs) => runs.speech(0, frames, fps),
+                None => anyhow::bail!("{}: the WAV's runs of zeros were not kept when it was opened", s.path.display()),
+            },
             (ClipAudio::Streamed(s), Vad::Energy) => {
                 cadence_media::voice_activity_from_levels(&s.levels, fps, frames, &VadConfig::default())
             }
@@ -140,6 +145,8 @@ pub struct StreamedAudio {
     /// ([`silero::SileroConfig::denoise`]), and the speech probability of every 512-sample chunk
     /// (4 bytes per 32 ms).
     silero: Option<(bool, Vec<f32>)>,
+    /// With digital silence (the detector it was opened for): the runs of zeros.
+    zero_runs: Option<digital::ZeroRuns>,
     state: Mutex<StreamState>,
 }
 
@@ -166,8 +173,9 @@ impl StreamedAudio {
         let mut levels = HopLevels::new(&VadConfig::default());
         let mut silero = match vad {
             Vad::Silero(cfg) => Some((cfg.denoise, silero::ChunkProbabilities::new(cfg)?)),
-            Vad::Energy => None,
+            Vad::Energy | Vad::Digital => None,
         };
+        let mut zero_runs = (*vad == Vad::Digital).then(digital::ZeroRuns::new);
         let (mut mono, mut track) = (Vec::new(), Vec::new());
         let (mut samples_16k, mut track_samples) = (0, 0);
         loop {
@@ -175,6 +183,9 @@ impl StreamedAudio {
             levels.push(&mono);
             if let Some((_, s)) = silero.as_mut() {
                 s.push(&mono)?;
+            }
+            if let Some(z) = zero_runs.as_mut() {
+                z.push(&mono);
             }
             samples_16k += mono.len();
             track_samples += track.len();
@@ -199,6 +210,7 @@ impl StreamedAudio {
                 }
                 None => None,
             },
+            zero_runs,
             state: Mutex::new(StreamState {
                 stream,
                 more: true,
@@ -279,6 +291,10 @@ pub enum Vad {
     /// The energy detector (RMS level against the clip's loudness, with a hangover): the
     /// fallback, and the comparison.
     Energy,
+    /// Digital silence (`cadence_media::vad::digital`): a frame is silence when its samples are
+    /// all zero. For audio whose pauses are written, not recorded (a live session's timeline,
+    /// a synthesizer's output): no lookahead.
+    Digital,
 }
 
 impl Default for Vad {
@@ -293,6 +309,7 @@ impl Vad {
         match self {
             Vad::Silero(_) => "silero",
             Vad::Energy => "energy",
+            Vad::Digital => "digital",
         }
     }
 }

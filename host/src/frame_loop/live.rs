@@ -48,20 +48,26 @@ pub struct LiveOptions {
 
 impl LiveOptions {
     /// Parts of about `window` frames (at least one stride), and a lookahead of the easing ramp
-    /// plus 0.25 s (whisper's frame window reaches 0.1 s ahead, and the energy detector's
-    /// shortest run is 30 ms) or, where more, what the detector's decisions can still depend on
-    /// ([`lookahead_seconds`]: 0.48 s for Silero's defaults, 0.41 s without its front end).
+    /// plus what the detector's decisions can still depend on ([`lookahead_seconds`]: 0.48 s
+    /// for Silero's defaults, 0.41 s without its front end, 0.25 s for the energy detector, none
+    /// for digital silence), and at least [`WHISPER_REACH_SECONDS`].
     pub fn new(stride: usize, window: Option<usize>, opts: &RenderOptions) -> Result<Self> {
         ensure!(stride > 0, "stride must be at least 1 (got 0)");
         let window = window.unwrap_or(
             crate::frame_loop::window_frames(crate::frame_loop::DEFAULT_WINDOW_SECONDS, opts.fps).unwrap_or(1),
         );
         let part_frames = window.div_ceil(stride).max(1) * stride;
-        let seconds = lookahead_seconds(&opts.vad).max(0.25);
+        let seconds = lookahead_seconds(&opts.vad).max(WHISPER_REACH_SECONDS);
         let lookahead_frames = opts.ramp as usize + (seconds * opts.fps.hz()).ceil() as usize;
         Ok(Self { stride, part_frames, lookahead_frames })
     }
 }
+
+/// How far past a frame's start its whisper window reaches: the window's last steps, 20 ms
+/// each, run to [`cadence_engines::whisper::STEPS_RIGHT`] steps past it (0.12 s: 3 frames at 25
+/// fps). The encoder attends to its whole 30 s window, so later audio still moves a frame's
+/// features a little, as it does in a file's render at a window's end.
+pub const WHISPER_REACH_SECONDS: f64 = cadence_engines::whisper::STEPS_RIGHT as f64 / 50.0;
 
 /// Frames whose audio has fully arrived, for `samples` 16 kHz samples.
 pub(crate) fn whole_frames(samples: usize, fps: FrameRate) -> usize {
@@ -447,6 +453,9 @@ mod tests {
         assert_eq!(LiveOptions::new(3, Some(100), &raw).unwrap().lookahead_frames, 4 + 11);
         let energy = RenderOptions { vad: Vad::Energy, ..RenderOptions::default() };
         assert_eq!(LiveOptions::new(3, Some(100), &energy).unwrap().lookahead_frames, 4 + 7);
+        // Digital silence looks ahead only as far as whisper's window reaches: 0.12 s.
+        let digital = RenderOptions { vad: Vad::Digital, ..RenderOptions::default() };
+        assert_eq!(LiveOptions::new(3, Some(100), &digital).unwrap().lookahead_frames, 4 + 3);
         assert_eq!(LiveOptions::new(3, Some(1), &opts).unwrap().part_frames, 3);
         assert!(LiveOptions::new(0, None, &opts).is_err());
     }

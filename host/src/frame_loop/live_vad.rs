@@ -13,14 +13,16 @@
 //!   frames shown).
 //! - **Energy**: 10 ms hop levels against the percentile of the levels received so far
 //!   ([`cadence_media::LevelReference`]).
+//! - **Digital silence**: a frame whose samples have all arrived is decided by them alone
+//!   ([`cadence_media::vad::digital`]): the same decisions as the whole clip's, at once.
 //!
 //! Either way a frame's decision is final once the frame is shown (the easing reads the shown
 //! decisions back, `ShownSpeech`).
 
 use crate::frame_loop::audio::Vad;
 use anyhow::Result;
-use cadence_media::vad::denoise;
 use cadence_media::vad::silero::{self, ChunkProbabilities, SileroConfig, SpeechSegment, CHUNK_SAMPLES};
+use cadence_media::vad::{denoise, digital};
 use cadence_media::{
     frames_from_hops, hop_activity_above, hop_context, FrameRate, HopLevels, LevelReference, VadConfig, TARGET_RATE,
 };
@@ -32,7 +34,8 @@ pub const SILERO_HISTORY_SECONDS: usize = 30;
 /// it has lasted `min_speech_duration_ms` and ends it only after `min_silence_duration_ms` of
 /// silence, padded by `speech_pad_ms`, in 32 ms chunks, and its front end (when on) gives a
 /// chunk's samples to the network 64 ms after the chunk has arrived; the energy detector's
-/// shortest run is 30 ms (0 here: the whisper window's 0.25 s lookahead covers it).
+/// shortest run is 30 ms, and with its hop context 0.25 s covers it; digital silence decides a
+/// frame from its own samples.
 pub fn lookahead_seconds(vad: &Vad) -> f64 {
     match vad {
         Vad::Silero(c) => {
@@ -40,7 +43,8 @@ pub fn lookahead_seconds(vad: &Vad) -> f64 {
             (c.min_speech_duration_ms + c.min_silence_duration_ms + c.speech_pad_ms) / 1e3
                 + (CHUNK_SAMPLES + front_end) as f64 / TARGET_RATE as f64
         }
-        Vad::Energy => 0.0,
+        Vad::Energy => 0.25,
+        Vad::Digital => 0.0,
     }
 }
 
@@ -49,6 +53,7 @@ pub(crate) enum LiveVad {
     Energy(EnergyLive),
     /// Boxed: the network's state makes it twice the energy detector's size.
     Silero(Box<SileroLive>),
+    Digital(digital::ZeroRuns),
 }
 
 pub(crate) struct EnergyLive {
@@ -84,6 +89,7 @@ impl LiveVad {
                     reference: LevelReference::new(),
                 })
             }
+            Vad::Digital => LiveVad::Digital(digital::ZeroRuns::new()),
             Vad::Silero(cfg) => {
                 cfg.validate()?;
                 LiveVad::Silero(Box::new(SileroLive {
@@ -121,6 +127,7 @@ impl LiveVad {
                 s.probs.extend(s.chunks.take());
                 s.ended = ended;
             }
+            LiveVad::Digital(z) => z.push(fresh),
         }
         Ok(())
     }
@@ -152,6 +159,7 @@ impl LiveVad {
                 let all = silero::frames_from_segments(&segments, fps.hz(), end);
                 decided.copy_from_slice(&all[a.min(end)..]);
             }
+            LiveVad::Digital(z) => decided = z.speech(a, end.max(a), fps.hz()),
         }
         decided
     }
@@ -176,6 +184,7 @@ impl LiveVad {
                     s.probs_from += n;
                 }
             }
+            LiveVad::Digital(z) => z.forget_before(frame_sample(a, fps)),
         }
     }
 }

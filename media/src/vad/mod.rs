@@ -1,6 +1,6 @@
 //! Voice activity: which video frames hold speech.
 //!
-//! Two detectors with the same per-frame shape, `fn(samples_16k, fps, n_frames) -> Vec<bool>`:
+//! Three detectors with the same per-frame shape, `fn(samples_16k, fps, n_frames) -> Vec<bool>`:
 //! - [`energy`] (re-exported here, so every path of the original `vad` module still works:
 //!   [`voice_activity`], [`VadConfig`], [`HopLevels`], ...): RMS level of 10 ms hops against the
 //!   clip's own loudness, with a hangover. No model; fooled by loud non-speech (breaths, music,
@@ -11,12 +11,15 @@
 //!   [`silero::SileroVad`] for a stream, [`silero::VadIterator`] for live events), by default
 //!   after [`denoise`], cadence's front end (noise suppression and AGC, so that quiet speech in
 //!   stationary noise is not missed).
+//! - [`digital`]: digital silence, for audio whose pauses are written (a live session's
+//!   timeline, a synthesizer's output): a frame is silence when its samples are all zero.
 //!
-//! The module was one file (`vad.rs`, the energy detector); it became this folder so the two
+//! The module was one file (`vad.rs`, the energy detector); it became this folder so the
 //! detectors sit side by side while every existing public item keeps its path
 //! (`cadence_media::vad::X` and the crate-root re-exports).
 
 pub mod denoise;
+pub mod digital;
 pub mod energy;
 pub mod silero;
 mod silero_net;
