@@ -121,7 +121,7 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "post",
         path: "/v1/sessions",
-        summary: "Start a live WebRTC session (JSON: sdp, the browser's offer to receive video and audio; type \"offer\"; avatar_id, else the default avatar; stride 1..=12, default 12, or \"auto\" (chosen part by part from the rates the session measures); decoder; infill, image (default) or latent): the SDP answer and the session (Location: /v1/sessions/{id}). H.264 and Opus over ICE-lite; the avatar idles at rest until audio is sent",
+        summary: "Start a live WebRTC session (JSON: sdp, the browser's offer to receive video and audio; type \"offer\"; avatar_id, else the default avatar; stride 1..=12, default 6, or \"auto\" (chosen part by part from the rates the session measures); decoder; infill, image (default) or latent): the SDP answer and the session (Location: /v1/sessions/{id}). H.264 and Opus over ICE-lite; the avatar idles at rest until audio is sent",
         responses: &[
             (201, "the session with sdp (the answer) and type \"answer\""),
             (400, "malformed JSON"),
@@ -135,7 +135,7 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "get",
         path: "/v1/sessions/{id}",
-        summary: "A session's figures: state, speaking, queued_audio_s, frames_sent, repeated_frames (and %), late_frames, keyframes, av_skew_ms, max_frame_gap_ms, stride (the current one), stride_mode (fixed or auto), stride_changes, delay_ms",
+        summary: "A session's figures: state, speaking, queued_audio_s, frames_sent, repeated_frames (and %), late_frames, keyframes, av_skew_ms, max_frame_gap_ms, stride (the current one), stride_mode (fixed or auto), stride_changes, vad, delay_ms, max_video_encode_ms",
         responses: &[(200, "the session"), (404, "unknown or ended")],
     },
     Route {
