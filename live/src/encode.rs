@@ -9,7 +9,7 @@
 //! `openh264` crate builds. Unlike the file encoder in `cadence-media` (no rate control, so
 //! that no frame is ever skipped), the wire's encoder bounds its bit rate with OpenH264's rate
 //! control, still with frame skipping off (a skipped frame would be a gap on the wire), and
-//! makes an IDR when the receiver asks for one (PLI or FIR) besides its own period.
+//! makes an IDR when the receiver asks for one (PLI or FIR), and on a period if given one.
 
 use anyhow::{anyhow, ensure, Result};
 use openh264::encoder::{
@@ -71,8 +71,8 @@ pub struct AccessUnit {
 }
 
 impl FrameEncoder {
-    /// `width` x `height` (even) at `fps`, rate-controlled to `bitrate_bps`, with an IDR at
-    /// least every `idr_frames` frames.
+    /// `width` x `height` (even) at `fps`, rate-controlled to `bitrate_bps`, with an IDR first
+    /// and then at least every `idr_frames` frames (0: only when asked).
     pub fn new(width: usize, height: usize, fps: f64, bitrate_bps: u32, idr_frames: u32) -> Result<Self> {
         ensure!(
             width >= 16 && height >= 16 && width.is_multiple_of(2) && height.is_multiple_of(2),
@@ -138,6 +138,15 @@ mod tests {
         let mut f = vec![y; w * h];
         f.resize(w * h * 3 / 2, 128);
         f
+    }
+
+    /// With no period, the first frame is the only IDR until one is asked for.
+    #[test]
+    fn without_a_period_only_the_first_frame_and_those_asked_for_are_idrs() {
+        let mut e = FrameEncoder::new(64, 48, 25.0, 300_000, 0).unwrap();
+        let idrs: Vec<usize> =
+            (0..600).filter(|&i| e.encode(&gray(64, 48, 60 + (i % 7) as u8), i == 400).unwrap().keyframe).collect();
+        assert_eq!(idrs, [0, 400]);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!
 //! [`session::Session`] puts them together.
 
+pub mod arrival;
 pub mod encode;
 pub mod receiver;
 pub mod session;

@@ -15,19 +15,22 @@ use str0m::{Candidate, Event, Input, Output, Rtc, RtcConfig};
 /// A decoded frame's arrival.
 #[derive(Clone, Copy, Debug)]
 pub struct FrameArrival {
-    /// When its last packet was taken in (before it was decoded: the decoder's time is the
-    /// receiver's, not the wire's).
+    /// When its last packet reached the socket (the kernel's stamp, [`crate::arrival`]): the
+    /// receiver's own scheduling and decoding are not the wire's.
     pub at: Instant,
     /// Its RTP time in seconds.
     pub rtp_s: f64,
     pub keyframe: bool,
     /// The mean luma of the decoded picture.
     pub mean_luma: f64,
+    /// Bytes of its H.264 access unit.
+    pub bytes: usize,
 }
 
 /// A speech packet's arrival.
 #[derive(Clone, Copy, Debug)]
 pub struct SpeechArrival {
+    /// When its packet reached the socket.
     pub at: Instant,
     pub rtp_s: f64,
     /// RMS of the decoded 20 ms (full scale 1).
@@ -51,12 +54,16 @@ pub struct Receiver {
     pub undecodable: usize,
     /// The size of the last decoded picture.
     pub size: Option<(usize, usize)>,
+    /// When the packet last taken in reached the socket ([`crate::arrival`]): a frame or
+    /// speech packet that str0m completes with it arrived then.
+    last_packet_at: Instant,
 }
 
 impl Receiver {
     /// A receiver bound to `ip` (port chosen by the system), and its SDP offer.
     pub fn offer(ip: std::net::IpAddr) -> Result<(Self, String)> {
         let socket = UdpSocket::bind((ip, 0))?;
+        crate::arrival::enable(&socket)?;
         let local = socket.local_addr()?;
         let mut rtc = RtcConfig::new().clear_codecs().enable_h264(true).enable_opus(true, false).build(Instant::now());
         rtc.add_local_candidate(Candidate::host(local, "udp").map_err(|e| anyhow!("{e}"))?);
@@ -78,6 +85,7 @@ impl Receiver {
             connected: false,
             undecodable: 0,
             size: None,
+            last_packet_at: Instant::now(),
         };
         Ok((r, offer.to_sdp_string()))
     }
@@ -105,12 +113,15 @@ impl Receiver {
             };
             let wait = due.min(end).saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
             self.socket.set_read_timeout(Some(wait))?;
-            let input = match self.socket.recv_from(&mut buf) {
-                Ok((n, source)) => match buf[..n].try_into() {
-                    Ok(contents) => Input::Receive(
-                        Instant::now(),
-                        Receive { proto: Protocol::Udp, source, destination: self.local, contents },
-                    ),
+            let input = match crate::arrival::recv(&self.socket, &mut buf) {
+                Ok((n, source, at)) => match buf[..n].try_into() {
+                    Ok(contents) => {
+                        self.last_packet_at = at;
+                        Input::Receive(
+                            Instant::now(),
+                            Receive { proto: Protocol::Udp, source, destination: self.local, contents },
+                        )
+                    }
                     Err(_) => continue,
                 },
                 Err(_) => Input::Timeout(Instant::now()),
@@ -124,7 +135,7 @@ impl Receiver {
         match e {
             Event::Connected => self.connected = true,
             Event::MediaData(d) if d.mid == self.video => {
-                let at = Instant::now();
+                let at = self.last_packet_at;
                 anyhow::ensure!(d.params.spec().codec == Codec::H264, "video arrived as {:?}", d.params.spec().codec);
                 match self.decoder.decode(&d.data) {
                     Ok(Some(yuv)) => {
@@ -140,13 +151,14 @@ impl Receiver {
                             rtp_s: d.time.as_seconds(),
                             keyframe: d.is_keyframe(),
                             mean_luma: sum as f64 / (w * h) as f64,
+                            bytes: d.data.len(),
                         });
                     }
                     _ => self.undecodable += 1,
                 }
             }
             Event::MediaData(d) if d.mid == self.audio => {
-                let at = Instant::now();
+                let at = self.last_packet_at;
                 anyhow::ensure!(d.params.spec().codec == Codec::Opus, "audio arrived as {:?}", d.params.spec().codec);
                 let mut pcm = vec![0f32; 960];
                 let n = self.opus.decode(&d.data, 960, &mut pcm).map_err(|e| anyhow!("Opus: {e}"))?;

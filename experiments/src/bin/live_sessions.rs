@@ -7,9 +7,11 @@
 //! asked for: it must be refused while the N run. For each session:
 //! - audio to mouth: from a chunk's POST (sent) to the arrival of the video frame at that
 //!   audio's time (the frame whose RTP time is the chunk's start on the session's timeline),
-//!   p50 and p95;
+//!   p50 and p95; arrivals are the kernel's receive stamps (`cadence_live::arrival`), not
+//!   when the receiver's thread got to them;
 //! - the largest gap between two frames' arrivals, the frames received, and the server's
-//!   repeated frames (a frame the render had not made in time, sent again);
+//!   repeated frames (a frame the render had not made in time, sent again); the video bit
+//!   rate received, over the run and the most in a second;
 //! - audio/video skew at the end: the median (arrival - RTP time) of the frames minus that of
 //!   the speech packets over the last 5 s (both RTP clocks count from the session's clock);
 //! - interrupt: from the request to the first eased frame written to the wire (the server's
@@ -97,6 +99,10 @@ struct Row {
     speech_wait_p50_ms: f64,
     speech_wait_p95_ms: f64,
     av_skew_ms: f64,
+    /// The video's bit rate as received, kb/s: over the whole run, and the most in any second
+    /// (by RTP time). The server aims at `--session-video-kbps` (1500 by default).
+    video_kbps: f64,
+    video_kbps_max_1s: f64,
     interrupts: usize,
     /// From the request to the first eased frame written to the wire (the server's figure).
     interrupt_wire_p95_ms: f64,
@@ -182,7 +188,7 @@ fn run(a: Args) -> Result<()> {
     println!("live_sessions: wrote {}, {} and {}", csv.display(), files.png.display(), files.svg.display());
     for r in &rows {
         println!(
-            "  {} session(s), #{}: stride {} ({} -> {}, {} changes), audio to mouth p50 {:.0} / p95 {:.0} ms ({}; of it waiting behind earlier speech p50 {:.0} / p95 {:.0} ms, the delay {:.0} ms), largest gap {:.1} ms ({}; on the wire {:.1} ms, longest encode {:.1} ms), repeated {:.2}% ({}), skew {:.1} ms ({}), interrupt p95 {:.1} ms ({}), one more session: {} ({})",
+            "  {} session(s), #{}: stride {} ({} -> {}, {} changes), audio to mouth p50 {:.0} / p95 {:.0} ms ({}; of it waiting behind earlier speech p50 {:.0} / p95 {:.0} ms, the delay {:.0} ms), largest gap {:.1} ms ({}; on the wire {:.1} ms, longest encode {:.1} ms), repeated {:.2}% ({}), skew {:.1} ms ({}), video {:.0} kb/s (most in a second {:.0}), interrupt p95 {:.1} ms ({}), one more session: {} ({})",
             r.sessions,
             r.session,
             r.stride_mode,
@@ -203,6 +209,8 @@ fn run(a: Args) -> Result<()> {
             verdict(r.repeated_pct <= 2.0),
             r.av_skew_ms,
             verdict(r.av_skew_ms.abs() <= 40.0),
+            r.video_kbps,
+            r.video_kbps_max_1s,
             r.interrupt_wire_p95_ms,
             verdict(r.interrupt_wire_p95_ms <= 80.0),
             r.extra_session_status,
@@ -365,6 +373,26 @@ fn interrupt(base: &str, id: &str, http: &reqwest::blocking::Client) -> Result<I
     }))
 }
 
+/// The video's bit rate over all the frames received, and the most in any one second of RTP
+/// time (frames with RTP times in [t, t + 1) for each frame's t), kb/s.
+fn bit_rates(frames: &[cadence_live::receiver::FrameArrival]) -> (f64, f64) {
+    let (Some(first), Some(last)) = (frames.first(), frames.last()) else { return (f64::NAN, f64::NAN) };
+    let span = last.rtp_s - first.rtp_s;
+    let total: usize = frames.iter().map(|f| f.bytes).sum();
+    let mean = if span > 0.0 { total as f64 * 8.0 / span / 1e3 } else { f64::NAN };
+    let mut most = 0usize;
+    let (mut end, mut in_window) = (0, 0usize);
+    for (i, f) in frames.iter().enumerate() {
+        while end < frames.len() && frames[end].rtp_s < f.rtp_s + 1.0 {
+            in_window += frames[end].bytes;
+            end += 1;
+        }
+        most = most.max(in_window);
+        in_window -= frames[i].bytes;
+    }
+    (mean, most as f64 * 8.0 / 1e3)
+}
+
 fn sleep_until(t: Instant) {
     let now = Instant::now();
     if t > now {
@@ -393,6 +421,7 @@ fn row(
         }
     }
     let waits: Vec<f64> = m.chunks.iter().map(|c| c.2 * 1e3).collect();
+    let (video_kbps, video_kbps_max_1s) = bit_rates(&peer.frames);
     // Skew: median (arrival - RTP time) of frames minus that of speech, over the last 5 s.
     let offsets = |v: Vec<(Instant, f64)>| -> f64 {
         let Some(&(last, _)) = v.last() else { return f64::NAN };
@@ -443,6 +472,8 @@ fn row(
         speech_wait_p50_ms: percentile(&waits, 50.0),
         speech_wait_p95_ms: percentile(&waits, 95.0),
         av_skew_ms: (video - audio) * 1e3,
+        video_kbps,
+        video_kbps_max_1s,
         interrupts: m.interrupts.len(),
         interrupt_wire_p95_ms: percentile(&wire, 95.0),
         interrupt_first_frame_p95_ms: percentile(&arrival, 95.0),
