@@ -350,6 +350,26 @@ fn the_live_mode_receives_h264_and_opus_speaks_a_wav_interrupts_and_hangs_up() {
     assert_eq!(phase(&mut dt), "closed");
     assert_eq!(get(&s, &format!("/v1/sessions/{id}")).status(), 404);
     wait_for(Duration::from_secs(5), || metric(&s, "cadence_sessions") == 0.0);
+
+    // A portrait picked in the page is registered first (its id fills the avatar field), and
+    // the session streams it: the pictures are the portrait's size, not the default avatar's.
+    let portrait = files.path().join("portrait.png");
+    std::fs::write(&portrait, face_png()).unwrap();
+    pick_file(&mut dt, "#live_portrait", &portrait);
+    dt.eval("document.getElementById('live_connect').click(); true");
+    dt.wait("the portrait's session starts", t0, |d| phase(d) != "connecting");
+    assert_eq!(phase(&mut dt), "connected", "{:?}", status(&mut dt));
+    let avatar = dt.eval("document.getElementById('live_avatar_id').value");
+    assert!(avatar.as_str().is_some_and(|a| a.len() == 64 && a.bytes().all(|b| b.is_ascii_hexdigit())), "{avatar}");
+    let id = dt.eval("window.cadenceLive.sessionId").as_str().unwrap().to_string();
+    let f = session_figures(&s, &id);
+    assert_eq!((f["width"].as_u64(), f["height"].as_u64()), (Some(256), Some(256)), "{f}");
+    dt.wait("the portrait's frames decoded", t0, |d| {
+        stat(d, "framesDecoded").as_u64().unwrap_or(0) >= 25 && stat(d, "width").as_u64() == Some(256)
+    });
+    dt.eval("document.getElementById('live_hangup').click(); true");
+    dt.wait("the second hang-up", t0, |d| phase(d) == "closed");
+    wait_for(Duration::from_secs(5), || metric(&s, "cadence_sessions") == 0.0);
     eprintln!(
         "live browser session: {:.1} s; last browser stats {}",
         t0.elapsed().as_secs_f64(),
