@@ -370,7 +370,7 @@ impl Running {
                 if self.last_heard.elapsed() > self.config.peer_timeout {
                     return Ok(format!("nothing heard from the peer for {:?}", self.config.peer_timeout));
                 }
-                self.send_due()?;
+                self.send_due(false)?;
                 // str0m packetizes what was written when time advances: now, not at the next
                 // wake (up to 20 ms later).
                 self.rtc.handle_input(Input::Timeout(Instant::now())).map_err(|e| anyhow!("str0m: {e}"))?;
@@ -393,6 +393,11 @@ impl Running {
             if !self.rtc.is_alive() {
                 return Ok("the connection closed".into());
             }
+            // Encoding (10 ms a frame, an IDR 50-90) waits until str0m has sent what it had:
+            // a frame's packets are not held back behind the next frame's encoding.
+            if self.connected && rtc_due > Instant::now() && self.send_due(true)? {
+                continue;
+            }
             // Wait for a packet until the earliest of str0m's timeout and the next media.
             let mut until = rtc_due.min(Instant::now() + Duration::from_millis(50));
             if self.connected {
@@ -403,7 +408,10 @@ impl Running {
                 self.rtc.handle_input(Input::Timeout(now)).map_err(|e| anyhow!("str0m: {e}"))?;
                 continue;
             }
-            self.socket.set_read_timeout(Some((until - now).max(Duration::from_micros(200))))?;
+            if !wait_readable(&self.socket, until - now)? {
+                self.rtc.handle_input(Input::Timeout(Instant::now())).map_err(|e| anyhow!("str0m: {e}"))?;
+                continue;
+            }
             match self.socket.recv_from(&mut buf) {
                 Ok((n, source)) => {
                     self.last_heard = Instant::now();
@@ -485,8 +493,10 @@ impl Running {
         }
     }
 
-    /// Writes every frame and speech packet whose time has come.
-    fn send_due(&mut self) -> Result<()> {
+    /// Writes every speech packet and encoded frame whose time has come and, with `encode`,
+    /// encodes the frames whose lead has come. Says whether a frame was encoded, written or
+    /// passed over.
+    fn send_due(&mut self, encode: bool) -> Result<bool> {
         let now = Instant::now();
         while self.sample_due(self.next_sample) <= now {
             let s = self.next_sample;
@@ -514,18 +524,20 @@ impl Running {
                 self.stats().interrupts += 1;
             }
         }
+        let mut progressed = false;
         loop {
             let f = self.next_frame;
             if self.encoded.is_none() {
                 let first_eased = self.easing.as_ref().is_some_and(|e| e.from_index == f);
-                if !first_eased && Instant::now() + ENCODE_LEAD < self.frame_due(f) {
-                    return Ok(());
+                if !encode || (!first_eased && Instant::now() + ENCODE_LEAD < self.frame_due(f)) {
+                    return Ok(progressed);
                 }
                 self.encoded = self.encode_frame(f)?;
+                progressed = true;
                 if self.encoded.is_none() {
                     // Nothing rendered yet (nothing to repeat either), or no video track.
                     if Instant::now() < self.frame_due(f) {
-                        return Ok(());
+                        return Ok(progressed);
                     }
                     self.stats().repeated_frames += self.last_frame.is_none() as u64;
                     self.advance();
@@ -533,11 +545,12 @@ impl Running {
                 }
             }
             if Instant::now() < self.write_time() {
-                return Ok(());
+                return Ok(progressed);
             }
             let e = self.encoded.take().expect("encoded above");
             self.write_frame(e)?;
             self.advance();
+            progressed = true;
         }
     }
 
@@ -646,6 +659,32 @@ impl Running {
         }
         Ok(())
     }
+}
+
+/// Waits until `socket` has a packet (true) or `timeout` has passed (false), to within tens of
+/// microseconds: `ppoll`'s timer is the kernel's high-resolution one, where a socket's read
+/// timeout (SO_RCVTIMEO) is counted in scheduler ticks and woke the wire up to a tick (4-10 ms)
+/// after a frame's time. `libc`: std has no poll.
+#[cfg(target_os = "linux")]
+fn wait_readable(socket: &UdpSocket, timeout: Duration) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut fd = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+    let r = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        // A signal: the caller goes round and waits again.
+        return if e.kind() == std::io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+    }
+    Ok(r > 0)
+}
+
+/// Elsewhere: the socket's read timeout, the `recv_from` that follows waits.
+#[cfg(not(target_os = "linux"))]
+fn wait_readable(socket: &UdpSocket, timeout: Duration) -> std::io::Result<bool> {
+    socket.set_read_timeout(Some(timeout.max(Duration::from_micros(200))))?;
+    Ok(true)
 }
 
 #[cfg(test)]
