@@ -146,3 +146,40 @@ fn streamed_and_whole_audio_get_the_same_silero_decisions() {
         assert!(err.contains("front end"), "{err}");
     }
 }
+
+/// Digital silence decides a WAV read as it goes as it decides the WAV decoded whole, and as
+/// `cadence_media`'s detector decides its samples: 16 kHz mono, tones between runs of exact
+/// zeros of several lengths (shorter and longer than a frame), at 25 and 30 fps.
+#[test]
+fn streamed_and_whole_audio_get_the_same_digital_silence_decisions() {
+    use cadence::frame_loop::audio::Vad;
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("digital.wav");
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+    // (tone samples, zero samples) in turn.
+    for (tone, zeros) in [(3000, 200), (1000, 700), (500, 5000), (2000, 1300), (640, 9000)] {
+        for i in 0..tone {
+            w.write_sample((3000.0 * (i as f32 * 0.2).sin()) as i16 + 1).unwrap();
+        }
+        for _ in 0..zeros {
+            w.write_sample(0i16).unwrap();
+        }
+    }
+    w.finalize().unwrap();
+    let whole: ClipAudio = cadence::frame_loop::audio::load_audio(&wav, 600.0).unwrap().into();
+    let streamed: ClipAudio = StreamedAudio::open(&wav, 600.0, &Vad::Digital).unwrap().into();
+    let samples = cadence_media::load_wav(&wav).unwrap().samples_16k;
+    for fps in [25.0, 30.0] {
+        let n = whole.video_frames(fps);
+        let a = whole.voice_activity(fps, n, &Vad::Digital).unwrap();
+        assert_eq!(a, streamed.voice_activity(fps, n, &Vad::Digital).unwrap(), "{fps} fps");
+        assert_eq!(a, cadence_media::vad::digital::voice_activity(&samples, fps, n), "{fps} fps");
+        assert!(a.iter().any(|&s| s) && a.iter().any(|&s| !s), "{fps} fps: speech and silence");
+    }
+}
