@@ -6,8 +6,9 @@
 //! frame's packets wait in the socket. Stamped on reading, those waits counted as gaps "on the
 //! wire"; the kernel's stamp is the packet's arrival (on loopback, the sender's `sendto`).
 //!
-//! Written with `libc` (`recvmsg` and its control messages): `std` does not expose them, and
-//! this is the one call that needs them. Elsewhere than Linux, or when the kernel gives no
+//! Written with `libc` (`recvmsg` and its control messages): `std` does not expose them; `nix`
+//! wraps them but is not in the build, where `libc` already is, and this is the one call that
+//! needs them. Elsewhere than Linux, or when the kernel gives no
 //! stamp, a packet is stamped when it is read.
 
 use std::io;
