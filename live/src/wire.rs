@@ -78,7 +78,8 @@ pub struct WireStats {
     /// The next frame and speech sample the wire sends (timeline units).
     pub next_frame: u64,
     pub next_sample: u64,
-    /// The largest gap between two frames written to str0m, milliseconds.
+    /// The largest gap between two frames leaving the socket (each frame's last packet handed
+    /// to `sendto`), milliseconds: the gap on the wire, not when the frame was written to str0m.
     pub max_frame_gap_ms: f64,
     pub interrupts: u64,
     /// Frames sent in place of the render's after an interrupt (the easing to rest, then rest).
@@ -243,7 +244,10 @@ struct Running {
     next_frame: usize,
     next_sample: usize,
     last_frame: Option<Vec<u8>>,
-    last_frame_written: Option<Instant>,
+    /// A frame was written to str0m whose packets have not all left yet.
+    frame_unsent: bool,
+    /// When the last frame's last packet left the socket.
+    last_frame_sent: Option<Instant>,
     want_keyframe: bool,
     last_heard: Instant,
     /// A frame of the render at rest (no speech near it), kept to ease to after an interrupt.
@@ -334,7 +338,8 @@ impl Running {
             next_frame: 0,
             next_sample: 0,
             last_frame: None,
-            last_frame_written: None,
+            frame_unsent: false,
+            last_frame_sent: None,
             want_keyframe: true,
             last_heard: Instant::now(),
             rest_frame: None,
@@ -376,12 +381,14 @@ impl Running {
                 self.rtc.handle_input(Input::Timeout(Instant::now())).map_err(|e| anyhow!("str0m: {e}"))?;
             }
             // What str0m has to send, and its events.
+            let mut last_sent = None;
             let rtc_due = loop {
                 match self.rtc.poll_output().map_err(|e| anyhow!("str0m: {e}"))? {
                     Output::Timeout(t) => break t,
                     Output::Transmit(t) => {
                         // A send that fails (the peer's network is gone) is ICE's to notice.
                         let _ = self.socket.send_to(&t.contents, t.destination);
+                        last_sent = Some(Instant::now());
                     }
                     Output::Event(e) => {
                         if let Some(reason) = self.on_event(e) {
@@ -390,6 +397,17 @@ impl Running {
                     }
                 }
             };
+            if self.frame_unsent {
+                if let Some(sent) = last_sent {
+                    // str0m packetizes a written frame whole (no pacer without bandwidth
+                    // estimation), so the drain after its write carries all of its packets.
+                    self.frame_unsent = false;
+                    if let Some(before) = self.last_frame_sent.replace(sent) {
+                        let mut st = self.stats();
+                        st.max_frame_gap_ms = st.max_frame_gap_ms.max((sent - before).as_secs_f64() * 1e3);
+                    }
+                }
+            }
             if !self.rtc.is_alive() {
                 return Ok("the connection closed".into());
             }
@@ -550,7 +568,9 @@ impl Running {
             let e = self.encoded.take().expect("encoded above");
             self.write_frame(e)?;
             self.advance();
-            progressed = true;
+            // Its packets leave before anything more is encoded: a wire running late would
+            // otherwise hold them behind the next frame's encoding (10 ms, an IDR 50-110).
+            return Ok(true);
         }
     }
 
@@ -643,17 +663,13 @@ impl Running {
         let Some(pt) = video_pt(w.payload_params()) else { return Ok(()) };
         w.write(pt, due, time, e.unit.data).map_err(|e| anyhow!("writing a frame: {e}"))?;
         let written = Instant::now();
-        let gap = self.last_frame_written.map(|t| (written - t).as_secs_f64() * 1e3);
-        self.last_frame_written = Some(written);
+        self.frame_unsent = true;
         let mut st = self.stats();
         st.frames_sent += 1;
         st.repeated_frames += e.repeated as u64;
         st.keyframes_sent += e.unit.keyframe as u64;
         st.video_encode_s = self.video.encode_s;
         st.max_video_encode_ms = self.video.max_encode_s * 1e3;
-        if let Some(g) = gap {
-            st.max_frame_gap_ms = st.max_frame_gap_ms.max(g);
-        }
         if let Some(asked) = e.interrupt {
             st.interrupt_latency_ms = Some(written.saturating_duration_since(asked).as_secs_f64() * 1e3);
         }

@@ -113,6 +113,9 @@ fn a_peer_receives_decodable_video_at_its_rate_speech_at_its_time_and_an_interru
     let stats = session.stats();
     assert_eq!(peer.undecodable, 0);
     assert_eq!(stats.wire.repeated_frames, 0, "{stats:?}");
+    // The wire's own figure: frames' packets leaving its socket 40 ms apart, none over 80.
+    let wire_gap = stats.wire.max_frame_gap_ms;
+    assert!((35.0..=80.0).contains(&wire_gap), "the wire's largest gap: {wire_gap:.1} ms");
     let seconds = (peer.frames.last().unwrap().at - peer.frames[0].at).as_secs_f64();
     let rate = (peer.frames.len() - 1) as f64 / seconds;
     assert!((rate - FPS).abs() < 1.5, "{rate:.2} frames per second");

@@ -267,12 +267,13 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
 }
 
 /// A session's stride when its request names none: the largest whose delay keeps audio to
-/// mouth under 1 s (a part of 6 frames, 0.24 s, and the delay 0.86 s with digital silence),
-/// and one session holds real time at it on 2 cores with the cpu-reduced engines (the
-/// `live_sessions` experiment, docs/results.md). Two sessions on 2 cores need 12 (a 1.1 s
-/// delay); `"auto"` keeps parts of 12 frames and chooses its stride from the rates its parts
-/// measure. A GPU holds smaller strides.
-pub const DEFAULT_STRIDE: usize = 6;
+/// mouth under 1 s (a part of 8 frames, 0.32 s, and the delay 0.94 s with digital silence).
+/// One session holds real time at it on 2 cores with the cpu-reduced engines with a part's
+/// render at about 70% of the part's duration (the `live_sessions` experiment,
+/// docs/results.md); at 6 it was at 80-95%, and repeated up to a third of its frames when this
+/// VM ran slower. Two sessions on 2 cores need 12 (a 1.1 s delay); `"auto"` keeps parts of 12
+/// frames and chooses its stride from the rates its parts measure. A GPU holds smaller strides.
+pub const DEFAULT_STRIDE: usize = 8;
 
 /// The largest stride a session runs at, named or chosen.
 pub const MAX_STRIDE: usize = 12;

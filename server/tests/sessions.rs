@@ -38,11 +38,11 @@ fn a_session_streams_the_idle_avatar_speaks_what_it_is_sent_and_stops_when_inter
     let _lock = render_lock();
     let s = start(&["--max-sessions", "1", "--session-idle-seconds", "60"]);
     let (mut peer, id, created) = connect(&s);
-    assert_eq!((created["stride"].as_u64(), created["infill"].as_str()), (Some(6), Some("image")));
+    assert_eq!((created["stride"].as_u64(), created["infill"].as_str()), (Some(8), Some("image")));
     // Digital silence: the lookahead is the ramp and whisper's 3 frames, the part one stride.
     let figures: Value = get(&s, &format!("/v1/sessions/{id}")).json().unwrap();
     assert_eq!(figures["vad"], "digital");
-    assert!((created["delay_ms"].as_f64().unwrap() - ((6 + 1 + 4 + 3) as f64 * 40.0 + 300.0)).abs() < 1e-6);
+    assert!((created["delay_ms"].as_f64().unwrap() - ((8 + 1 + 4 + 3) as f64 * 40.0 + 300.0)).abs() < 1e-6);
     let (w, h) = (created["width"].as_u64().unwrap() as usize, created["height"].as_u64().unwrap() as usize);
 
     // Idle: frames of the avatar at rest, and silence.
