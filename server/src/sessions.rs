@@ -268,10 +268,12 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
 
 /// A session's stride when its request names none: the largest whose delay keeps audio to
 /// mouth under 1 s (a part of 8 frames, 0.32 s, and the delay 0.94 s with digital silence).
-/// On 2 cores with the cpu-reduced engines a part's render takes 70-90% of the part's
-/// duration, as fast or slow as the VM runs: one session held real time in two runs of three
-/// (the `live_sessions` experiment, docs/results.md); at 6 it repeated 9% of its frames. Two sessions on 2 cores need 12 (a 1.1 s delay); `"auto"` keeps parts of 12
-/// frames and chooses its stride from the rates its parts measure. A GPU holds smaller strides.
+/// On 2 cores with the cpu-reduced engines a part's render takes most of the part's duration,
+/// more or less as the VM runs faster or slower: one session held real time in two runs of
+/// three (the `live_sessions` experiment, docs/results.md); at 6 it repeated 9% of its frames.
+/// Two sessions on 2 cores do not hold real time even at 12 (a 1.1 s delay); `"auto"` keeps
+/// parts of 12 frames and chooses its stride from the rates its parts measure. A GPU holds
+/// smaller strides.
 pub const DEFAULT_STRIDE: usize = 8;
 
 /// The largest stride a session runs at, named or chosen.

@@ -87,8 +87,8 @@ struct Row {
     undecodable_frames: usize,
     /// The largest gap between two frame arrivals at the receiver.
     max_frame_gap_ms: f64,
-    /// The largest gap between two frames written to the wire (the server's figure): the
-    /// receiver's adds its own scheduling on the same two cores.
+    /// The largest gap between two frames' packets leaving the server's socket (the server's
+    /// figure); the receiver's is the kernel's stamps of the same packets on loopback.
     wire_max_frame_gap_ms: f64,
     /// The longest one frame took in the wire's H.264 encoder (the server's figure).
     wire_max_encode_ms: f64,
