@@ -139,8 +139,9 @@ pub struct SessionArgs {
     #[arg(long, default_value = "120", value_parser = parse_seconds)]
     pub session_max_queued_seconds: f64,
     /// Milliseconds the wire runs behind the render's part and lookahead, for the render's own
-    /// time: raise it when sessions repeat frames on a slow machine.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    /// time: raise it when sessions repeat frames on a slow machine. The default keeps audio to
+    /// mouth under 1 s at the default stride (a delay of 0.94 s, docs/live.md).
+    #[arg(long, default_value_t = DEFAULT_SESSION_MARGIN_MS, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub session_margin_ms: u64,
     /// Seconds without a packet from a connected peer after which its session ends (browsers
     /// send ICE consent checks every few seconds).
@@ -176,6 +177,11 @@ fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
     }
     Ok((a, b))
 }
+
+/// `--session-margin-ms`'s default: with the default stride's part (8 frames), its keyframe and
+/// the lookahead of digital silence (the 4-frame ramp), a delay of (8 + 1 + 4) / 25 s + 0.42 s
+/// = 0.94 s.
+pub const DEFAULT_SESSION_MARGIN_MS: u64 = 420;
 
 /// The checked session settings.
 #[derive(Clone, Debug)]

@@ -39,10 +39,11 @@ fn a_session_streams_the_idle_avatar_speaks_what_it_is_sent_and_stops_when_inter
     let s = start(&["--max-sessions", "1", "--session-idle-seconds", "60"]);
     let (mut peer, id, created) = connect(&s);
     assert_eq!((created["stride"].as_u64(), created["infill"].as_str()), (Some(8), Some("image")));
-    // Digital silence: the lookahead is the ramp and whisper's 3 frames, the part one stride.
+    // Digital silence: the lookahead is the 4-frame ramp (it covers whisper's 3 frames), the
+    // part one stride; then the default margin of 420 ms.
     let figures: Value = get(&s, &format!("/v1/sessions/{id}")).json().unwrap();
     assert_eq!(figures["vad"], "digital");
-    assert!((created["delay_ms"].as_f64().unwrap() - ((8 + 1 + 4 + 3) as f64 * 40.0 + 300.0)).abs() < 1e-6);
+    assert!((created["delay_ms"].as_f64().unwrap() - ((8 + 1 + 4) as f64 * 40.0 + 420.0)).abs() < 1e-6);
     let (w, h) = (created["width"].as_u64().unwrap() as usize, created["height"].as_u64().unwrap() as usize);
 
     // Idle: frames of the avatar at rest, and silence.
@@ -136,7 +137,8 @@ fn an_auto_stride_session_chooses_its_stride_while_it_speaks() {
     assert_eq!(v["stride_mode"], "auto");
     let k = v["stride"].as_u64().unwrap();
     assert!([1, 2, 3, 4, 6, 12].contains(&k), "stride {k} does not divide the parts of 12 frames");
-    assert!(v["frames_sent"].as_u64().unwrap() >= 25 * 7, "{v}");
+    // 7 s after the delay: 175 frames were due (a second's slack for a slow machine's start).
+    assert!(v["frames_sent"].as_u64().unwrap() >= 25 * 6, "{v}");
     assert_eq!(peer.undecodable, 0);
     let loud = peer.speech.iter().filter(|p| p.rms > 0.02).count();
     assert!(loud >= 100, "{loud} loud packets of 20 ms: the speech was not heard");

@@ -50,9 +50,9 @@ struct Args {
     /// after a pause).
     #[arg(long, default_value_t = 10.0)]
     interrupt_every: f64,
-    /// The server's --session-margin-ms.
-    #[arg(long, default_value_t = 300)]
-    margin_ms: u64,
+    /// The server's --session-margin-ms [default: the server's].
+    #[arg(long)]
+    margin_ms: Option<u64>,
     /// The sessions' stride: 1 to 12, or `auto` (each session chooses its own from the rates
     /// its parts measure) [default: the server's default for a session].
     #[arg(long, value_parser = parse_stride)]
@@ -140,17 +140,11 @@ fn run(a: Args) -> Result<()> {
     let mut prov = None;
     for &n in &a.sessions {
         let log = std::env::temp_dir().join(format!("live_sessions_{n}.log"));
-        let args: Vec<String> = [
-            "--max-sessions",
-            &n.to_string(),
-            "--session-idle-seconds",
-            "600",
-            "--session-margin-ms",
-            &a.margin_ms.to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut args: Vec<String> =
+            ["--max-sessions", &n.to_string(), "--session-idle-seconds", "600"].iter().map(|s| s.to_string()).collect();
+        if let Some(ms) = a.margin_ms {
+            args.extend(["--session-margin-ms".to_string(), ms.to_string()]);
+        }
         let server = ServerProcess::start(&cadence, &args, &[], log)?;
         if prov.is_none() {
             let info: Value = http.get(format!("{}/v1/info", server.base)).send()?.json()?;
@@ -163,6 +157,7 @@ fn run(a: Args) -> Result<()> {
     let mut prov = prov.context("no run")?;
     prov.note("chunk_ms", a.chunk_ms.to_string());
     prov.note("stride", a.stride.as_ref().map_or("the server's default".to_string(), |k| k.to_string()));
+    prov.note("margin_ms", a.margin_ms.map_or("the server's default".to_string(), |ms| ms.to_string()));
     prov.note("audio", "experiments/assets/newscast_25s6.wav looped, a 3 s pause every 15 s");
     prov.note("receiver", "cadence_live::receiver (str0m over loopback UDP, OpenH264 and opus-rs decoding)");
     let csv = out.join("live_sessions.csv");

@@ -47,18 +47,22 @@ pub struct LiveOptions {
 }
 
 impl LiveOptions {
-    /// Parts of about `window` frames (at least one stride), and a lookahead of the easing ramp
-    /// plus what the detector's decisions can still depend on ([`lookahead_seconds`]: 0.48 s
-    /// for Silero's defaults, 0.41 s without its front end, 0.25 s for the energy detector, none
-    /// for digital silence), and at least [`WHISPER_REACH_SECONDS`].
+    /// Parts of about `window` frames (at least one stride), and a lookahead that covers two
+    /// needs, whichever reaches further (they overlap, they do not add):
+    /// - the easing: a part's last frame eases toward speech up to the ramp's frames past it,
+    ///   so their voice activity must be decided: the ramp plus what the detector's decisions
+    ///   can still depend on ([`lookahead_seconds`]: 0.48 s for Silero's defaults, 0.41 s
+    ///   without its front end, 0.25 s for the energy detector, none for digital silence);
+    /// - whisper: a frame's window reaches [`WHISPER_REACH_SECONDS`] past it.
     pub fn new(stride: usize, window: Option<usize>, opts: &RenderOptions) -> Result<Self> {
         ensure!(stride > 0, "stride must be at least 1 (got 0)");
         let window = window.unwrap_or(
             crate::frame_loop::window_frames(crate::frame_loop::DEFAULT_WINDOW_SECONDS, opts.fps).unwrap_or(1),
         );
         let part_frames = window.div_ceil(stride).max(1) * stride;
-        let seconds = lookahead_seconds(&opts.vad).max(WHISPER_REACH_SECONDS);
-        let lookahead_frames = opts.ramp as usize + (seconds * opts.fps.hz()).ceil() as usize;
+        let frames = |seconds: f64| (seconds * opts.fps.hz()).ceil() as usize;
+        let easing = opts.ramp as usize + frames(lookahead_seconds(&opts.vad));
+        let lookahead_frames = easing.max(frames(WHISPER_REACH_SECONDS));
         Ok(Self { stride, part_frames, lookahead_frames })
     }
 }
@@ -453,9 +457,14 @@ mod tests {
         assert_eq!(LiveOptions::new(3, Some(100), &raw).unwrap().lookahead_frames, 4 + 11);
         let energy = RenderOptions { vad: Vad::Energy, ..RenderOptions::default() };
         assert_eq!(LiveOptions::new(3, Some(100), &energy).unwrap().lookahead_frames, 4 + 7);
-        // Digital silence looks ahead only as far as whisper's window reaches: 0.12 s.
+        // Digital silence decides a frame from its own samples: the ramp is the lookahead, and
+        // it covers whisper's window (0.12 s, 3 frames); without a ramp, whisper's reach is.
         let digital = RenderOptions { vad: Vad::Digital, ..RenderOptions::default() };
-        assert_eq!(LiveOptions::new(3, Some(100), &digital).unwrap().lookahead_frames, 4 + 3);
+        assert_eq!(LiveOptions::new(3, Some(100), &digital).unwrap().lookahead_frames, 4);
+        let no_ramp = RenderOptions { ramp: 0, ..digital.clone() };
+        assert_eq!(LiveOptions::new(3, Some(100), &no_ramp).unwrap().lookahead_frames, 3);
+        let one = RenderOptions { ramp: 1, ..opts.clone() };
+        assert_eq!(LiveOptions::new(3, Some(100), &one).unwrap().lookahead_frames, 1 + 12);
         assert_eq!(LiveOptions::new(3, Some(1), &opts).unwrap().part_frames, 3);
         assert!(LiveOptions::new(0, None, &opts).is_err());
     }
