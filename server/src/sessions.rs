@@ -268,9 +268,9 @@ fn offer_of(headers: &HeaderMap, body: &[u8]) -> Result<Offer, ApiError> {
 
 /// A session's stride when its request names none: the largest whose delay keeps audio to
 /// mouth under 1 s (a part of 8 frames, 0.32 s, and the delay 0.94 s with digital silence).
-/// On 2 cores with the cpu-reduced engines a part's render takes most of the part's duration,
-/// more or less as the VM runs faster or slower: one session held real time in two runs of
-/// three (the `live_sessions` experiment, docs/results.md); at 6 it repeated 9% of its frames.
+/// On 2 cores with the cpu-reduced engines a part's render takes most of the session's 420 ms
+/// margin, more or less as the VM runs faster or slower: one session held real time in three
+/// runs (the `live_sessions` experiment, docs/results.md); at 6 it repeated 5% of its frames.
 /// Two sessions on 2 cores do not hold real time even at 12 (a 1.1 s delay); `"auto"` keeps
 /// parts of 12 frames and chooses its stride from the rates its parts measure. A GPU holds
 /// smaller strides.
