@@ -59,7 +59,7 @@ impl Nhwc {
 }
 
 /// A 3x3 convolution (padding 1): weights packed as `[(ky*3+kx)*cin + ci][cout]` for im2col,
-/// transformed for Winograd's F(2x2, 3x3) where that is faster ([`WINOGRAD_MIN_CHANNELS`]), or
+/// transformed for Winograd's F(2x2, 3x3) where that is faster ([`winograd_min_channels`]), or
 /// packed for the direct kernel of narrow layers ([`DIRECT_MAX_COUT`]).
 #[derive(Debug, Clone)]
 pub struct PackedConv {
@@ -74,18 +74,38 @@ pub struct PackedConv {
 }
 
 /// Stride-1 convolutions with at least this many input and output channels run by Winograd's
-/// F(2x2, 3x3) ([`crate::conv::winograd`]). Measured against im2col on a 2-core AMD EPYC with
+/// F(2x2, 3x3) ([`crate::conv::winograd`]): [`WINOGRAD_MIN_CHANNELS_AVX512`] where `gemm` runs its
+/// AVX-512 kernel, [`WINOGRAD_MIN_CHANNELS_FMA`] elsewhere. The break-even moves with the GEMM's
+/// speed: Winograd trades 2.25x fewer multiply-adds for two transforms (additions, linear in the
+/// channels), and the faster the products, the more the transforms weigh. Keyed on the `gemm`
+/// kernel, not on cadence's ISA level, so that forcing a level (`CADENCE_MAX_ISA`) changes no bits.
+pub fn winograd_min_channels() -> usize {
+    if crate::isa::gemm_kernel() == "avx512f" {
+        WINOGRAD_MIN_CHANNELS_AVX512
+    } else {
+        WINOGRAD_MIN_CHANNELS_FMA
+    }
+}
+
+/// The threshold with `gemm`'s AVX-512 kernel. Measured against im2col on a 2-core AMD EPYC with
 /// AVX-512 (`engines/examples/winograd_probe.rs`, median of 5): 512 channels at 32x32 and 64x64
 /// 1.5x faster, 320-1280 channels (the UNet's) 1.3-1.5x, 256 at 128x128 0.9-1.2x, 128 at
 /// 256x256 1.0-1.1x, 64 channels 0.4-0.8x (the transforms, which scale with the channels,
 /// outweigh the products, which scale with their square).
-pub const WINOGRAD_MIN_CHANNELS: usize = 256;
+pub const WINOGRAD_MIN_CHANNELS_AVX512: usize = 256;
+
+/// The threshold with `gemm`'s FMA (AVX2) kernel, whose products run at half the AVX-512 rate.
+/// Measured on a 2-core AMD EPYC with AVX2 and no AVX-512 (the same probe): 1.2-1.35x faster at
+/// 64 channels (TAESD's, 32x32 to 256x256), 1.23-1.29x at 48, 1.45-1.5x at 80, 1.5-1.75x at
+/// 128-256 channels on 256x256 and 128x128, 1.7-3.1x at the UNet's 320-1280; 32 channels
+/// broke even (and go to the direct kernel, [`DIRECT_MAX_COUT`]).
+pub const WINOGRAD_MIN_CHANNELS_FMA: usize = 48;
 
 impl PackedConv {
     /// `w` in PyTorch layout (cout, cin, 3, 3).
     pub fn new(cout: usize, cin: usize, w: &[f32], bias: Option<Vec<f32>>, stride: usize) -> PackedConv {
         assert_eq!(w.len(), cout * cin * 9);
-        if stride == 1 && cin.min(cout) >= WINOGRAD_MIN_CHANNELS {
+        if stride == 1 && cin.min(cout) >= winograd_min_channels() {
             let winograd = Some(Box::new(WinogradWeights::new(cout, cin, w)));
             return PackedConv { cin, cout, stride, w: Vec::new(), winograd, direct: None, bias };
         }

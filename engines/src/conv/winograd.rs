@@ -348,7 +348,7 @@ mod tests {
     /// `conv::conv3x3` then runs it (against the f64 reference).
     #[test]
     fn packed_convs_from_the_threshold_on_run_winograd() {
-        let c = crate::conv::WINOGRAD_MIN_CHANNELS;
+        let c = crate::conv::winograd_min_channels();
         let w = |co: usize, ci: usize| lcg(co as u64, co * ci * 9);
         assert!(PackedConv::new(c, c, &w(c, c), None, 1).winograd.is_some());
         assert!(PackedConv::new(c, c, &w(c, c), None, 2).winograd.is_none());
