@@ -101,12 +101,11 @@ pub enum Profile {
     /// each engine's share of a frame's neural time (audio encoder, one UNet evaluation, one
     /// decode) is the full profile's, measured on the same machine by
     /// `cargo run --release -p experiments --bin profile_shares` (results/profile_shares.csv),
-    /// so that what a stride saves is what it saves at the published sizes. UNet
-    /// `[64,128,256,256]` with 1 attention head (candle's 32-group norms need multiples of 32),
-    /// TAESD 8 channels, SD VAE `[32,32,64,64]`, whisper d=16 with 1 head (the UNet's
-    /// cross-attention takes that width). What it does not preserve: absolute speed, the
-    /// networks' outputs (synthetic weights only), and the attention's head count. See
-    /// docs/profiles.md.
+    /// so that what a stride saves is what it saves at the published sizes. The balance at
+    /// `Full` moves with the speed of `gemm`'s kernel, so the audio encoder's and the SD VAE's
+    /// widths are chosen per [`ScaleArm`] (this machine's: [`ScaleArm::current`]); the UNet's and
+    /// TAESD's are the same on both. What it does not preserve: absolute speed, the networks'
+    /// outputs (synthetic weights only), and the attention's head count. See docs/profiles.md.
     Cpu,
 }
 
@@ -134,16 +133,21 @@ impl Profile {
             (None, false) => Ok(Profile::default_for(device)),
         }
     }
-    /// The widths that make a profile, in one line (what `results/profile_shares.csv` records,
-    /// so a change of width without a new measurement is seen).
+    /// The widths that make a profile on this machine, in one line (what
+    /// `results/profile_shares.csv` records, so a change of width without a new measurement is
+    /// seen).
     pub fn widths(self) -> String {
+        self.widths_at(ScaleArm::current())
+    }
+    /// The widths that make a profile on machines of `arm`.
+    pub fn widths_at(self, arm: ScaleArm) -> String {
         format!(
             "unet {:?} x{} heads, taesd {}, sd-vae {:?}, whisper d={} x{} heads",
             unet::block_channels(self),
             unet::attention_heads(self),
             taesd::channels(self),
-            sd_vae::config(self).block_out_channels,
-            whisper::d_model(self),
+            sd_vae::config_at(self, arm).block_out_channels,
+            whisper::d_model_at(self, arm),
             whisper::n_heads(self)
         )
     }
@@ -153,6 +157,47 @@ impl Profile {
             "cpu" | "cpu-reduced" => Ok(Profile::Cpu),
             _ => Err(EngineError::BadInput(format!("unknown profile `{s}` (expected full or cpu-reduced)"))),
         }
+    }
+}
+
+/// Which set of `cpu-reduced` widths a machine gets. The full profile's balance between the
+/// engines moves with the speed of the matrix products: measured with the same binary, one full
+/// UNet evaluation cost 5.3 full TAESD decodes on an AVX-512 Intel Xeon and 3.6 on an AVX2 AMD
+/// EPYC (4.5 with Winograd's convolutions from 48 channels there), and the reduced networks,
+/// narrower and more bound by overhead, moved the other way. One set of widths cannot be a scale
+/// model of both, so the arm follows the kernel `gemm` runs ([`isa::gemm_kernel`]): not cadence's
+/// own ISA level, so that `CADENCE_MAX_ISA` changes no network's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScaleArm {
+    /// `gemm`'s AVX-512 kernel.
+    Avx512,
+    /// `gemm`'s FMA (AVX2) kernel, or its scalar one (no machine of that kind was measured; the
+    /// slower products put it nearer this arm's balance).
+    Fma,
+}
+
+impl ScaleArm {
+    pub const ALL: [ScaleArm; 2] = [ScaleArm::Avx512, ScaleArm::Fma];
+    /// This machine's arm.
+    pub fn current() -> ScaleArm {
+        if isa::gemm_kernel() == "avx512f" {
+            ScaleArm::Avx512
+        } else {
+            ScaleArm::Fma
+        }
+    }
+    /// The name a results file records (`scale_arm`): `gemm`'s kernel name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScaleArm::Avx512 => "avx512f",
+            ScaleArm::Fma => "fma",
+        }
+    }
+    pub fn parse(s: &str) -> Result<ScaleArm> {
+        ScaleArm::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| EngineError::BadInput(format!("unknown scale arm `{s}` (expected avx512f or fma)")))
     }
 }
 

@@ -45,3 +45,12 @@ impl OutDir {
         }
     }
 }
+
+/// The file `profile_shares` writes for a scale arm: each arm has its own reduced widths
+/// (`cadence_engines::ScaleArm`), so each has its own measurement.
+pub fn profile_shares_file(arm: cadence_engines::ScaleArm) -> String {
+    match arm {
+        cadence_engines::ScaleArm::Avx512 => "profile_shares.csv".into(),
+        arm => format!("profile_shares_{}.csv", arm.name()),
+    }
+}

@@ -1,9 +1,10 @@
-//! The reduced profile is a scale model of the full one (docs/profiles.md): the committed
-//! measurement `results/profile_shares.csv` was made at the widths the code has now, and every
-//! share it recorded is within its tolerance of the full profile's. A change of width without a
-//! new measurement, or a measurement that missed, fails here.
+//! The reduced profile is a scale model of the full one (docs/profiles.md): for each scale arm,
+//! the committed measurement (`results/profile_shares.csv` for AVX-512, `_fma.csv` for FMA) was
+//! made on a machine of that arm at the widths the code has now for it, and every share it
+//! recorded is within its tolerance of the full profile's. A change of width without a new
+//! measurement, or a measurement that missed, fails here.
 
-use cadence_engines::Profile;
+use cadence_engines::{Profile, ScaleArm};
 
 #[derive(serde::Deserialize, Debug)]
 struct Row {
@@ -16,15 +17,29 @@ struct Row {
 }
 
 #[test]
-fn the_committed_measurement_is_of_these_widths_and_every_share_is_within_tolerance() {
-    let csv = experiments::workspace_root().join("results/profile_shares.csv");
+fn each_arms_committed_measurement_is_of_its_widths_and_every_share_is_within_tolerance() {
+    for arm in ScaleArm::ALL {
+        check(arm);
+    }
+}
+
+fn check(arm: ScaleArm) {
+    let file = experiments::paths::profile_shares_file(arm);
+    let csv = experiments::workspace_root().join("results").join(&file);
     let prov = experiments::read_provenance(&csv).unwrap();
     let note = |k: &str| prov.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    let loops = note("cpu_loops").unwrap_or_default();
+    assert!(
+        loops.ends_with(&format!("gemm kernel {})", arm.name())),
+        "{file} was measured on another arm than {}: {loops}",
+        arm.name()
+    );
     assert_eq!(
         note("widths_cpu_reduced").as_deref(),
-        Some(Profile::Cpu.widths().as_str()),
-        "results/profile_shares.csv measured other widths than the code's: rerun \
-         `cargo run --release -p experiments --bin profile_shares`"
+        Some(Profile::Cpu.widths_at(arm).as_str()),
+        "{file} measured other widths than the code's for {}: rerun \
+         `cargo run --release -p experiments --bin profile_shares` on such a machine",
+        arm.name()
     );
     assert_eq!(note("widths_full").as_deref(), Some(Profile::Full.widths().as_str()));
     assert_eq!(note("dirty").as_deref(), Some("no"), "measured on a modified tree");

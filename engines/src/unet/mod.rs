@@ -24,7 +24,7 @@ pub const AUDIO_TOKENS: usize = 50;
 
 /// The audio feature width the UNet's cross-attention takes at a profile: the whisper encoder's
 /// width ([`crate::whisper::d_model`]; 384 at `Full`).
-pub const fn audio_dim(profile: Profile) -> usize {
+pub fn audio_dim(profile: Profile) -> usize {
     crate::whisper::d_model(profile)
 }
 /// Input channels (masked latent + reference latent) and output channels of MuseTalk's UNet.

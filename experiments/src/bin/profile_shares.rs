@@ -2,12 +2,15 @@
 //! time (the audio encoder's cost per frame, one UNet evaluation, one decode) at the full and at
 //! the cpu-reduced profile, measured on this machine in the same run, in alternating rounds so
 //! that a VM's drift falls on both profiles alike. A share passes when it is within
-//! `--tolerance` (15%) of the full profile's share. Writes results/profile_shares.csv.
+//! `--tolerance` (15%) of the full profile's share. Each scale arm (`cadence_engines::ScaleArm`)
+//! has its own reduced widths and its own file: results/profile_shares.csv (AVX-512),
+//! results/profile_shares_fma.csv (FMA).
 
 use anyhow::{ensure, Result};
 use cadence_engines::bench::{bench_audio, bench_decoder, bench_keyframe};
 use cadence_engines::{
-    select_device, DeviceRequest, MuseTalkUnet, Profile, SdVae, Taesd, WeightsSource, WhisperAudio, DEFAULT_SEED,
+    select_device, DeviceRequest, MuseTalkUnet, Profile, ScaleArm, SdVae, Taesd, WeightsSource, WhisperAudio,
+    DEFAULT_SEED,
 };
 use clap::Parser;
 use experiments::csvout::write_csv;
@@ -17,7 +20,8 @@ use experiments::provenance::{load_average, Provenance};
 #[command(about = "Each engine's share of a frame's neural time (whisper, one UNet evaluation, one TAESD or SD VAE \
              decode) at the full and the cpu-reduced profile, measured in alternating rounds on this machine, \
              and whether the reduced profile keeps every share within the tolerance; writes \
-             results/profile_shares.csv. The full profile takes about a minute a round on 2 cores.")]
+             results/profile_shares.csv on machines where gemm runs its AVX-512 kernel, \
+             results/profile_shares_fma.csv where it runs its FMA kernel (each has its own reduced widths). The full profile takes about a minute a round on 2 cores.")]
 struct Args {
     /// Rounds; each round times every engine of both profiles once, and each engine's median
     /// round is kept.
@@ -188,6 +192,7 @@ fn main() -> Result<()> {
     );
     prov.note("cpu_loops", cadence_engines::isa::describe());
     prov.note("widths_full", Profile::Full.widths());
+    prov.note("scale_arm", ScaleArm::current().name());
     prov.note("widths_cpu_reduced", Profile::Cpu.widths());
     prov.note(
         "method",
@@ -203,7 +208,7 @@ fn main() -> Result<()> {
     );
     prov.note("load_average", format!("{load_start} at start, {} at end (1/5/15 min)", load_average()));
     prov.note("runtime", format!("{:.0} s", t0.elapsed().as_secs_f64()));
-    let path = out_dir.join("profile_shares.csv");
+    let path = out_dir.join(experiments::paths::profile_shares_file(ScaleArm::current()));
     write_csv(&path, &prov, &rows)?;
     println!("wrote {}", path.display());
     Ok(())
