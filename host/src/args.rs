@@ -19,8 +19,8 @@ pub struct EngineArgs {
     /// published architectures; default on CUDA and with --models, and what real weights need).
     /// cpu-reduced is a scale model: narrower networks (about 1/15 of a full frame's time) whose
     /// UNet, decoder and audio encoder keep the full profile's shares of a frame's neural time
-    /// within 15%, so stride gains carry over; absolute times and outputs do not
-    /// (docs/profiles.md).
+    /// within 15% on this kind of machine (its widths follow the kernel gemm runs, AVX-512 or
+    /// FMA), so stride gains carry over; absolute times and outputs do not (docs/profiles.md).
     #[arg(long, value_parser = parse_profile)]
     pub profile: Option<Profile>,
     #[arg(long, default_value = "auto", value_parser = DeviceRequest::parse_arg, help = DEVICE_HELP)]
