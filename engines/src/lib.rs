@@ -533,7 +533,7 @@ pub(crate) fn obtain_tensors(
     profile: Profile,
     table: &weights::ParamTable,
     source: &WeightsSource,
-    rule: &dyn Fn(&str, &[usize]) -> weights::Init,
+    rule: &(dyn Fn(&str, &[usize]) -> weights::Init + Sync),
     device: &Device,
 ) -> Result<std::collections::HashMap<String, Tensor>> {
     match source {

@@ -161,17 +161,23 @@ pub(crate) fn synthetic_values(seed: u64, name: &str, numel: usize, init: Init) 
     }
 }
 
-/// Builds the synthetic tensors of a table.
+/// Builds the synthetic tensors of a table, in parallel over the tensors (each tensor's values
+/// depend only on its seed, name and shape, so the order does not matter): the full UNet's 0.86 G
+/// values took 20 s of Box-Muller on one thread.
 pub(crate) fn synthetic_tensors(
     table: &ParamTable,
     seed: u64,
-    rule: &dyn Fn(&str, &[usize]) -> Init,
+    rule: &(dyn Fn(&str, &[usize]) -> Init + Sync),
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
+    use rayon::prelude::*;
+    let values: Vec<Vec<f32>> = table
+        .entries
+        .par_iter()
+        .map(|e| synthetic_values(seed, &e.name, e.shape.iter().product(), rule(&e.name, &e.shape)))
+        .collect();
     let mut map = HashMap::with_capacity(table.len());
-    for e in &table.entries {
-        let numel = e.shape.iter().product();
-        let v = synthetic_values(seed, &e.name, numel, rule(&e.name, &e.shape));
+    for (e, v) in table.entries.iter().zip(values) {
         map.insert(e.name.clone(), Tensor::from_vec(v, e.shape.as_slice(), device)?);
     }
     Ok(map)

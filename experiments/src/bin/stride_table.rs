@@ -198,7 +198,9 @@ fn main() -> Result<()> {
         return ditto_table(&a, &out_dir);
     }
     eprintln!("stride_table: loading engines and inputs ...");
+    let t = std::time::Instant::now();
     let session = Session::open(&a.session)?;
+    eprintln!("stride_table: loaded in {:.0} s", t.elapsed().as_secs_f64());
     let Session { inputs: Inputs { backend, opts, audio, img, face, encoder, .. }, engines } = &session;
     let scratch = experiments::paths::workspace_root().join("target/stride_table");
     std::fs::create_dir_all(&scratch)?;
@@ -254,7 +256,9 @@ fn main() -> Result<()> {
     let mut rows = rows;
     if engines.profile != cadence_engines::Profile::Full && !a.no_projection {
         eprintln!("stride_table: timing the full profile's engines for the projection ...");
+        let t = std::time::Instant::now();
         let full = FullCosts::measure(engines.decoder_kind, &session.engine_device.device, img, *face)?;
+        eprintln!("stride_table: projection timed in {:.0} s", t.elapsed().as_secs_f64());
         rows.iter_mut().for_each(|r| full.project(r, rayon::current_num_threads()));
         prov.note(
             "full_projection",
