@@ -11,7 +11,10 @@
 use cadence_engines::*;
 
 /// The audio window's width at the reduced profile these tests run.
-const AUD: usize = unet::audio_dim(Profile::Cpu);
+/// The audio feature width at the reduced profile (this machine's scale arm).
+fn aud() -> usize {
+    unet::audio_dim(Profile::Cpu)
+}
 
 fn syn() -> WeightsSource {
     WeightsSource::Synthetic { seed: 7 }
@@ -45,7 +48,7 @@ fn decode_tensor_equals_decode() {
 fn predict_tensor_equals_predict() {
     let unet = MuseTalkUnet::new(Profile::Cpu, &syn(), &Device::Cpu).unwrap();
     let x = latents(&[2, 8, 32, 32]);
-    let audio = latents(&[2, 50, AUD]);
+    let audio = latents(&[2, 50, aud()]);
     let want = unet.predict(&x, &audio).unwrap();
     let got = unet
         .predict_tensor(
@@ -74,7 +77,7 @@ fn tensors_an_engine_cannot_run_are_clear_errors() {
     let err = unet
         .predict_tensor(
             &latents(&[1, 8, 32, 32]).into_tensor(&Device::Cpu).unwrap(),
-            &latents(&[2, 50, AUD]).into_tensor(&Device::Cpu).unwrap(),
+            &latents(&[2, 50, aud()]).into_tensor(&Device::Cpu).unwrap(),
         )
         .unwrap_err()
         .to_string();

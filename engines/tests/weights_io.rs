@@ -4,7 +4,10 @@ use cadence_engines::bench::test_input;
 use cadence_engines::*;
 
 /// The audio window's width at the reduced profile these tests run.
-const AUD: usize = unet::audio_dim(Profile::Cpu);
+/// The audio feature width at the reduced profile (this machine's scale arm).
+fn audio_width() -> usize {
+    unet::audio_dim(Profile::Cpu)
+}
 use candle_core::Tensor;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,7 +35,7 @@ fn synthetic_weights_are_deterministic_per_seed() {
 #[test]
 fn unet_synthetic_deterministic_and_sane() {
     let lat = test_input(vec![2, 8, 32, 32], 7);
-    let aud = test_input(vec![2, 50, AUD], 8);
+    let aud = test_input(vec![2, 50, audio_width()], 8);
     let u1 = MuseTalkUnet::new(Profile::Cpu, &syn(9), &Device::Cpu).unwrap();
     let u2 = MuseTalkUnet::new(Profile::Cpu, &syn(9), &Device::Cpu).unwrap();
     let y1 = u1.predict(&lat, &aud).unwrap();
@@ -44,13 +47,13 @@ fn unet_synthetic_deterministic_and_sane() {
     assert!(y1.data.iter().all(|v| v.is_finite()));
     assert!((0.05..20.0).contains(&std), "UNet output std {std}");
     // The audio conditions the output (cross-attention is live).
-    let aud2 = test_input(vec![2, 50, AUD], 80);
+    let aud2 = test_input(vec![2, 50, audio_width()], 80);
     assert_ne!(y1, u1.predict(&lat, &aud2).unwrap());
     // Batch elements are independent: element 1 of a batch equals a batch of one.
     let one = u1
         .predict(
             &Batch::new(vec![1, 8, 32, 32], lat.data[8 * 1024..].to_vec()).unwrap(),
-            &Batch::new(vec![1, 50, AUD], aud.data[50 * AUD..].to_vec()).unwrap(),
+            &Batch::new(vec![1, 50, audio_width()], aud.data[50 * audio_width()..].to_vec()).unwrap(),
         )
         .unwrap();
     for (a, b) in one.data.iter().zip(&y1.data[4 * 1024..]) {
@@ -71,7 +74,7 @@ fn round_trip_through_safetensors_is_bit_exact() {
     let p = tmp("unet.safetensors");
     write_synthetic_weights(ModelKind::MuseTalkUnet, Profile::Cpu, 3, &p).unwrap();
     let lat = test_input(vec![1, 8, 32, 32], 1);
-    let aud = test_input(vec![1, 50, AUD], 2);
+    let aud = test_input(vec![1, 50, audio_width()], 2);
     let a =
         MuseTalkUnet::new(Profile::Cpu, &WeightsSource::File(p), &Device::Cpu).unwrap().predict(&lat, &aud).unwrap();
     let b = MuseTalkUnet::new(Profile::Cpu, &syn(3), &Device::Cpu).unwrap().predict(&lat, &aud).unwrap();
