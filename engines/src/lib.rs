@@ -163,7 +163,8 @@ impl Profile {
 /// Which set of `cpu-reduced` widths a machine gets. The full profile's balance between the
 /// engines moves with the speed of the matrix products: measured with the same binary, one full
 /// UNet evaluation cost 5.3 full TAESD decodes on an AVX-512 Intel Xeon and 3.6 on an AVX2 AMD
-/// EPYC (4.5 with Winograd's convolutions from 48 channels there), and the reduced networks,
+/// EPYC (5.1 with Winograd's convolutions from 48 channels there, results/profile_shares_fma.csv),
+/// and the reduced networks,
 /// narrower and more bound by overhead, moved the other way. One set of widths cannot be a scale
 /// model of both, so the arm follows the kernel `gemm` runs ([`isa::gemm_kernel`]): not cadence's
 /// own ISA level, so that `CADENCE_MAX_ISA` changes no network's shape.
@@ -192,12 +193,6 @@ impl ScaleArm {
             ScaleArm::Avx512 => "avx512f",
             ScaleArm::Fma => "fma",
         }
-    }
-    pub fn parse(s: &str) -> Result<ScaleArm> {
-        ScaleArm::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| EngineError::BadInput(format!("unknown scale arm `{s}` (expected avx512f or fma)")))
     }
 }
 

@@ -8,7 +8,6 @@ use cadence_engines::bench::test_input;
 use cadence_engines::isa::{self, Isa};
 use cadence_engines::*;
 
-/// The audio window's width at the reduced profile these tests run.
 /// The audio feature width at the reduced profile (this machine's scale arm).
 fn aud() -> usize {
     unet::audio_dim(Profile::Cpu)

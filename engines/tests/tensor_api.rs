@@ -10,7 +10,6 @@
 
 use cadence_engines::*;
 
-/// The audio window's width at the reduced profile these tests run.
 /// The audio feature width at the reduced profile (this machine's scale arm).
 fn aud() -> usize {
     unet::audio_dim(Profile::Cpu)

@@ -31,9 +31,9 @@ pub struct WinogradWeights {
 
 impl WinogradWeights {
     /// From weights in PyTorch layout (cout, cin, 3, 3), transformed in f64. In parallel over
-    /// the input channels, each into rows `[ξ][co]` of its own, then laid out `[ξ][ci][co]`: the
-    /// full UNet transforms 0.8 G weights at load, which took 10 s on one thread with writes
-    /// strided by `cout`.
+    /// the input channels, each into rows `[ξ][co]` of its own, then laid out `[ξ][ci][co]`: on one
+    /// thread, with writes strided by `cout`, the full UNet's convolutions took about 10 s of its
+    /// load (a `perf` profile of `examples/load_probe.rs`).
     pub fn new(cout: usize, cin: usize, w: &[f32]) -> WinogradWeights {
         assert_eq!(w.len(), cout * cin * 9, "winograd: weight length");
         const G: [[f64; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
