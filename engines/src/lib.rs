@@ -145,9 +145,9 @@ impl Profile {
             "unet {:?} x{} heads, taesd {}, sd-vae {:?}, whisper d={} x{} heads",
             unet::block_channels(self),
             unet::attention_heads(self),
-            taesd::channels(self),
-            sd_vae::config_at(self, arm).block_out_channels,
-            whisper::d_model_at(self, arm),
+            taesd::channels_at(self, arm),
+            sd_vae::config(self).block_out_channels,
+            whisper::d_model(self),
             whisper::n_heads(self)
         )
     }
@@ -161,13 +161,13 @@ impl Profile {
 }
 
 /// Which set of `cpu-reduced` widths a machine gets. The full profile's balance between the
-/// engines moves with the speed of the matrix products: measured with the same binary, one full
-/// UNet evaluation cost 5.3 full TAESD decodes on an AVX-512 Intel Xeon and 3.6 on an AVX2 AMD
-/// EPYC (5.1 with Winograd's convolutions from 48 channels there, results/profile_shares_fma.csv),
-/// and the reduced networks,
-/// narrower and more bound by overhead, moved the other way. One set of widths cannot be a scale
-/// model of both, so the arm follows the kernel `gemm` runs ([`isa::gemm_kernel`]): not cadence's
-/// own ISA level, so that `CADENCE_MAX_ISA` changes no network's shape.
+/// engines moves with the speed of the matrix products, and the reduced networks, narrower and
+/// more bound by overhead, do not follow it: on an AVX2 AMD EPYC one full UNet evaluation cost
+/// 5.1 full TAESD decodes (results/profile_shares_fma.csv), on an AVX-512 Emerald Rapids Xeon
+/// 3.9 (results/profile_shares.csv), while the reduced UNet cost about 5 reduced decodes at
+/// TAESD's width 8 on both. So the arm follows the kernel `gemm` runs ([`isa::gemm_kernel`]):
+/// not cadence's own ISA level, so that `CADENCE_MAX_ISA` changes no network's shape. Only
+/// TAESD's width differs between the arms ([`taesd::channels_at`]); docs/profiles.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScaleArm {
     /// `gemm`'s AVX-512 kernel.

@@ -18,17 +18,24 @@ use crate::conv::{self, Nhwc, PackedConv};
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::{
     Batch, Device, Engine, EngineError, EngineInfo, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, Runtime,
-    WeightsSource,
+    ScaleArm, WeightsSource,
 };
 use candle_core::{Module, Tensor};
 use candle_nn::VarBuilder;
 use std::collections::HashMap;
 
-/// Channel width of a profile.
+/// Channel width of a profile on this machine's scale arm.
 pub fn channels(profile: Profile) -> usize {
-    match profile {
-        Profile::Full => 64,
-        Profile::Cpu => 8,
+    channels_at(profile, ScaleArm::current())
+}
+
+/// [`channels`] on machines of `arm`: at `Cpu` 10 on the AVX-512 arm and 8 on the FMA arm, where
+/// the full TAESD costs fewer UNet evaluations (the scale model: [`ScaleArm`], docs/profiles.md).
+pub fn channels_at(profile: Profile, arm: ScaleArm) -> usize {
+    match (profile, arm) {
+        (Profile::Full, _) => 64,
+        (Profile::Cpu, ScaleArm::Avx512) => 10,
+        (Profile::Cpu, ScaleArm::Fma) => 8,
     }
 }
 

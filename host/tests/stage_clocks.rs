@@ -7,7 +7,7 @@
 //! another test running at the same time would add to.
 
 use cadence::frame_loop::clock::{ForeignThread, Tick};
-use cadence::frame_loop::video::{encode_beside, encoder_queue_frames, FrameEncoder};
+use cadence::frame_loop::video::{encode_beside, encoder_queue_frames, EncoderPriority, FrameEncoder};
 use cadence::frame_loop::{ClipPart, RenderStats, StageTimes};
 use cadence::measure::fixtures::CheckClip;
 use cadence::musetalk::{DecoderKind, Engines};
@@ -68,13 +68,17 @@ fn foreign_threads_are_left_out_of_the_cpu_clock() {
     assert!(cpu > 250.0, "a render thread's 300 ms: cpu {cpu:.0} ms");
 }
 
-/// One render of `clip` with `encoder` beside the loop.
-fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration) -> RenderStats {
+/// One render of `clip` with an encoder spending `per_frame` on each frame beside the loop, at
+/// `priority`.
+fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration, priority: EncoderPriority) -> RenderStats {
     let compositor = clip.compositor(&Backend::Cpu).unwrap();
     let CheckClip { opts, features, speech, schedule, avatar, .. } = clip;
     let distance = speech_distance(speech);
-    let (stats, beside) =
-        encode_beside(FakeEncoder { per_frame, frames: 0 }, encoder_queue_frames(compositor.frame_bytes()), |sink| {
+    let (stats, beside) = encode_beside(
+        FakeEncoder { per_frame, frames: 0 },
+        encoder_queue_frames(compositor.frame_bytes()),
+        priority,
+        |sink| {
             cadence::musetalk::frames::render(
                 engines,
                 &Backend::Cpu,
@@ -87,8 +91,9 @@ fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration) -> Re
                 sink,
                 |_| {},
             )
-        })
-        .unwrap();
+        },
+    )
+    .unwrap();
     assert_eq!(beside.video, stats.frames, "every frame reached the encoder");
     stats
 }
@@ -105,7 +110,8 @@ fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
     let mut clip = CheckClip::new(&engines, 48, 5).unwrap();
     clip.schedule = KeyframeSchedule::fixed_stride(48, 1).unwrap();
     clip.speech = vec![true; 48];
-    render_beside(&engines, &clip, Duration::ZERO); // warm-up
+    let render = EncoderPriority::Render; // an encoder that contends
+    render_beside(&engines, &clip, Duration::ZERO, render); // warm-up
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -113,9 +119,9 @@ fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
     let mut fast = Vec::new();
     let mut slow = Vec::new();
     for _ in 0..3 {
-        fast.push(render_beside(&engines, &clip, Duration::ZERO).times);
+        fast.push(render_beside(&engines, &clip, Duration::ZERO, render).times);
         // About a frame's neural work again, spun on the encoder's thread.
-        slow.push(render_beside(&engines, &clip, Duration::from_millis(30)).times);
+        slow.push(render_beside(&engines, &clip, Duration::from_millis(30), render).times);
     }
     type Get = fn(&StageTimes) -> f64;
     let stages: [(&str, Get, Get); 2] =
@@ -136,4 +142,32 @@ fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
             );
         }
     }
+}
+
+/// At the lowest priority (what renders use) the same slow encoder takes far less from the
+/// decoder's wall time than at the render's priority: it runs when the render's threads leave a
+/// core idle. Medians of three renders each.
+#[test]
+fn the_encoder_at_the_lowest_priority_leaves_the_decoder_its_cores() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
+    let mut clip = CheckClip::new(&engines, 48, 5).unwrap();
+    clip.schedule = KeyframeSchedule::fixed_stride(48, 1).unwrap();
+    clip.speech = vec![true; 48];
+    let slow = Duration::from_millis(30);
+    render_beside(&engines, &clip, Duration::ZERO, EncoderPriority::Lowest); // warm-up
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut lowest, mut equal) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        lowest.push(render_beside(&engines, &clip, slow, EncoderPriority::Lowest).times.decoder_ms);
+        equal.push(render_beside(&engines, &clip, slow, EncoderPriority::Render).times.decoder_ms);
+    }
+    let (lowest, equal) = (median(lowest), median(equal));
+    eprintln!(
+        "decoder wall time beside a slow encoder: {lowest:.0} ms at the lowest priority, {equal:.0} ms at the render's"
+    );
+    assert!(lowest < 0.85 * equal, "the lowest priority did not yield: decoder {lowest:.0} ms against {equal:.0} ms");
 }

@@ -15,7 +15,6 @@ pub mod cpu;
 use crate::flops::{attention_flops, index_after, weight_flops};
 use crate::sd_vae::cpu::SdVaeDecoderCpu;
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
-use crate::ScaleArm;
 use crate::{
     Batch, Device, Engine, EngineError, EngineInfo, ImageEncoder, LatentDecoder, ModelKind, Profile, Result, Runtime,
     WeightsSource,
@@ -37,16 +36,9 @@ pub const IMAGE_CHANNELS: usize = 3;
 /// 32 channels, and the decoder's share of a frame would stay about 1.5x the full profile's
 /// (docs/profiles.md).
 pub fn config(profile: Profile) -> AutoEncoderKLConfig {
-    config_at(profile, ScaleArm::current())
-}
-
-/// [`config`] on machines of `arm`: the reduced widths are wider where `gemm` runs its FMA
-/// kernel, whose full-size VAE costs more UNet evaluations (docs/profiles.md).
-pub fn config_at(profile: Profile, arm: ScaleArm) -> AutoEncoderKLConfig {
-    let (block_out_channels, norm_num_groups) = match (profile, arm) {
-        (Profile::Full, _) => (vec![128, 256, 512, 512], 32),
-        (Profile::Cpu, ScaleArm::Avx512) => (vec![16, 48, 80, 80], 16),
-        (Profile::Cpu, ScaleArm::Fma) => (vec![16, 64, 96, 96], 16),
+    let (block_out_channels, norm_num_groups) = match profile {
+        Profile::Full => (vec![128, 256, 512, 512], 32),
+        Profile::Cpu => (vec![16, 64, 96, 96], 16),
     };
     AutoEncoderKLConfig {
         block_out_channels,

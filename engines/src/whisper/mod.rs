@@ -24,7 +24,6 @@ pub mod cpu;
 
 use crate::weights::{self, default_init, fan_in, Init, ParamTable};
 use crate::whisper::cpu::WhisperEncoderCpu;
-use crate::ScaleArm;
 use crate::{
     AudioEncoder, Batch, Device, Engine, EngineError, EngineInfo, ModelKind, Profile, Result, Runtime, WeightsSource,
 };
@@ -43,23 +42,16 @@ pub const D_MODEL: usize = 384;
 pub const N_HEADS: usize = 6;
 pub const N_LAYERS: usize = 4;
 
-/// The encoder's width at a profile on this machine ([`d_model_at`]).
-pub fn d_model(profile: Profile) -> usize {
-    d_model_at(profile, ScaleArm::current())
-}
-
-/// The encoder's width at a profile: whisper-tiny's 384 at `Full`; at `Cpu` 8 on machines of the
-/// AVX-512 arm and 32 on the FMA arm, where the 384-wide encoder would cost 10x more of a frame's
-/// neural time than it does at the full profile (the reduced profile is a scale model:
-/// docs/profiles.md). At these widths the log-mel front end and the 1500 x 1500 attention, which
-/// do not narrow, are most of the cost, and the full encoder's products run at half the AVX-512
-/// rate on the FMA arm, so that arm needs the wider encoder. The UNet's cross-attention takes
-/// this width ([`crate::unet::audio_dim`]).
-pub fn d_model_at(profile: Profile, arm: ScaleArm) -> usize {
-    match (profile, arm) {
-        (Profile::Full, _) => D_MODEL,
-        (Profile::Cpu, ScaleArm::Avx512) => 8,
-        (Profile::Cpu, ScaleArm::Fma) => 32,
+/// The encoder's width at a profile: whisper-tiny's 384 at `Full`; 32 at `Cpu`, where the
+/// 384-wide encoder would cost 10x more of a frame's neural time than it does at the full
+/// profile (the reduced profile is a scale model: docs/profiles.md). At these widths the log-mel
+/// front end and the 1500 x 1500 attention, which do not narrow, are most of the cost: on an
+/// AVX-512 Xeon widths 8, 12 and 16 cost the same, 32 the full profile's share. The UNet's
+/// cross-attention takes this width ([`crate::unet::audio_dim`]).
+pub const fn d_model(profile: Profile) -> usize {
+    match profile {
+        Profile::Full => D_MODEL,
+        Profile::Cpu => 32,
     }
 }
 

@@ -104,6 +104,18 @@ fn read_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The calling thread's CPU time in ms; `None` where the system gives none (not Linux).
+pub fn this_thread_cpu_ms() -> Option<f64> {
+    #[cfg(target_os = "linux")]
+    {
+        Some(read_ns(libc::CLOCK_THREAD_CPUTIME_ID) as f64 * 1e-6)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// The process's CPU time minus that of its foreign threads, in ns.
 #[cfg(target_os = "linux")]
 fn render_cpu_ns() -> u64 {

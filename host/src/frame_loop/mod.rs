@@ -131,7 +131,8 @@ pub struct StageTimes {
     /// behind) and, for an MP4, waiting for it to finish. Where the encoder runs beside the loop
     /// (`frame_loop::video::write_video` to an MP4) this is what it added to the render, not its own work.
     pub encoder_ms: f64,
-    /// The encoder thread's own time where it runs beside the frame loop (0 where it runs inline).
+    /// The encoder thread's own time where it runs beside the frame loop (0 where it runs
+    /// inline): its CPU time on Linux, elsewhere the wall time of its calls.
     pub encoder_busy_ms: f64,
     pub other_ms: f64,
     pub total_ms: f64,

@@ -1,6 +1,7 @@
 //! VIDEO_DOC
 
 use crate::frame_loop::audio::ClipAudio;
+use crate::frame_loop::clock;
 use crate::frame_loop::RenderStats;
 use crate::io::output::OutputPath;
 use anyhow::{Context, Result};
@@ -94,7 +95,8 @@ pub fn write_video(
                 .map_err(|e| partial.user_error(e.into()))?;
             let queue = encoder_queue_frames(writer.frame_len());
             let (mut stats, beside) =
-                encode_beside(writer, queue, |sink| go(sink, Box::new(progress))).map_err(|e| partial.user_error(e))?;
+                encode_beside(writer, queue, EncoderPriority::Lowest, |sink| go(sink, Box::new(progress)))
+                    .map_err(|e| partial.user_error(e))?;
             stats.times.encoder_ms += beside.flush_wait_ms;
             stats.times.total_ms += beside.flush_wait_ms;
             stats.times.encoder_busy_ms = beside.busy_ms;
@@ -140,11 +142,37 @@ impl FrameEncoder for VideoWriter {
     }
 }
 
+/// The scheduling priority of [`encode_beside`]'s encoder thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncoderPriority {
+    /// The lowest (nice 19): the encoder takes a core only when the render's threads leave one
+    /// idle. What renders use. Its queue holds about a window of frames
+    /// ([`ENCODER_QUEUE_BYTES`]) and nothing waits for them before the end, so it loses nothing
+    /// by yielding; at the render's priority it took its core from whichever stage was running
+    /// when frames arrived, which is the decoder, the stage that hands them over (a 2-core
+    /// render's decoder wall time grew by half with the encoder beside it, for the same CPU time).
+    Lowest,
+    /// The render's own: an encoder that contends with the stages (the stage clocks' tests).
+    Render,
+}
+
+/// Lowers the calling thread's priority to nice 19 (Linux's nice is per thread). Raising a nice
+/// value needs no privilege; a system that refuses it leaves the thread as it was.
+fn run_below_the_render() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; the id is this live thread's.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+    }
+}
+
 /// What [`encode_beside`] reports besides the frame loop's own result.
 pub struct EncodedBeside<D> {
     /// What the encoder's `finish` returned.
     pub video: D,
-    /// The encoder thread's own time (encoding and finishing), which overlapped the frame loop.
+    /// The encoder thread's own time (encoding and finishing), which overlapped the frame loop: its
+    /// CPU time (on Linux; elsewhere the wall time of its calls).
     pub busy_ms: f64,
     /// How long the frame loop, once done, waited for the encoder to drain its queue and finish.
     pub flush_wait_ms: f64,
@@ -172,10 +200,11 @@ pub fn encoder_queue_frames(frame_bytes: usize) -> usize {
 /// the wait). An
 /// encoder error ends the loop at its next frame and is the error returned.
 /// The encoder's thread is not the render's: its CPU time stays out of the stages' CPU times
-/// ([`crate::frame_loop::clock`]).
+/// ([`crate::frame_loop::clock`]); `priority` is its scheduling priority.
 pub fn encode_beside<T, E: FrameEncoder>(
     mut writer: E,
     queue_frames: usize,
+    priority: EncoderPriority,
     frames: impl FnOnce(&mut dyn FnMut(usize, &[u8]) -> Result<()>) -> Result<T>,
 ) -> Result<(T, EncodedBeside<E::Done>)> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(queue_frames.max(1));
@@ -184,17 +213,28 @@ pub fn encode_beside<T, E: FrameEncoder>(
     std::thread::scope(|scope| {
         let encoder = scope.spawn(move || -> Result<(E::Done, f64)> {
             // Not the render's: its CPU time stays out of the stages' (frame_loop::clock).
-            let _foreign = crate::frame_loop::clock::ForeignThread::register();
-            let mut busy_ms = 0.0;
+            let _foreign = clock::ForeignThread::register();
+            if priority == EncoderPriority::Lowest {
+                run_below_the_render();
+            }
+            let cpu0 = clock::this_thread_cpu_ms();
+            let mut wall_ms = 0.0;
             for frame in rx {
                 let t = Instant::now();
                 writer.push_nv12(&frame)?;
-                busy_ms += t.elapsed().as_secs_f64() * 1e3;
+                wall_ms += t.elapsed().as_secs_f64() * 1e3;
                 let _ = back_tx.send(frame);
             }
             let t = Instant::now();
             let video = writer.finish()?;
-            Ok((video, busy_ms + t.elapsed().as_secs_f64() * 1e3))
+            wall_ms += t.elapsed().as_secs_f64() * 1e3;
+            // Its own work is its CPU time: at the lowest priority its wall time also holds the
+            // time it waited for a core.
+            let busy_ms = match (cpu0, clock::this_thread_cpu_ms()) {
+                (Some(a), Some(b)) => b - a,
+                _ => wall_ms,
+            };
+            Ok((video, busy_ms))
         });
         let looped = {
             let tx = tx; // dropped at the end of this block: the encoder's end of input
