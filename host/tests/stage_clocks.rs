@@ -98,6 +98,19 @@ fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration, prior
     stats
 }
 
+/// 48 frames of speech, every one a keyframe (the most decoder and UNet work per frame).
+fn dense_clip(engines: &Engines) -> CheckClip {
+    let mut clip = CheckClip::new(engines, 48, 5).unwrap();
+    clip.schedule = KeyframeSchedule::fixed_stride(48, 1).unwrap();
+    clip.speech = vec![true; 48];
+    clip
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// The decoder's CPU time with a slow encoder beside the loop is the one with a fast encoder
 /// (within 25%, over the medians of three renders each), while its wall time grows. The UNet's
 /// is printed, not checked: where a window's UNet batches overlap the encoder, its two worker
@@ -107,15 +120,9 @@ fn render_beside(engines: &Engines, clip: &CheckClip, per_frame: Duration, prior
 fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
-    let mut clip = CheckClip::new(&engines, 48, 5).unwrap();
-    clip.schedule = KeyframeSchedule::fixed_stride(48, 1).unwrap();
-    clip.speech = vec![true; 48];
+    let clip = dense_clip(&engines);
     let render = EncoderPriority::Render; // an encoder that contends
     render_beside(&engines, &clip, Duration::ZERO, render); // warm-up
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let mut fast = Vec::new();
     let mut slow = Vec::new();
     for _ in 0..3 {
@@ -151,15 +158,9 @@ fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
 fn the_encoder_at_the_lowest_priority_leaves_the_decoder_its_cores() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let engines = Engines::load(Profile::Cpu, DecoderKind::Taesd, &Device::Cpu, None).unwrap();
-    let mut clip = CheckClip::new(&engines, 48, 5).unwrap();
-    clip.schedule = KeyframeSchedule::fixed_stride(48, 1).unwrap();
-    clip.speech = vec![true; 48];
+    let clip = dense_clip(&engines);
     let slow = Duration::from_millis(30);
     render_beside(&engines, &clip, Duration::ZERO, EncoderPriority::Lowest); // warm-up
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (mut lowest, mut equal) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         lowest.push(render_beside(&engines, &clip, slow, EncoderPriority::Lowest).times.decoder_ms);
