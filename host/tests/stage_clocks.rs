@@ -153,7 +153,8 @@ fn a_slow_encoder_beside_the_loop_does_not_move_the_stages_cpu_time() {
 
 /// At the lowest priority (what renders use) the same slow encoder takes far less from the
 /// decoder's wall time than at the render's priority: it runs when the render's threads leave a
-/// core idle. Medians of three renders each.
+/// core idle. Medians of three renders each. On a 2-vCPU Xeon the ratio was 0.58-0.69; with the
+/// priority left at the render's it was 0.96, which the bound of 0.9 catches.
 #[test]
 fn the_encoder_at_the_lowest_priority_leaves_the_decoder_its_cores() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -170,5 +171,5 @@ fn the_encoder_at_the_lowest_priority_leaves_the_decoder_its_cores() {
     eprintln!(
         "decoder wall time beside a slow encoder: {lowest:.0} ms at the lowest priority, {equal:.0} ms at the render's"
     );
-    assert!(lowest < 0.85 * equal, "the lowest priority did not yield: decoder {lowest:.0} ms against {equal:.0} ms");
+    assert!(lowest < 0.9 * equal, "the lowest priority did not yield: decoder {lowest:.0} ms against {equal:.0} ms");
 }
