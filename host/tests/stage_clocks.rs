@@ -47,6 +47,41 @@ impl FrameEncoder for FakeEncoder {
     }
 }
 
+/// An encoder that sleeps `per_frame` on each frame (waiting, not working).
+struct SleepyEncoder {
+    per_frame: Duration,
+}
+
+impl FrameEncoder for SleepyEncoder {
+    type Done = ();
+    fn push_nv12(&mut self, _frame: &[u8]) -> anyhow::Result<()> {
+        std::thread::sleep(self.per_frame);
+        Ok(())
+    }
+    fn finish(self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Ten small frames through `sink`: a frame loop without engines.
+fn ten_frames(sink: &mut dyn FnMut(usize, &[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    (0..10).try_for_each(|i| sink(i, &[0u8; 64]))
+}
+
+/// The encoder's own time is its thread's CPU time: 200 ms of work counts, 200 ms of waiting
+/// does not (at the lowest priority its wall time also holds the waits for a core).
+#[cfg(target_os = "linux")]
+#[test]
+fn the_encoders_own_time_is_its_cpu_time() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let per_frame = Duration::from_millis(20);
+    let (_, working) =
+        encode_beside(FakeEncoder { per_frame, frames: 0 }, 4, EncoderPriority::Render, ten_frames).unwrap();
+    let (_, waiting) = encode_beside(SleepyEncoder { per_frame }, 4, EncoderPriority::Render, ten_frames).unwrap();
+    assert!(working.busy_ms >= 150.0, "200 ms of encoding work counted as {:.0} ms", working.busy_ms);
+    assert!(waiting.busy_ms < 50.0, "200 ms of an encoder asleep counted as {:.0} ms", waiting.busy_ms);
+}
+
 /// A thread registered as foreign adds nothing to the render's CPU time; the same work on a
 /// thread of the render's does.
 #[test]
