@@ -164,7 +164,7 @@ impl Profile {
 /// engines moves with the speed of the matrix products, and the reduced networks, narrower and
 /// more bound by overhead, do not follow it: on an AVX2 AMD EPYC one full UNet evaluation cost
 /// 5.1 full TAESD decodes (results/profile_shares_fma.csv), on an AVX-512 Emerald Rapids Xeon
-/// 3.8 (results/profile_shares.csv), while the reduced UNet cost about 5 reduced decodes at
+/// 3.8 (results/profile_shares.csv), while the reduced UNet cost 5 to 6 reduced decodes at
 /// TAESD's width 8 on both. So the arm follows the kernel `gemm` runs ([`isa::gemm_kernel`]):
 /// not cadence's own ISA level, so that `CADENCE_MAX_ISA` changes no network's shape. Only
 /// TAESD's width differs between the arms ([`taesd::channels_at`]); docs/profiles.md.

@@ -75,10 +75,11 @@ pub struct PackedConv {
 
 /// Stride-1 convolutions with at least this many input and output channels run by Winograd's
 /// F(2x2, 3x3) ([`crate::conv::winograd`]): [`WINOGRAD_MIN_CHANNELS_AVX512`] where `gemm` runs its
-/// AVX-512 kernel, [`WINOGRAD_MIN_CHANNELS_FMA`] elsewhere (the [`crate::ScaleArm`]). The break-even moves with the GEMM's
-/// speed: Winograd trades 2.25x fewer multiply-adds for two transforms (additions, linear in the
-/// channels), and the faster the products, the more the transforms weigh. Keyed on the `gemm`
-/// kernel, not on cadence's ISA level, so that forcing a level (`CADENCE_MAX_ISA`) changes no bits.
+/// AVX-512 kernel, [`WINOGRAD_MIN_CHANNELS_FMA`] elsewhere (the [`crate::ScaleArm`]). The
+/// break-even moves with the GEMM's speed: Winograd trades 2.25x fewer multiply-adds for two
+/// transforms (additions, linear in the channels), and the faster the products, the more the
+/// transforms weigh. Keyed on the `gemm` kernel, not on cadence's ISA level, so that forcing a
+/// level (`CADENCE_MAX_ISA`) changes no bits.
 pub fn winograd_min_channels() -> usize {
     match crate::ScaleArm::current() {
         crate::ScaleArm::Avx512 => WINOGRAD_MIN_CHANNELS_AVX512,
