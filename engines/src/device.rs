@@ -150,7 +150,8 @@ fn open_cuda(ordinal: usize) -> Result<Device> {
     })
 }
 
-/// Maps a request to a device; see the module docs for the rules.
+/// Maps a request to a device; see the module docs for the rules. The first CPU device selected
+/// sets the CPU engines' heap policy ([`crate::heap`]).
 pub fn select_device(request: DeviceRequest) -> Result<EngineDevice> {
     let (device, fallback) = match request {
         DeviceRequest::Cpu => (Device::Cpu, None),
@@ -163,6 +164,9 @@ pub fn select_device(request: DeviceRequest) -> Result<EngineDevice> {
             Err(e) => (Device::Cpu, Some(format!("CUDA device 0 did not open: {}", one_line(&e)))),
         },
     };
+    if device.is_cpu() {
+        crate::heap::retain_freed_blocks();
+    }
     Ok(EngineDevice { device, request, fallback })
 }
 

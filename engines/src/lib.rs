@@ -59,6 +59,7 @@ pub mod device;
 pub mod ditto;
 pub mod error;
 mod flops;
+pub mod heap;
 pub mod isa;
 pub mod models_dir;
 pub mod mtcnn;
