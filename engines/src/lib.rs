@@ -523,7 +523,9 @@ pub fn param_table(model: ModelKind, profile: Profile) -> Result<weights::ParamT
 }
 
 /// Loads tensors for `table` from `source`: synthetic, or a weights file (safetensors or PyTorch
-/// checkpoint) whose configuration ([`config::check`]) and tensors are checked first.
+/// checkpoint) whose configuration ([`config::check`]) and tensors are checked first. An engine
+/// built on the CPU sets the CPU engines' heap policy ([`heap`]) as [`select_device`] does, for
+/// callers that name `Device::Cpu` themselves.
 pub(crate) fn obtain_tensors(
     kind: ModelKind,
     profile: Profile,
@@ -532,6 +534,9 @@ pub(crate) fn obtain_tensors(
     rule: &(dyn Fn(&str, &[usize]) -> weights::Init + Sync),
     device: &Device,
 ) -> Result<std::collections::HashMap<String, Tensor>> {
+    if device.is_cpu() {
+        heap::retain_freed_blocks();
+    }
     match source {
         WeightsSource::Synthetic { seed } => weights::synthetic_tensors(table, *seed, rule, device),
         WeightsSource::File(p) => {
