@@ -191,11 +191,12 @@ fn set_gains(rows: &mut [Row]) {
 }
 
 fn main() -> Result<()> {
+    let started = Started { at: std::time::Instant::now(), load: experiments::provenance::load_average() };
     let a = Args::parse();
     ensure!(!a.strides.is_empty() && a.strides.iter().all(|&k| k > 0), "--strides must be positive integers");
     let out_dir = a.out.dir()?;
     if a.engine == EngineFamily::Ditto {
-        return ditto_table(&a, &out_dir);
+        return ditto_table(&a, &out_dir, started);
     }
     eprintln!("stride_table: loading engines and inputs ...");
     let t = std::time::Instant::now();
@@ -270,7 +271,8 @@ fn main() -> Result<()> {
             ),
         );
     }
-    write_outputs(&rows, &prov, &out_dir, "stride_table", &format!("{} profile, {}", engines.profile, backend.name()))
+    let what = format!("{} profile, {}", engines.profile, backend.name());
+    write_outputs(&rows, &mut prov, &out_dir, "stride_table", &what, started)
 }
 
 impl Row {
@@ -362,7 +364,7 @@ fn in_rounds<R>(runs: &[R], rounds: u32, mut render: impl FnMut(&R) -> Result<Ro
 
 /// `stride_table --engine ditto`: the same clip through Ditto's path (docs/ditto.md) at each
 /// stride, into results/stride_table_ditto.csv.
-fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
+fn ditto_table(a: &Args, out_dir: &std::path::Path, started: Started) -> Result<()> {
     eprintln!("stride_table: loading Ditto's networks and the inputs ...");
     let inputs = Inputs::open(&a.session)?;
     ensure!(inputs.opts.fps.hz() == ditto::DITTO_FPS as f64, "Ditto renders at 25 frames per second");
@@ -431,11 +433,28 @@ fn ditto_table(a: &Args, out_dir: &std::path::Path) -> Result<()> {
         "ditto_weights_caveat",
         "synthetic weights measure the method's cost on this network, not a trained face",
     );
-    write_outputs(&rows, &prov, out_dir, "stride_table_ditto", &format!("Ditto, {} profile, cpu", inputs.profile))
+    let what = format!("Ditto, {} profile, cpu", inputs.profile);
+    write_outputs(&rows, &mut prov, out_dir, "stride_table_ditto", &what, started)
 }
 
-/// The CSV (`{name}.csv`), the frames/s plot (`{name}_fps`) and the printed table.
-fn write_outputs(rows: &[Row], prov: &Provenance, out_dir: &std::path::Path, name: &str, what: &str) -> Result<()> {
+/// When the binary started, and the machine's load then.
+struct Started {
+    at: std::time::Instant,
+    load: String,
+}
+
+/// The CSV (`{name}.csv`), the frames/s plot (`{name}_fps`) and the printed table. The load average
+/// and the run's time from the binary's start are provenance lines: the time is what README
+/// command 1 costs a user after the build.
+fn write_outputs(
+    rows: &[Row],
+    prov: &mut Provenance,
+    out_dir: &std::path::Path,
+    name: &str,
+    what: &str,
+    started: Started,
+) -> Result<()> {
+    prov.note_load_and_runtime(&started.load, started.at);
     let mut rows = rows.to_vec();
     set_gains(&mut rows);
     let rows = &rows[..];
