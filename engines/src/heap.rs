@@ -22,9 +22,10 @@
 //! 2 GiB (`M_TRIM_THRESHOLD`). Freed memory stays mapped until a later allocation reuses it, so a
 //! process holds about its peak; the render server gives it back after each render
 //! (`malloc_trim`). It is set once, when a CPU device is first selected
-//! ([`crate::select_device`]) or an engine is first built on the CPU, and not at all when the user has set glibc's malloc tunables
-//! (`GLIBC_TUNABLES` naming `mmap_max`, `mmap_threshold` or `trim_threshold`, or
-//! their `MALLOC_..._` variables): theirs win.
+//! ([`crate::select_device`], which Ditto's renders go through) or a MuseTalk engine is first
+//! built on the CPU (for callers that name `Device::Cpu` themselves), and not at all when the
+//! user has set glibc's malloc tunables (`GLIBC_TUNABLES` naming `mmap_max`, `mmap_threshold` or
+//! `trim_threshold`, or their `MALLOC_..._` variables): theirs win.
 
 use std::sync::OnceLock;
 

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 pub struct EngineArgs {
     /// Engine size: cpu-reduced (default on the CPU with synthetic weights) or full (the
     /// published architectures; default on CUDA and with --models, and what real weights need).
-    /// cpu-reduced is a scale model: narrower networks (about 1/15 of a full frame's time) whose
+    /// cpu-reduced is a scale model: narrower networks (1/12 to 1/17 of a full frame's time) whose
     /// UNet, decoder and audio encoder keep the full profile's shares of a frame's neural time
     /// within 15% on this kind of machine (its widths follow the kernel gemm runs, AVX-512 or
     /// FMA), so stride gains carry over; absolute times and outputs do not (docs/profiles.md).
